@@ -1,0 +1,215 @@
+"""Aggregates as the CharToM-QA paper reports them, computed in one streaming pass.
+
+BPC is micro-averaged (covered points / points) over the items whose coverage is *scored*; the
+penalty rate is the share of defect-scored items with at least one defect. Unscored items are
+counted and reported by reason, never averaged in as zero. Every group (overall, by ToM
+dimension, by context window, by respondent model) carries its own scored and unscored counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from judge.types import GradeResult
+
+
+class GroupSummary(BaseModel):
+    """The aggregate figures of one group of results."""
+
+    items: int = Field(description="Results in the group.")
+    scored: int = Field(description="Results whose every requested judge task is scored.")
+    unscored: int = Field(description="Results with at least one unscored judge task.")
+    coverage_scored: int = Field(description="Items whose coverage is scored (BPC's base).")
+    coverage_unscored: int = Field(description="Items whose coverage is unscored.")
+    points: int = Field(description="Bonus points judged (scored items only).")
+    points_covered: int = Field(description="Bonus points covered.")
+    bpc: float | None = Field(description="Bonus Point Coverage: covered / points (micro).")
+    defects_scored: int = Field(description="Items whose defects were judged.")
+    defects_unscored: int = Field(description="Items whose defect judgement is unscored.")
+    penalized: int = Field(description="Items with at least one defect.")
+    penalty_rate: float | None = Field(description="penalized / defects_scored.")
+    rouge_l: float | None = Field(description="Mean ROUGE-L F1.")
+    rouge_l_n: int = Field(description="Items with a ROUGE-L value.")
+    bertscore_f1: float | None = Field(description="Mean BERTScore F1 over items with a value.")
+    bertscore_n: int = Field(description="Items with a BERTScore value.")
+    bertscore_unavailable: int = Field(
+        description="Items whose BERTScore is null (e.g. the encoder lacks the language)."
+    )
+    length_ratio: float | None = Field(description="Mean response/reference length ratio.")
+    unscored_by_reason: dict[str, int] = Field(description="`task: reason` -> count.")
+
+
+class Summary(GroupSummary):
+    """Overall figures plus the paper's breakdowns."""
+
+    by_dimension: dict[str, GroupSummary] = Field(description="By ToM dimension.")
+    by_context: dict[str, GroupSummary] = Field(description="By context window.")
+    by_respondent: dict[str, GroupSummary] = Field(description="By respondent model.")
+    judge: str | None = Field(default=None, description="Judge that graded (if one).")
+    judge_calls: int = Field(default=0, description="Provider calls made (re-asks included).")
+    cache_hits: int = Field(default=0, description="Judge calls served from the cache.")
+    prompt_tokens: int = Field(default=0, description="Prompt tokens spent.")
+    completion_tokens: int = Field(default=0, description="Completion tokens spent.")
+    cost_usd: float | None = Field(default=None, description="Cost, when litellm knows prices.")
+
+
+@dataclass
+class _Acc:
+    items: int = 0
+    scored: int = 0
+    cov_scored: int = 0
+    cov_unscored: int = 0
+    points: int = 0
+    covered: int = 0
+    def_scored: int = 0
+    def_unscored: int = 0
+    penalized: int = 0
+    rouge_sum: float = 0.0
+    rouge_n: int = 0
+    bert_sum: float = 0.0
+    bert_n: int = 0
+    bert_null: int = 0
+    ratio_sum: float = 0.0
+    ratio_n: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, r: GradeResult) -> None:
+        self.items += 1
+        self.scored += r.status == "scored"
+        for reason in r.unscored_reasons:
+            self.reasons[reason] += 1
+        if r.coverage is not None:
+            if r.coverage.status == "scored" and r.coverage.covered is not None:
+                self.cov_scored += 1
+                self.points += r.coverage.total
+                self.covered += r.coverage.covered
+            elif r.coverage.status == "unscored":
+                self.cov_unscored += 1
+        if r.defects is not None:
+            if r.defects.status == "scored":
+                self.def_scored += 1
+                self.penalized += bool(r.defects.penalized)
+            elif r.defects.status == "unscored":
+                self.def_unscored += 1
+        if r.rouge_l is not None:
+            self.rouge_sum += r.rouge_l.f1
+            self.rouge_n += 1
+        if r.bertscore is not None:
+            if r.bertscore.f1 is None:
+                self.bert_null += 1
+            else:
+                self.bert_sum += r.bertscore.f1
+                self.bert_n += 1
+        if r.length_ratio is not None:
+            self.ratio_sum += r.length_ratio
+            self.ratio_n += 1
+
+    def summary(self) -> GroupSummary:
+        return GroupSummary(**self._fields())
+
+    def _fields(self) -> dict[str, object]:
+        def mean(total: float, n: int) -> float | None:
+            return round(total / n, 6) if n else None
+
+        return {
+            "items": self.items,
+            "scored": self.scored,
+            "unscored": self.items - self.scored,
+            "coverage_scored": self.cov_scored,
+            "coverage_unscored": self.cov_unscored,
+            "points": self.points,
+            "points_covered": self.covered,
+            "bpc": mean(self.covered, self.points),
+            "defects_scored": self.def_scored,
+            "defects_unscored": self.def_unscored,
+            "penalized": self.penalized,
+            "penalty_rate": mean(self.penalized, self.def_scored),
+            "rouge_l": mean(self.rouge_sum, self.rouge_n),
+            "rouge_l_n": self.rouge_n,
+            "bertscore_f1": mean(self.bert_sum, self.bert_n),
+            "bertscore_n": self.bert_n,
+            "bertscore_unavailable": self.bert_null,
+            "length_ratio": mean(self.ratio_sum, self.ratio_n),
+            "unscored_by_reason": dict(sorted(self.reasons.items())),
+        }
+
+
+class Aggregator:
+    """Accumulates results one at a time (flat memory) and produces a ``Summary``."""
+
+    def __init__(self) -> None:
+        self._all = _Acc()
+        self._groups: dict[str, dict[str, _Acc]] = {
+            "by_dimension": {},
+            "by_context": {},
+            "by_respondent": {},
+        }
+        self.judge: str | None = None
+
+    def add(self, result: GradeResult) -> None:
+        """Count one result."""
+        self._all.add(result)
+        self.judge = self.judge or result.provenance.judge
+        keys = {
+            "by_dimension": result.tom_dimension,
+            "by_context": None if result.context_window is None else str(result.context_window),
+            "by_respondent": result.respondent,
+        }
+        for group, key in keys.items():
+            if key is not None:
+                self._groups[group].setdefault(key, _Acc()).add(result)
+
+    def extend(self, results: Iterable[GradeResult]) -> Aggregator:
+        """Count many results; returns self."""
+        for result in results:
+            self.add(result)
+        return self
+
+    def summary(self, **extra: object) -> Summary:
+        """The summary so far; ``extra`` fills the call counters (judge_calls, cache_hits...)."""
+        groups = {
+            name: {key: acc.summary() for key, acc in sorted(accs.items())}
+            for name, accs in self._groups.items()
+        }
+        return Summary(**self._all._fields(), **groups, judge=self.judge, **extra)  # type: ignore[arg-type]
+
+
+def summarize(results: Iterable[GradeResult], **extra: object) -> Summary:
+    """Aggregate results in one pass (see ``Aggregator``)."""
+    return Aggregator().extend(results).summary(**extra)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def format_table(summary: Summary) -> str:
+    """The per-dimension table the CLI prints (percentages, with scored/unscored counts)."""
+    header = (
+        f"{'group':<14}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'PR%':>7}{'ROUGE-L':>9}"
+        f"{'BERTSc.':>9}{'len':>6}"
+    )
+    lines = [header, "-" * len(header)]
+
+    def row(name: str, g: GroupSummary) -> str:
+        ratio = "-" if g.length_ratio is None else f"{g.length_ratio:.2f}"
+        return (
+            f"{name[:14]:<14}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.penalty_rate):>7}"
+            f"{_pct(g.rouge_l):>9}{_pct(g.bertscore_f1):>9}{ratio:>6}"
+        )
+
+    for key, group in summary.by_dimension.items():
+        lines.append(row(key, group))
+    if summary.by_dimension:
+        lines.append("-" * len(header))
+    lines.append(row("overall", summary))
+    for name, groups in (("ctx", summary.by_context), ("model", summary.by_respondent)):
+        if len(groups) > 1:
+            lines.append("")
+            for key, group in groups.items():
+                lines.append(row(f"{name}={key}", group))
+    return "\n".join(lines)

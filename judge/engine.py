@@ -1,0 +1,731 @@
+"""The grading engine: request -> rubric -> judge calls (cached) -> metrics -> result.
+
+``Grader`` is the one place where grading happens; the CLI, the HTTP service and the calibration
+runner all call it. For each item it resolves the language and the bonus points (extracting them
+from the reference when the request has none), renders the rubrics, runs the coverage and defect
+calls concurrently through the cache and the provider (with bounded re-asks inside the provider,
+and retries of provider errors here: backoff with jitter, a per-run budget, a circuit breaker),
+computes ROUGE-L and BERTScore (batched), and assembles a ``GradeResult``. Any judge failure ends
+as *unscored* with its reason; nothing is silently zero, and nothing unscored counts as coverage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from pydantic import BaseModel
+
+from judge.batching import AsyncBatcher
+from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
+from judge.config import EMBEDDED_JUDGE, JudgeConfig, JudgeOverrides
+from judge.errors import JudgeError, JudgeOutputError, ProviderError, UnscoredReason
+from judge.metrics import BertScore, RougeScore, rouge_l
+from judge.provider import Provider
+from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
+from judge.text import Language, count_words, detect_language, length_cap, truncate_words
+from judge.types import (
+    CallRecord,
+    CoverageResult,
+    Defect,
+    DefectsResult,
+    ExtractRequest,
+    ExtractResult,
+    GradeRequest,
+    GradeResult,
+    PointVerdict,
+    Provenance,
+    RubricRef,
+)
+from judge.verdicts import (
+    BonusPointsExtraction,
+    CoverageJudgementBase,
+    DefectJudgement,
+    coverage_model,
+    parse_paper_coverage,
+    parse_paper_defects,
+)
+from rubrics.loader import RubricLibrary, load_library
+from rubrics.schema import Rubric
+
+log = logging.getLogger("bonusjudge")
+
+try:
+    BONUSJUDGE_VERSION = version("bonusjudge")
+except PackageNotFoundError:  # running from a source tree without an install
+    BONUSJUDGE_VERSION = "0.0.0+source"
+
+
+@dataclass
+class EngineStats:
+    """Counters over the engine's lifetime (exported as Prometheus metrics by the service)."""
+
+    items: int = 0
+    scored: int = 0
+    unscored: int = 0
+    provider_calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unscored_by_reason: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready snapshot."""
+        return {
+            "items": self.items,
+            "scored": self.scored,
+            "unscored": self.unscored,
+            "judge_calls": self.provider_calls,
+            "cache_hits": self.cache_hits,
+            "retries": self.retries,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+            "unscored_by_reason": dict(self.unscored_by_reason),
+        }
+
+
+@dataclass
+class _CallOutcome:
+    value: Any
+    record: CallRecord
+    reason: UnscoredReason | None = None
+    detail: str | None = None
+
+
+def _rubric_ref(rubric: Rubric, language: Language) -> RubricRef:
+    return RubricRef(id=rubric.id, version=rubric.version, hash=rubric.hash, language=language)
+
+
+class Grader:
+    """Grades requests with one default judge configuration; requests may override parts of it.
+
+    Args:
+        config: The default judge configuration.
+        provider: The judge backend (default: ``LiteLLMProvider``; unused by the embedded judge).
+        cache: The judge-call cache (default: none; the CLI and service pass an on-disk one).
+        library: The rubric library (default: the shipped one).
+        retry_budget: Retries allowed for the whole life of this grader (a run).
+        breaker: Circuit breaker for the provider.
+        rng: Random source for backoff jitter (seedable for tests).
+        sleep: The sleep used between retries (tests inject a fast one).
+    """
+
+    def __init__(
+        self,
+        config: JudgeConfig | None = None,
+        *,
+        provider: Provider | None = None,
+        cache: JudgeCache | None = None,
+        library: RubricLibrary | None = None,
+        retry_budget: RetryBudget | None = None,
+        breaker: CircuitBreaker | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.config = config or JudgeConfig()
+        if provider is None:
+            from judge.provider import LiteLLMProvider
+
+            provider = LiteLLMProvider()
+        self.provider = provider
+        self.cache = cache or JudgeCache(None)
+        self.library = library or load_library()
+        self.retry_budget = retry_budget or RetryBudget()
+        self.breaker = breaker or CircuitBreaker()
+        self.stats = EngineStats()
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
+        self._matcher_batcher: AsyncBatcher[Any, Any] | None = None
+        # Validate the default rubric family now: a bad setting fails at start, not per item.
+        self._rubrics_for(self.config)
+
+    # -- public API ------------------------------------------------------------------------
+
+    def resolve(self, overrides: JudgeOverrides | None = None) -> JudgeConfig:
+        """The default config with a request's overrides applied (validated)."""
+        config = self.config.merged(overrides)
+        self._rubrics_for(config)
+        return config
+
+    async def grade(
+        self, request: GradeRequest, *, config: JudgeConfig | None = None, item_id: str | None = None
+    ) -> GradeResult:
+        """Grade one request (bounded by the grader's concurrency limit).
+
+        Args:
+            request: The item.
+            config: A full judge configuration for this call (default: the grader's).
+            item_id: Id to report when the request has none (e.g. the input line number).
+        """
+        async with self._semaphore:
+            return await self._grade(request, config or self.config, item_id)
+
+    async def grade_many(
+        self,
+        requests: Iterable[GradeRequest | tuple[str, GradeRequest]]
+        | AsyncIterable[GradeRequest | tuple[str, GradeRequest]],
+        *,
+        config: JudgeConfig | None = None,
+    ) -> AsyncIterator[GradeResult]:
+        """Grade many requests concurrently, yielding results as they complete.
+
+        At most about twice the concurrency limit is in memory at once, so an input of any size
+        streams through in flat memory. Items may be ``(item_id, request)`` pairs.
+        """
+        cfg = config or self.config
+        window = max(2, 2 * cfg.concurrency)
+        pending: set[asyncio.Task[GradeResult]] = set()
+
+        def start(entry: GradeRequest | tuple[str, GradeRequest]) -> None:
+            if isinstance(entry, tuple):
+                item_id, request = entry
+            else:
+                item_id, request = None, entry
+            pending.add(asyncio.ensure_future(self.grade(request, config=cfg, item_id=item_id)))
+
+        try:
+            if isinstance(requests, AsyncIterable):
+                async for entry in requests:
+                    start(entry)
+                    while len(pending) >= window:
+                        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        for task in done:
+                            pending.discard(task)
+                            yield task.result()
+            else:
+                for entry in requests:
+                    start(entry)
+                    while len(pending) >= window:
+                        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                        for task in done:
+                            pending.discard(task)
+                            yield task.result()
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    pending.discard(task)
+                    yield task.result()
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def extract_points(
+        self, request: ExtractRequest, *, config: JudgeConfig | None = None
+    ) -> ExtractResult:
+        """Split a reference answer into bonus points with the extraction rubric (cached)."""
+        cfg = config or self.config
+        language = request.language or detect_language(request.reference)
+        rubrics = self._rubrics_for(cfg)
+        if cfg.is_embedded:
+            return ExtractResult(
+                status="unscored",
+                reason="not_supported",
+                detail="the embedded matcher cannot extract bonus points; configure an LLM judge",
+                provenance=self._provenance(cfg, {}, [], language),
+            )
+        outcome, ref = await self._extract(
+            rubrics["extract_points"], cfg, language, request.question, request.reference,
+            request.context, request.book_name, None,
+        )
+        provenance = self._provenance(cfg, {"extract_points": ref}, [outcome.record], language)
+        if outcome.reason is not None:
+            return ExtractResult(
+                status="unscored", reason=outcome.reason, detail=outcome.detail,
+                provenance=provenance,
+            )
+        return ExtractResult(status="scored", bonus_points=outcome.value, provenance=provenance)
+
+    async def aclose(self) -> None:
+        """Stop background batch workers."""
+        for batcher in self._bert_batchers.values():
+            await batcher.aclose()
+        if self._matcher_batcher is not None:
+            await self._matcher_batcher.aclose()
+
+    # -- one item ----------------------------------------------------------------------------
+
+    def _rubrics_for(self, config: JudgeConfig) -> dict[str, Rubric]:
+        return {
+            task: self.library.for_task(config.rubric, task)
+            for task in ("coverage", "defects", "extract_points")
+        }
+
+    async def _grade(
+        self, request: GradeRequest, config: JudgeConfig, item_id: str | None
+    ) -> GradeResult:
+        started = time.monotonic()
+        language: Language = request.language or detect_language(
+            request.response + " " + request.reference
+        )
+        rubrics = self._rubrics_for(config)
+        response = request.response
+        truncated = False
+        if config.length_control:
+            cut = truncate_words(response, length_cap(request.reference))
+            truncated = cut != response
+            response = cut or response
+        calls: list[CallRecord] = []
+        refs: dict[str, RubricRef] = {}
+        wanted = set(config.metrics)
+
+        coverage_task = (
+            self._coverage(request, response, config, rubrics, language, calls, refs)
+            if "coverage" in wanted
+            else _none()
+        )
+        defects_task = (
+            self._defects(request, response, config, rubrics, language, calls, refs)
+            if "defects" in wanted
+            else _none()
+        )
+        bert_task = self._bertscore(response, request.reference, language, config) if (
+            "bertscore" in wanted
+        ) else _none()
+        coverage, defects, bert = await asyncio.gather(coverage_task, defects_task, bert_task)
+        rouge = self._rouge(response, request.reference, config) if "rouge_l" in wanted else None
+
+        unscored = [
+            f"{name}: {part.reason}"
+            for name, part in (("coverage", coverage), ("defects", defects))
+            if part is not None and part.status == "unscored"
+        ]
+        ref_words = count_words(request.reference)
+        result = GradeResult(
+            id=request.id or item_id or "",
+            status="unscored" if unscored else "scored",
+            unscored_reasons=unscored,
+            language=language,
+            coverage=coverage,
+            defects=defects,
+            rouge_l=rouge,
+            bertscore=bert,
+            length_ratio=round(count_words(response) / ref_words, 4) if ref_words else None,
+            tom_dimension=request.tom_dimension,
+            context_window=request.context_window,
+            respondent=request.respondent,
+            metadata=request.metadata,
+            provenance=self._provenance(config, refs, calls, language, truncated=truncated),
+            elapsed_s=round(time.monotonic() - started, 4),
+        )
+        self.stats.items += 1
+        if unscored:
+            self.stats.unscored += 1
+            for reason in unscored:
+                self.stats.unscored_by_reason[reason] += 1
+        else:
+            self.stats.scored += 1
+        return result
+
+    def _provenance(
+        self,
+        config: JudgeConfig,
+        refs: dict[str, RubricRef],
+        calls: list[CallRecord],
+        language: Language,
+        *,
+        truncated: bool = False,
+    ) -> Provenance:
+        if config.is_embedded:
+            from judge.matcher import MATCHER_VERSION
+
+            return Provenance(
+                judge=EMBEDDED_JUDGE,
+                judge_version=MATCHER_VERSION,
+                judge_quality="non-LLM matcher: coverage only, defects not assessed",
+                rubrics=refs,
+                config_hash=config.config_hash(),
+                calls=calls,
+                length_control=config.length_control,
+                response_truncated=truncated,
+                bonusjudge_version=BONUSJUDGE_VERSION,
+            )
+        return Provenance(
+            judge=config.model,
+            api_base=config.api_base,
+            mode=(
+                config.mode
+                if self.library.for_task(config.rubric, "coverage").output == "structured"
+                else "text"
+            ),
+            judge_quality=_quality_note(config.model),
+            sampling=config.sampling(),
+            rubrics=refs,
+            config_hash=config.config_hash(),
+            calls=calls,
+            length_control=config.length_control,
+            response_truncated=truncated,
+            bonusjudge_version=BONUSJUDGE_VERSION,
+        )
+
+    async def _points(
+        self,
+        request: GradeRequest,
+        config: JudgeConfig,
+        rubrics: dict[str, Rubric],
+        language: Language,
+        calls: list[CallRecord],
+        refs: dict[str, RubricRef],
+    ) -> tuple[list[str] | None, str, _CallOutcome | None]:
+        if request.bonus_points:
+            return list(request.bonus_points), "request", None
+        if config.is_embedded:
+            return [request.reference], "reference", None
+        outcome, ref = await self._extract(
+            rubrics["extract_points"], config, language, request.question, request.reference,
+            request.context, request.book_name, request.domain,
+        )
+        calls.append(outcome.record)
+        refs["extract_points"] = ref
+        if outcome.reason is not None:
+            return None, "extracted", outcome
+        return outcome.value, "extracted", None
+
+    async def _extract(
+        self,
+        rubric: Rubric,
+        config: JudgeConfig,
+        language: Language,
+        question: str,
+        reference: str,
+        context: str | None,
+        book_name: str | None,
+        domain: str | None,
+    ) -> tuple[_CallOutcome, RubricRef]:
+        prompt = self.library.render(
+            rubric, language,
+            {"question": question, "reference": reference, "context": context,
+             "book_name": book_name, "domain": domain},
+        )
+        outcome = await self._call(
+            "extract_points", prompt.rubric, prompt.language, prompt.messages,
+            BonusPointsExtraction, None, config,
+            lambda out: list(out.points),
+        )
+        return outcome, _rubric_ref(prompt.rubric, prompt.language)
+
+    async def _coverage(
+        self,
+        request: GradeRequest,
+        response: str,
+        config: JudgeConfig,
+        rubrics: dict[str, Rubric],
+        language: Language,
+        calls: list[CallRecord],
+        refs: dict[str, RubricRef],
+    ) -> CoverageResult:
+        points, source, failure = await self._points(request, config, rubrics, language, calls, refs)
+        if points is None:
+            assert failure is not None
+            return CoverageResult(
+                status="unscored",
+                reason=failure.reason,
+                detail=f"bonus point extraction failed: {failure.detail}",
+                points_source="extracted",
+            )
+        if config.is_embedded:
+            return await self._coverage_embedded(request, response, points, source, language)
+        rubric = rubrics["coverage"]
+        prompt = self.library.render(
+            rubric, language,
+            {"question": request.question, "reference": request.reference, "points": points,
+             "response": response, "book_name": request.book_name, "domain": request.domain},
+        )
+        refs["coverage"] = _rubric_ref(prompt.rubric, prompt.language)
+        n = len(points)
+        if rubric.output == "text":
+            outcome = await self._call(
+                "coverage", rubric, prompt.language, prompt.messages, None, None, config,
+                lambda text: parse_paper_coverage(text, n),
+            )
+        else:
+            outcome = await self._call(
+                "coverage", rubric, prompt.language, prompt.messages, coverage_model(n),
+                {"n_points": n}, config, _verdict_dump,
+            )
+        calls.append(outcome.record)
+        if outcome.reason is not None:
+            return CoverageResult(
+                status="unscored", reason=outcome.reason, detail=outcome.detail,
+                verdicts=[PointVerdict(index=i, text=p, covered=None)
+                          for i, p in enumerate(points, start=1)],
+                total=n, points_source=source,  # type: ignore[arg-type]
+            )
+        if rubric.output == "text":
+            included = set(outcome.value)
+            verdicts = [
+                PointVerdict(index=i, text=p, covered=i in included)
+                for i, p in enumerate(points, start=1)
+            ]
+        else:
+            by_index = {v["index"]: v for v in outcome.value}
+            verdicts = [
+                PointVerdict(
+                    index=i,
+                    text=p,
+                    covered=bool(by_index[i]["covered"]),
+                    rationale=by_index[i].get("rationale") or None,
+                    evidence=by_index[i].get("evidence") or None,
+                )
+                for i, p in enumerate(points, start=1)
+            ]
+        covered = sum(1 for v in verdicts if v.covered)
+        return CoverageResult(
+            status="scored",
+            verdicts=verdicts,
+            covered=covered,
+            total=n,
+            coverage=covered / n,
+            points_source=source,  # type: ignore[arg-type]
+        )
+
+    async def _coverage_embedded(
+        self, request: GradeRequest, response: str, points: list[str], source: str,
+        language: Language,
+    ) -> CoverageResult:
+        from judge.matcher import MatchInput, get_matcher
+
+        if self._matcher_batcher is None:
+            matcher = get_matcher()
+            self._matcher_batcher = AsyncBatcher(matcher.match, batch_size=64, max_wait=0.005)
+        try:
+            matches = await self._matcher_batcher.submit(
+                MatchInput(
+                    question=request.question, reference=request.reference, points=points,
+                    response=response, language=language,
+                )
+            )
+        except JudgeError as exc:
+            return CoverageResult(status="unscored", reason="not_supported", detail=str(exc),
+                                  total=len(points), points_source=source)  # type: ignore[arg-type]
+        verdicts = [
+            PointVerdict(
+                index=i, text=p, covered=m.covered, rationale=m.rationale,
+                evidence=m.evidence, confidence=round(m.probability, 4),
+            )
+            for i, (p, m) in enumerate(zip(points, matches, strict=True), start=1)
+        ]
+        covered = sum(1 for v in verdicts if v.covered)
+        return CoverageResult(
+            status="scored", verdicts=verdicts, covered=covered, total=len(points),
+            coverage=covered / len(points), points_source=source,  # type: ignore[arg-type]
+        )
+
+    async def _defects(
+        self,
+        request: GradeRequest,
+        response: str,
+        config: JudgeConfig,
+        rubrics: dict[str, Rubric],
+        language: Language,
+        calls: list[CallRecord],
+        refs: dict[str, RubricRef],
+    ) -> DefectsResult:
+        if config.is_embedded:
+            return DefectsResult(
+                status="not_assessed",
+                detail="the embedded matcher cannot judge defects; configure an LLM judge",
+            )
+        rubric = rubrics["defects"]
+        prompt = self.library.render(
+            rubric, language,
+            {"question": request.question, "reference": request.reference, "response": response,
+             "context": request.context, "book_name": request.book_name,
+             "domain": request.domain},
+        )
+        refs["defects"] = _rubric_ref(prompt.rubric, prompt.language)
+        if rubric.output == "text":
+            outcome = await self._call(
+                "defects", rubric, prompt.language, prompt.messages, None, None, config,
+                lambda text: [{"description": d, "kind": "other"} for d in parse_paper_defects(text)],
+            )
+        else:
+            outcome = await self._call(
+                "defects", rubric, prompt.language, prompt.messages, DefectJudgement, None, config,
+                lambda out: [d.model_dump() for d in out.defects],
+            )
+        calls.append(outcome.record)
+        if outcome.reason is not None:
+            return DefectsResult(status="unscored", reason=outcome.reason, detail=outcome.detail)
+        found = [
+            Defect(description=d["description"], kind=d.get("kind", "other"),
+                   evidence=d.get("evidence") or None)
+            for d in outcome.value
+        ]
+        return DefectsResult(status="scored", defects=found, penalized=bool(found))
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def _rouge(self, response: str, reference: str, config: JudgeConfig) -> RougeScore:
+        key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)
+        cached = self.cache.get(key) if config.cache else None
+        if cached is not None:
+            return RougeScore.model_validate(cached)
+        value = rouge_l(response, reference, segmenter=config.rouge_segmenter)
+        if config.cache:
+            self.cache.set(key, value.model_dump())
+        return value
+
+    async def _bertscore(
+        self, response: str, reference: str, language: Language, config: JudgeConfig
+    ) -> BertScore:
+        params = {"encoder": config.encoder, "layer": config.encoder_layer}
+        key = metric_key("bertscore", params, response, reference)
+        cached = self.cache.get(key) if config.cache else None
+        if cached is not None:
+            return BertScore.model_validate(cached)
+        batcher = self._bert_batcher(config.encoder, config.encoder_layer)
+        value = await batcher.submit((response, reference, language))
+        if config.cache and value.f1 is not None:
+            self.cache.set(key, value.model_dump())
+        return value
+
+    def _bert_batcher(self, encoder: str | None, layer: int | None) -> AsyncBatcher[Any, BertScore]:
+        key = (encoder, layer)
+        if key not in self._bert_batchers:
+            from judge.metrics import bertscore
+
+            def run(batch: list[tuple[str, str, Language]]) -> list[BertScore]:
+                return bertscore(
+                    [b[0] for b in batch], [b[1] for b in batch],
+                    encoder=encoder, layer=layer, languages=[b[2] for b in batch],
+                )
+
+            self._bert_batchers[key] = AsyncBatcher(run, batch_size=64, max_wait=0.01)
+        return self._bert_batchers[key]
+
+    # -- judge calls -------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        task: str,
+        rubric: Rubric,
+        language: Language,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel] | None,
+        validation_context: dict[str, Any] | None,
+        config: JudgeConfig,
+        convert: Callable[[Any], Any],
+    ) -> _CallOutcome:
+        """One judge call through cache, provider, retries and conversion to plain data.
+
+        ``convert`` turns the provider's output into the JSON value that is cached and returned;
+        a ``JudgeOutputError`` it raises (a faithful-mode parse failure) leaves the item unscored
+        and nothing is cached.
+        """
+        ref = _rubric_ref(rubric, language)
+        key = judge_call_key(
+            output_fields=config.output_fields(),
+            messages=messages,
+            rubric={"id": rubric.id, "version": rubric.version, "hash": rubric.hash},
+            response_schema=schema_hash(response_model),
+        )
+        started = time.monotonic()
+        if config.cache:
+            cached = self.cache.get(key)
+            if cached is not None:
+                self.stats.cache_hits += 1
+                return _CallOutcome(
+                    value=cached["value"],
+                    record=CallRecord(
+                        task=task, rubric=ref, cached=True, attempts=0, outcome="ok",
+                        cache_key=key, latency_s=round(time.monotonic() - started, 4),
+                    ),
+                )
+        attempts = 0
+        retries = 0
+        prompt_tokens = completion_tokens = 0
+        cost = 0.0
+
+        def record(outcome: str) -> CallRecord:
+            return CallRecord(
+                task=task, rubric=ref, cached=False, attempts=attempts, outcome=outcome,
+                prompt_tokens=prompt_tokens or None, completion_tokens=completion_tokens or None,
+                cost_usd=cost or None, latency_s=round(time.monotonic() - started, 4),
+                cache_key=key,
+            )
+
+        while True:
+            if not self.breaker.allow():
+                return _CallOutcome(
+                    None, record("circuit_open"), "circuit_open",
+                    "the provider failed repeatedly; the circuit breaker is open",
+                )
+            attempts += 1
+            self.stats.provider_calls += 1
+            try:
+                completion = await self.provider.complete(
+                    messages, response_model, config, validation_context=validation_context
+                )
+            except ProviderError as exc:
+                self.breaker.record_failure()
+                if exc.retryable and retries < config.retries:
+                    if self.retry_budget.take():
+                        retries += 1
+                        self.stats.retries += 1
+                        await self._sleep(
+                            backoff_delay(retries, retry_after=exc.retry_after, rng=self._rng)
+                        )
+                        continue
+                    return _CallOutcome(
+                        None, record(exc.reason), exc.reason,
+                        f"{exc} (the run's retry budget is exhausted)",
+                    )
+                return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
+            except JudgeOutputError as exc:
+                # The provider is up (it answered), so the breaker sees a success.
+                self.breaker.record_success()
+                attempts += max(0, exc.attempts - 1)
+                return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
+            except Exception as exc:
+                if getattr(exc, "fatal", False):
+                    raise
+                log.exception("unexpected error from the judge provider")
+                self.breaker.record_failure()
+                return _CallOutcome(
+                    None, record("provider_error"), "provider_error",
+                    f"unexpected {type(exc).__name__}: {str(exc)[:300]}",
+                )
+            self.breaker.record_success()
+            attempts += max(0, completion.attempts - 1)
+            prompt_tokens += completion.prompt_tokens or 0
+            completion_tokens += completion.completion_tokens or 0
+            cost += completion.cost_usd or 0.0
+            self.stats.prompt_tokens += completion.prompt_tokens or 0
+            self.stats.completion_tokens += completion.completion_tokens or 0
+            self.stats.cost_usd += completion.cost_usd or 0.0
+            try:
+                value = convert(completion.output)
+            except JudgeOutputError as exc:
+                return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
+            if config.cache:
+                self.cache.set(key, {"value": value, "raw": completion.raw_text})
+            return _CallOutcome(value, record("ok"))
+
+
+async def _none() -> None:
+    return None
+
+
+def _verdict_dump(output: CoverageJudgementBase) -> list[dict[str, Any]]:
+    return [
+        {"index": p.index, "covered": p.covered, "rationale": p.rationale, "evidence": p.evidence}
+        for p in output.points
+    ]
+
+
+def _quality_note(model: str) -> str | None:
+    if "gemma3-270m" in model or "gemma-3-270m" in model:
+        return "smoke-test only"
+    return None

@@ -1,0 +1,148 @@
+"""One error tree for bonusjudge; every failure the engine can name is a ``JudgeError``.
+
+::
+
+    JudgeError
+    ├── ConfigError              a setting or option is invalid (named in ``field``)
+    ├── InputError               a grading request or input line is invalid (``field``, ``line``)
+    ├── RubricError
+    │   ├── RubricNotFound       no rubric with that id (or language)
+    │   └── RubricInvalid        a rubric file failed validation (``path``, ``field``)
+    ├── ProviderError            the judge provider failed (``reason``, ``retryable``, ``status``)
+    ├── JudgeOutputError         the judge answered, but not in a usable form (``reason``)
+    └── CacheError               the cache folder cannot be opened or written
+
+Grading turns ``ProviderError`` and ``JudgeOutputError`` into an *unscored* verdict with the
+error's ``reason``; they only escape to callers of the low-level provider API. The HTTP mapping of
+this tree lives in one place, ``api/errors.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+UnscoredReason = Literal[
+    "parse_failure",
+    "validation_failure",
+    "provider_error",
+    "rate_limited",
+    "refusal",
+    "truncated_output",
+    "empty_output",
+    "timeout",
+    "circuit_open",
+    "retry_budget_exhausted",
+    "cancelled",
+    "not_supported",
+]
+"""Why a judge task ended without a score. Aggregates count these, never as zero or coverage."""
+
+
+class JudgeError(Exception):
+    """Root of every error bonusjudge raises on purpose."""
+
+
+class ConfigError(JudgeError):
+    """A setting, option or judge configuration is invalid.
+
+    Attributes:
+        field: The name of the offending setting, when known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InputError(JudgeError):
+    """A grading request, or one line of an input file, is invalid.
+
+    Attributes:
+        field: Dotted path of the offending field, when known.
+        line: 1-based line number in the input file, when the input is a file.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.line = line
+
+
+class RubricError(JudgeError):
+    """Base for rubric lookup and validation failures."""
+
+
+class RubricNotFound(RubricError):
+    """No rubric exists with the requested id, or not in the requested language."""
+
+    def __init__(self, message: str, *, rubric_id: str, field: str = "rubric") -> None:
+        super().__init__(message)
+        self.rubric_id = rubric_id
+        self.field = field
+
+
+class RubricInvalid(RubricError):
+    """A rubric file failed validation when loaded; the message names the file and field.
+
+    Attributes:
+        path: The rubric file.
+        field: The offending field inside the file.
+    """
+
+    def __init__(self, message: str, *, path: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.field = field
+
+
+class ProviderError(JudgeError):
+    """The judge provider failed to answer (network, HTTP status, timeout, refusal...).
+
+    Attributes:
+        reason: The unscored reason this failure maps to.
+        retryable: Whether trying again later may succeed (429, 5xx, timeouts, resets).
+        status: The HTTP status code, when there was one.
+        retry_after: Seconds the provider asked us to wait (``Retry-After``), when given.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: UnscoredReason = "provider_error",
+        retryable: bool = False,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason: UnscoredReason = reason
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class JudgeOutputError(JudgeError):
+    """The judge answered but the answer is unusable (unparseable, invalid, truncated, empty).
+
+    Attributes:
+        reason: The unscored reason this failure maps to.
+        raw: The judge's raw text, kept (truncated) for diagnosis.
+        attempts: How many attempts were made, re-asks included.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: UnscoredReason = "parse_failure",
+        raw: str | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.reason: UnscoredReason = reason
+        self.raw = raw[:2000] if raw else raw
+        self.attempts = attempts
+
+
+class CacheError(JudgeError):
+    """The cache folder cannot be opened or written."""

@@ -1,0 +1,206 @@
+"""Reading grading inputs and writing results safely.
+
+* ``read_items``: JSONL in, one ``(item_id, GradeRequest)`` per good line; a bad line becomes an
+  ``InputProblem`` with its line number and the field at fault, and the rest still load.
+* ``chartom_to_request``: a CharToM-QA item (``answer``, ``bonus_points``, ``context_0`` /
+  ``context_1000`` / ``context_2000``, ``tom_dimension``...) plus ``response``, as a request.
+* ``ResultWriter``: appends one JSON line per result and flushes it, so a killed run keeps every
+  finished line; on open it drops a torn last line (a crash mid-write) and reports which ids are
+  already done, so a re-run grades only the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import BaseModel, ValidationError
+
+from judge.errors import InputError
+from judge.types import GradeRequest
+
+CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
+"""CharToM-QA's plot windows and the keys that hold them."""
+
+_REQUEST_FIELDS = set(GradeRequest.model_fields) | {"answer", "respondent_model", "model_name"}
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """A line of an input file that could not be used."""
+
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        return f"line {self.line}{where}: {self.message}"
+
+
+def _first_error(exc: ValidationError) -> tuple[str | None, str]:
+    error = exc.errors()[0]
+    field = ".".join(str(p) for p in error["loc"]) or None
+    return field, error["msg"]
+
+
+def chartom_to_request(
+    obj: dict[str, Any], context_window: int | None = None, *, line: int | None = None
+) -> GradeRequest:
+    """Map a CharToM-QA item (or a plain request object) to a ``GradeRequest``.
+
+    Args:
+        obj: The item. CharToM keys are mapped (``answer`` -> reference, ``context_N`` -> the
+            plot window chosen by ``context_window``); request fields pass through; any other key
+            (``misleading_choices``, ``human_score``...) is kept in ``metadata``.
+        context_window: Which CharToM plot window the defect judge sees (0, 1000, 2000); None
+            keeps an explicit ``context`` field or, failing that, the largest window present.
+        line: Line number, for error messages.
+
+    Raises:
+        InputError: naming the field at fault.
+    """
+    if not isinstance(obj, dict):
+        raise InputError("each line must be a JSON object", line=line)
+    data: dict[str, Any] = {}
+    metadata = dict(obj.get("metadata") or {})
+    for key, value in obj.items():
+        if key in _REQUEST_FIELDS:
+            data[key] = value
+        elif key not in CHARTOM_CONTEXT_KEYS.values() and key != "metadata":
+            metadata[key] = value
+    if "context" not in data:
+        windows = [w for w, key in CHARTOM_CONTEXT_KEYS.items() if key in obj]
+        if context_window is not None and context_window not in CHARTOM_CONTEXT_KEYS:
+            raise InputError(
+                f"context window must be one of {sorted(CHARTOM_CONTEXT_KEYS)}",
+                field="context_window", line=line,
+            )
+        chosen = context_window if context_window is not None else (max(windows) if windows else None)
+        if chosen is not None and CHARTOM_CONTEXT_KEYS[chosen] in obj:
+            data["context"] = obj[CHARTOM_CONTEXT_KEYS[chosen]] or None
+            data.setdefault("context_window", chosen)
+    if data.get("id") is not None and not isinstance(data["id"], str):
+        data["id"] = str(data["id"])
+    data["metadata"] = metadata
+    try:
+        return GradeRequest.model_validate(data)
+    except ValidationError as exc:
+        field, message = _first_error(exc)
+        raise InputError(f"{field}: {message}" if field else message, field=field, line=line) from exc
+
+
+def read_items(
+    path: str | Path, *, context_window: int | None = None
+) -> Iterator[tuple[str, GradeRequest] | InputProblem]:
+    """Stream a JSONL input file: ``(item_id, request)`` per good line, ``InputProblem`` per bad.
+
+    The item id is the line's ``id`` or, when absent, its 1-based line number as a string.
+    Blank lines are skipped. Duplicate ids are problems (the second one is not graded), since an
+    id must name one item for resuming and for joins.
+    """
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                yield InputProblem(number, None, f"not valid JSON: {exc.msg}")
+                continue
+            try:
+                request = chartom_to_request(obj, context_window, line=number)
+            except InputError as exc:
+                yield InputProblem(number, exc.field, str(exc))
+                continue
+            item_id = request.id or str(number)
+            if item_id in seen:
+                yield InputProblem(number, "id", f"duplicate id {item_id!r}")
+                continue
+            seen.add(item_id)
+            yield item_id, request
+
+
+class ResultWriter:
+    """Appends result lines (one JSON object each), flushed per line, resumable.
+
+    Args:
+        path: The output JSONL file.
+        id_field: The key holding each line's item id.
+    """
+
+    def __init__(self, path: str | Path, *, id_field: str = "id") -> None:
+        self.path = Path(path)
+        self.id_field = id_field
+        self.done: dict[str, dict[str, Any]] = {}
+        self.recovered_tail = False
+        self._handle: IO[str] | None = None
+
+    def open(self) -> ResultWriter:
+        """Read what is already there (dropping a torn tail) and open for appending."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self._recover()
+        self._handle = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def _recover(self) -> None:
+        data = self.path.read_bytes()
+        good_end = 0
+        position = 0
+        for raw in data.splitlines(keepends=True):
+            position += len(raw)
+            if not raw.endswith(b"\n"):
+                break  # a torn last line: written partly when the process died
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError:
+                break
+            good_end = position
+            if isinstance(obj, dict) and obj.get(self.id_field) is not None:
+                self.done[str(obj[self.id_field])] = obj
+        if good_end < len(data):
+            self.recovered_tail = True
+            with open(self.path, "r+b") as handle:
+                handle.truncate(good_end)
+
+    def write(self, result: BaseModel | dict[str, Any]) -> None:
+        """Append one result line and flush it to the OS (survives a SIGKILL of this process)."""
+        if self._handle is None:
+            raise RuntimeError("ResultWriter.open() first")
+        obj = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+        self._handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        self.done[str(obj.get(self.id_field))] = obj
+
+    def close(self) -> None:
+        """Flush and close (fsync, so the file survives a machine crash too)."""
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            self._handle = None
+
+    def rewrite(self, keep: list[dict[str, Any]]) -> None:
+        """Atomically replace the file with ``keep`` (used to drop unscored lines for a retry)."""
+        self.close()
+        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for obj in keep:
+                handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+        self.done = {str(o.get(self.id_field)): o for o in keep}
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def __enter__(self) -> ResultWriter:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,304 @@
+"""Providers: the one thin layer that talks to a judge model.
+
+A provider does a single thing: send rendered messages and return the judge's answer, either a
+validated pydantic object (structured output) or plain text (the faithful mode). It raises
+``ProviderError`` for transport and HTTP failures and ``JudgeOutputError`` for unusable answers.
+Caching, retries with backoff, the circuit breaker and concurrency live in the engine, outside
+providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm model through instructor;
+``judge.fake.FakeProvider`` is the scripted stand-in for tests.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from judge.config import JudgeConfig
+from judge.errors import JudgeOutputError, ProviderError, UnscoredReason
+
+# litellm must not fetch its model cost map from the network at import.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@dataclass
+class Completion:
+    """A judge's answer and what it cost.
+
+    Attributes:
+        output: The validated response-model instance, or the text for plain-text calls.
+        raw_text: The judge's raw text (tool arguments or content), when available.
+        prompt_tokens: Prompt tokens over all attempts, when the provider reports them.
+        completion_tokens: Completion tokens over all attempts, when reported.
+        cost_usd: Cost litellm computed, when it knows the model's price.
+        attempts: Attempts made, re-asks included.
+    """
+
+    output: BaseModel | str
+    raw_text: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    attempts: int = 1
+
+
+class Provider(Protocol):
+    """What the engine needs from a judge backend."""
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel] | None,
+        config: JudgeConfig,
+        *,
+        validation_context: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Ask the judge once (with re-asks on invalid structured answers).
+
+        Args:
+            messages: Chat messages, rendered from a rubric.
+            response_model: The pydantic model to fill, or None for a plain-text answer.
+            config: The judge configuration (model, base URL, sampling, mode, timeouts).
+            validation_context: Extra context for the response model's validators.
+
+        Raises:
+            ProviderError: the call failed (``retryable`` tells whether to try again).
+            JudgeOutputError: the judge answered but not usably (after re-asks).
+        """
+        ...
+
+
+_MODES = {
+    "tools": "TOOLS",
+    "json_schema": "JSON_SCHEMA",
+    "json": "JSON",
+    "md_json": "MD_JSON",
+}
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def map_provider_exception(exc: BaseException) -> ProviderError:
+    """Turn a litellm/openai/httpx exception into a ``ProviderError`` with reason and retryability.
+
+    429 and 5xx and timeouts and connection failures are retryable; 4xx (bad request, auth, not
+    found, content policy) are not, since asking again cannot help.
+    """
+    import litellm
+
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    message = f"{name}: {str(exc)[:500]}"
+    if isinstance(exc, litellm.Timeout) or "Timeout" in name:
+        return ProviderError(message, reason="timeout", retryable=True, status=status)
+    if isinstance(exc, litellm.RateLimitError) or status == 429:
+        return ProviderError(
+            message, reason="rate_limited", retryable=True, status=429,
+            retry_after=_retry_after(exc),
+        )
+    if isinstance(exc, litellm.ContentPolicyViolationError):
+        return ProviderError(message, reason="refusal", retryable=False, status=status)
+    if isinstance(exc, litellm.APIConnectionError) or status is None:
+        return ProviderError(message, reason="provider_error", retryable=True, status=status)
+    if isinstance(status, int) and status >= 500:
+        return ProviderError(
+            message, reason="provider_error", retryable=True, status=status,
+            retry_after=_retry_after(exc),
+        )
+    return ProviderError(message, reason="provider_error", retryable=False, status=status)
+
+
+def _message_of(completion: Any) -> Any:
+    try:
+        return completion.choices[0].message
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def _raw_text(completion: Any) -> str | None:
+    message = _message_of(completion)
+    if message is None:
+        return None
+    tool_calls = getattr(message, "tool_calls", None)
+    if tool_calls:
+        try:
+            return str(tool_calls[0].function.arguments)
+        except (AttributeError, IndexError):
+            pass
+    content = getattr(message, "content", None)
+    return content if isinstance(content, str) else None
+
+
+def _finish_reason(completion: Any) -> str | None:
+    try:
+        return str(completion.choices[0].finish_reason)
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def output_failure_reason(completion: Any) -> UnscoredReason:
+    """Classify why a judge's answer was unusable, from its last raw completion."""
+    if completion is None:
+        return "parse_failure"
+    message = _message_of(completion)
+    if message is not None and getattr(message, "refusal", None):
+        return "refusal"
+    if _finish_reason(completion) == "length":
+        return "truncated_output"
+    raw = _raw_text(completion)
+    if raw is None or not raw.strip():
+        return "empty_output"
+    return "validation_failure"
+
+
+def _usage(completion: Any) -> tuple[int | None, int | None]:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return None, None
+    return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+
+
+def _cost(completion: Any) -> float | None:
+    import litellm
+
+    try:
+        value = litellm.completion_cost(completion_response=completion)
+    except Exception:  # unknown model price: cost is simply not known
+        return None
+    return float(value) if value else None
+
+
+class LiteLLMProvider:
+    """Any litellm model, with structured output through instructor.
+
+    litellm's own retries are off (``num_retries=0``): retries belong to the engine, which
+    applies backoff with jitter, ``Retry-After`` and a per-run budget.
+    """
+
+    def __init__(self, *, extra_params: dict[str, Any] | None = None) -> None:
+        self.extra_params = extra_params or {}
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, mode: str) -> Any:
+        if mode not in self._clients:
+            import instructor
+            import litellm
+
+            litellm.suppress_debug_info = True
+            self._clients[mode] = instructor.from_litellm(
+                litellm.acompletion, mode=getattr(instructor.Mode, _MODES[mode])
+            )
+        return self._clients[mode]
+
+    def _params(self, config: JudgeConfig) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": config.model,
+            "timeout": config.timeout,
+            "num_retries": 0,
+            **config.sampling(),
+            **self.extra_params,
+        }
+        if config.api_base:
+            params["api_base"] = config.api_base
+        if config.api_key is not None:
+            params["api_key"] = config.api_key.get_secret_value()
+        elif config.api_base and config.model.startswith(("openai/", "hosted_vllm/")):
+            # OpenAI-compatible local servers ignore the key but the client insists on one.
+            params["api_key"] = os.environ.get("OPENAI_API_KEY", "sk-no-key")
+        return params
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel] | None,
+        config: JudgeConfig,
+        *,
+        validation_context: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Send one judge call; see ``Provider.complete``."""
+        if response_model is None:
+            return await self._complete_text(messages, config)
+        from instructor.core import IncompleteOutputException, InstructorRetryException
+
+        started = time.monotonic()
+        try:
+            output, raw = await self._client(config.mode).chat.completions.create_with_completion(
+                messages=messages,
+                response_model=response_model,
+                max_retries=config.reasks,
+                validation_context=validation_context,
+                **self._params(config),
+            )
+        except IncompleteOutputException as exc:
+            raise JudgeOutputError(
+                "the judge's output was cut off (finish_reason=length)",
+                reason="truncated_output",
+                raw=_raw_text(getattr(exc, "last_completion", None)),
+            ) from exc
+        except InstructorRetryException as exc:
+            cause = exc.__cause__
+            if cause is not None and not getattr(exc, "failed_attempts", None):
+                # instructor wraps transport/HTTP errors too; those are provider failures.
+                raise map_provider_exception(cause) from exc
+            last = getattr(exc, "last_completion", None)
+            raise JudgeOutputError(
+                f"no valid answer after {exc.n_attempts} attempt(s): {str(exc)[:300]}",
+                reason=output_failure_reason(last),
+                raw=_raw_text(last),
+                attempts=int(exc.n_attempts or 1),
+            ) from exc
+        except (JudgeOutputError, ProviderError):
+            raise
+        except Exception as exc:
+            raise map_provider_exception(exc) from exc
+        prompt, completion_tokens = _usage(raw)
+        del started
+        return Completion(
+            output=output,
+            raw_text=_raw_text(raw),
+            prompt_tokens=prompt,
+            completion_tokens=completion_tokens,
+            cost_usd=_cost(raw),
+            attempts=1,
+        )
+
+    async def _complete_text(self, messages: list[dict[str, str]], config: JudgeConfig) -> Completion:
+        import litellm
+
+        try:
+            raw = await litellm.acompletion(messages=messages, **self._params(config))
+        except Exception as exc:
+            raise map_provider_exception(exc) from exc
+        message = _message_of(raw)
+        if message is not None and getattr(message, "refusal", None):
+            raise JudgeOutputError("the judge refused", reason="refusal", raw=str(message.refusal))
+        if _finish_reason(raw) == "length":
+            raise JudgeOutputError(
+                "the judge's output was cut off (finish_reason=length)",
+                reason="truncated_output",
+                raw=_raw_text(raw),
+            )
+        text = _raw_text(raw)
+        if text is None or not text.strip():
+            raise JudgeOutputError("the judge returned no text", reason="empty_output")
+        prompt, completion_tokens = _usage(raw)
+        return Completion(
+            output=text,
+            raw_text=text,
+            prompt_tokens=prompt,
+            completion_tokens=completion_tokens,
+            cost_usd=_cost(raw),
+        )

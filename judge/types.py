@@ -1,0 +1,317 @@
+"""The engine's typed models: what a grading request holds and what a result reports.
+
+One request, one line: ``GradeRequest`` -> rubric -> judge calls (cached) -> metrics ->
+``GradeResult``. These models are also the HTTP API's wire format, so every field carries a
+description that shows up in the OpenAPI docs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from judge.errors import UnscoredReason
+from judge.metrics import BertScore, RougeScore
+from judge.text import Language
+
+MAX_BONUS_POINTS = 32
+"""Hard upper bound on bonus points per item; settings may lower it."""
+
+TaskStatus = Literal["scored", "unscored", "not_assessed"]
+"""How one judge task ended: ``not_assessed`` means the judge cannot do this task at all."""
+
+JudgeTask = Literal["coverage", "defects", "extract_points"]
+"""The three judge tasks of the CharToM protocol (protocol.md section 2)."""
+
+MetricName = Literal["coverage", "defects", "rouge_l", "bertscore"]
+"""What a caller can ask to be computed for an item."""
+
+ALL_METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l", "bertscore")
+
+
+def _strip_nonempty(value: str, field: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{field} must not be empty or whitespace only")
+    return value
+
+
+class GradeRequest(BaseModel):
+    """One response to grade against a reference answer and its bonus points."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Caller's item id, echoed in the result (the CLI uses the line number when "
+        "absent).",
+    )
+    question: str = Field(min_length=1, max_length=20_000, description="The question asked.")
+    reference: str = Field(
+        min_length=1,
+        max_length=50_000,
+        validation_alias=AliasChoices("reference", "answer"),
+        description="The reference answer (CharToM-QA's `answer`).",
+    )
+    bonus_points: list[str] | None = Field(
+        default=None,
+        max_length=MAX_BONUS_POINTS,
+        description="The reference split into bonus points. When absent they are extracted from "
+        "the reference by the extraction rubric (cached).",
+    )
+    response: str = Field(
+        min_length=1, max_length=50_000, description="The answer under test (untrusted text)."
+    )
+    context: str | None = Field(
+        default=None,
+        max_length=400_000,
+        description="Story plot the respondent saw; the defect judge reads it.",
+    )
+    context_window: int | None = Field(
+        default=None,
+        ge=0,
+        description="Which plot window `context` is (CharToM: 0, 1000 or 2000 tokens); used for "
+        "breakdowns by context length.",
+    )
+    book_name: str | None = Field(
+        default=None, max_length=500, description="Book the question is about (CharToM-QA)."
+    )
+    domain: str | None = Field(
+        default=None, max_length=200, description="Domain, for non-CharToM items (e.g. medicine)."
+    )
+    language: Language | None = Field(
+        default=None, description="`en` or `zh`; detected from the text when absent."
+    )
+    tom_dimension: str | None = Field(
+        default=None,
+        max_length=64,
+        description="CharToM dimension (belief, intention, emotion, desire) for breakdowns.",
+    )
+    respondent: str | None = Field(
+        default=None,
+        max_length=256,
+        validation_alias=AliasChoices("respondent", "respondent_model", "model_name"),
+        description="Model that wrote the response, for per-model breakdowns.",
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Free metadata, echoed unchanged in the result."
+    )
+
+    @field_validator("question", "reference", "response")
+    @classmethod
+    def _not_blank(cls, value: str, info: Any) -> str:
+        return _strip_nonempty(value, info.field_name)
+
+    @field_validator("bonus_points")
+    @classmethod
+    def _points_valid(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("bonus_points must hold at least one point when given")
+        for index, point in enumerate(value, start=1):
+            if not point.strip():
+                raise ValueError(f"bonus point {index} is empty")
+            if len(point) > 2_000:
+                raise ValueError(f"bonus point {index} is longer than 2000 characters")
+        return value
+
+
+class PointVerdict(BaseModel):
+    """The verdict on one bonus point."""
+
+    index: int = Field(ge=1, description="1-based position of the point in the item's list.")
+    text: str = Field(description="The bonus point.")
+    covered: bool | None = Field(
+        description="Whether the response covers the point; null when coverage is unscored."
+    )
+    rationale: str | None = Field(default=None, description="The judge's short reason.")
+    evidence: str | None = Field(
+        default=None, description="Quote from the response supporting the verdict, if any."
+    )
+    confidence: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Probability that the point is covered (embedded matcher); null for LLM "
+        "judges.",
+    )
+
+
+class Defect(BaseModel):
+    """A factual or logical error the judge found in the response."""
+
+    description: str = Field(description="What is wrong.")
+    kind: Literal["factual", "logical", "other"] = Field(
+        default="other", description="Error type as the judge classified it."
+    )
+    evidence: str | None = Field(default=None, description="The offending part of the response.")
+
+
+class TaskOutcome(BaseModel):
+    """Status fields shared by the coverage and defect results."""
+
+    status: TaskStatus = Field(description="scored, unscored (see reason) or not_assessed.")
+    reason: UnscoredReason | None = Field(
+        default=None, description="Why the task is unscored; null when scored."
+    )
+    detail: str | None = Field(default=None, description="Human-readable detail of the reason.")
+
+
+class CoverageResult(TaskOutcome):
+    """Which bonus points the response covers."""
+
+    verdicts: list[PointVerdict] = Field(
+        default_factory=list, description="One verdict per bonus point, in order."
+    )
+    covered: int | None = Field(default=None, description="Points covered; null when unscored.")
+    total: int = Field(default=0, description="Points judged.")
+    coverage: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="covered / total; null when unscored."
+    )
+    points_source: Literal["request", "extracted", "reference"] = Field(
+        default="request",
+        description="Where the points came from: the request, extraction by the judge, or the "
+        "whole reference as one point.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CoverageResult:
+        # A scored coverage must agree with its verdicts: this is the guard that makes the public
+        # scorer's "136% coverage" impossible here, whatever a provider returns.
+        if self.status == "scored":
+            if self.covered is None or self.coverage is None:
+                raise ValueError("scored coverage needs covered and coverage")
+            if not 0 <= self.covered <= self.total or self.total != len(self.verdicts):
+                raise ValueError("covered must lie in 0..total and total match the verdicts")
+            if self.covered != sum(1 for v in self.verdicts if v.covered):
+                raise ValueError("covered must equal the number of covered verdicts")
+        elif self.covered is not None or self.coverage is not None:
+            raise ValueError("an unscored coverage carries no numbers")
+        return self
+
+
+class DefectsResult(TaskOutcome):
+    """Defects (factual or logical errors) the judge found."""
+
+    defects: list[Defect] = Field(default_factory=list, description="Empty means none found.")
+    penalized: bool | None = Field(
+        default=None, description="True when at least one defect; null unless scored."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DefectsResult:
+        if self.status == "scored" and self.penalized != bool(self.defects):
+            raise ValueError("penalized must be true exactly when defects were found")
+        if self.status != "scored" and self.penalized is not None:
+            raise ValueError("an unscored defect result carries no penalty")
+        return self
+
+
+class RubricRef(BaseModel):
+    """Which rubric a task used, pinned by content hash."""
+
+    id: str = Field(description="Rubric id.")
+    version: int = Field(description="Rubric version.")
+    hash: str = Field(description="sha256 of the rubric file's content (first 16 hex digits).")
+    language: Language = Field(description="Language of the rendered prompt.")
+
+
+class CallRecord(BaseModel):
+    """One judge call (or cache hit) made for an item."""
+
+    task: str = Field(description="coverage, defects, extract_points or mcq_extract.")
+    rubric: RubricRef | None = Field(default=None, description="The rubric rendered.")
+    cached: bool = Field(description="Served from the cache (no provider call).")
+    attempts: int = Field(default=0, description="Provider attempts, re-asks and retries included.")
+    outcome: str = Field(description="`ok`, or the unscored reason.")
+    prompt_tokens: int | None = Field(default=None, description="Prompt tokens, when known.")
+    completion_tokens: int | None = Field(default=None, description="Completion tokens, if known.")
+    cost_usd: float | None = Field(default=None, description="Cost litellm computed, when known.")
+    latency_s: float = Field(default=0.0, description="Wall time of the call, retries included.")
+    cache_key: str | None = Field(default=None, description="The cache key (sha256).")
+
+
+class Provenance(BaseModel):
+    """Everything needed to know how a result was produced, and to reproduce it."""
+
+    judge: str = Field(description="Judge model string, or `embedded-matcher`.")
+    judge_version: str | None = Field(
+        default=None, description="Parameter version of a non-LLM judge."
+    )
+    judge_quality: str | None = Field(
+        default=None, description="Caveat on the judge's quality (e.g. `smoke-test only`)."
+    )
+    api_base: str | None = Field(default=None, description="Provider base URL, if any.")
+    mode: str | None = Field(default=None, description="Structured-output mode used.")
+    sampling: dict[str, Any] = Field(
+        default_factory=dict, description="Sampling settings sent (temperature, max_tokens...)."
+    )
+    rubrics: dict[str, RubricRef] = Field(
+        default_factory=dict, description="Rubric used per task."
+    )
+    config_hash: str = Field(description="Hash of every setting that changes the judge's output.")
+    calls: list[CallRecord] = Field(default_factory=list, description="Judge calls made.")
+    length_control: bool = Field(default=False, description="Response truncated to the cap?")
+    response_truncated: bool = Field(
+        default=False, description="Whether length control actually cut the response."
+    )
+    bonusjudge_version: str = Field(description="Version of bonusjudge that graded.")
+
+
+class GradeResult(BaseModel):
+    """The grade of one response."""
+
+    id: str = Field(description="The request's id (or the input line number).")
+    status: Literal["scored", "unscored"] = Field(
+        description="scored when every requested judge task is scored (or not assessable); "
+        "otherwise unscored, with the reasons."
+    )
+    unscored_reasons: list[str] = Field(
+        default_factory=list, description="`task: reason` for each unscored task."
+    )
+    language: Language = Field(description="Language graded in (given or detected).")
+    coverage: CoverageResult | None = Field(
+        default=None, description="Bonus-point coverage; null when not requested."
+    )
+    defects: DefectsResult | None = Field(
+        default=None, description="Defects; null when not requested."
+    )
+    rouge_l: RougeScore | None = Field(default=None, description="ROUGE-L vs the reference.")
+    bertscore: BertScore | None = Field(default=None, description="BERTScore vs the reference.")
+    length_ratio: float | None = Field(
+        default=None, description="Response / reference length in CJK-aware words."
+    )
+    calibrated_score: float | None = Field(
+        default=None,
+        description="Coverage mapped to the human scale by a calibrated mapping, on request.",
+    )
+    tom_dimension: str | None = Field(default=None, description="Echoed from the request.")
+    context_window: int | None = Field(default=None, description="Echoed from the request.")
+    respondent: str | None = Field(default=None, description="Echoed from the request.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed from the request.")
+    provenance: Provenance = Field(description="How this result was produced.")
+    elapsed_s: float = Field(default=0.0, description="Wall time to grade the item.")
+
+
+class ExtractRequest(BaseModel):
+    """A reference answer to split into bonus points."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question: str = Field(min_length=1, max_length=20_000, description="The question.")
+    reference: str = Field(min_length=1, max_length=50_000, description="The reference answer.")
+    context: str | None = Field(default=None, max_length=400_000, description="Story plot.")
+    book_name: str | None = Field(default=None, max_length=500, description="Book name.")
+    language: Language | None = Field(default=None, description="`en` or `zh`; detected if absent.")
+
+
+class ExtractResult(BaseModel):
+    """Bonus points extracted from a reference, or why not."""
+
+    status: Literal["scored", "unscored"] = Field(description="scored when points were extracted.")
+    reason: UnscoredReason | None = Field(default=None, description="Why extraction failed.")
+    detail: str | None = Field(default=None, description="Detail of the failure.")
+    bonus_points: list[str] = Field(default_factory=list, description="The extracted points.")
+    provenance: Provenance = Field(description="How the points were produced.")
