@@ -138,7 +138,7 @@ class Grader:
 
             provider = LiteLLMProvider()
         self.provider = provider
-        self.cache = cache or JudgeCache(None)
+        self.cache = cache if cache is not None else JudgeCache(None)
         self.library = library or load_library()
         self.retry_budget = retry_budget or RetryBudget()
         self.breaker = breaker or CircuitBreaker()
