@@ -11,7 +11,6 @@ providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm model t
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -80,15 +79,31 @@ _MODES = {
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None) or getattr(exc, "litellm_response_headers", None)
-    if not headers:
-        return None
-    value = headers.get("retry-after") or headers.get("Retry-After")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    # litellm keeps the provider's headers in `litellm_response_headers`; `response.headers` is
+    # its own reconstruction and lacks Retry-After (observed with litellm 1.106).
+    for headers in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
+        if not headers:
+            continue
+        value = headers.get("retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _is_transport_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is an HTTP/transport failure (as opposed to an unusable answer)."""
+    if exc is None:
+        return False
+    import openai
+
+    return isinstance(exc, openai.APIError | TimeoutError | ConnectionError)
 
 
 def map_provider_exception(exc: BaseException) -> ProviderError:
@@ -153,8 +168,7 @@ def output_failure_reason(completion: Any) -> UnscoredReason:
     """Classify why a judge's answer was unusable, from its last raw completion."""
     if completion is None:
         return "parse_failure"
-    message = _message_of(completion)
-    if message is not None and getattr(message, "refusal", None):
+    if _refusal(completion):
         return "refusal"
     if _finish_reason(completion) == "length":
         return "truncated_output"
@@ -162,6 +176,22 @@ def output_failure_reason(completion: Any) -> UnscoredReason:
     if raw is None or not raw.strip():
         return "empty_output"
     return "validation_failure"
+
+
+def _refusal(completion: Any) -> str | None:
+    """The refusal text of a completion, if the judge refused.
+
+    litellm's ``Message`` has no ``refusal`` attribute: it keeps OpenAI's refusal in
+    ``provider_specific_fields``.
+    """
+    message = _message_of(completion)
+    if message is None:
+        return None
+    refusal = getattr(message, "refusal", None)
+    if not refusal:
+        fields = getattr(message, "provider_specific_fields", None) or {}
+        refusal = fields.get("refusal") if isinstance(fields, dict) else None
+    return str(refusal) if refusal else None
 
 
 def _usage(completion: Any) -> tuple[int | None, int | None]:
@@ -233,7 +263,6 @@ class LiteLLMProvider:
             return await self._complete_text(messages, config)
         from instructor.core import IncompleteOutputException, InstructorRetryException
 
-        started = time.monotonic()
         try:
             output, raw = await self._client(config.mode).chat.completions.create_with_completion(
                 messages=messages,
@@ -250,8 +279,9 @@ class LiteLLMProvider:
             ) from exc
         except InstructorRetryException as exc:
             cause = exc.__cause__
-            if cause is not None and not getattr(exc, "failed_attempts", None):
-                # instructor wraps transport/HTTP errors too; those are provider failures.
+            if cause is not None and _is_transport_error(cause):
+                # instructor wraps transport/HTTP errors too (with the litellm exception as the
+                # cause); those are provider failures, retried by the engine.
                 raise map_provider_exception(cause) from exc
             last = getattr(exc, "last_completion", None)
             raise JudgeOutputError(
@@ -265,7 +295,6 @@ class LiteLLMProvider:
         except Exception as exc:
             raise map_provider_exception(exc) from exc
         prompt, completion_tokens = _usage(raw)
-        del started
         return Completion(
             output=output,
             raw_text=_raw_text(raw),
@@ -282,9 +311,9 @@ class LiteLLMProvider:
             raw = await litellm.acompletion(messages=messages, **self._params(config))
         except Exception as exc:
             raise map_provider_exception(exc) from exc
-        message = _message_of(raw)
-        if message is not None and getattr(message, "refusal", None):
-            raise JudgeOutputError("the judge refused", reason="refusal", raw=str(message.refusal))
+        refusal = _refusal(raw)
+        if refusal:
+            raise JudgeOutputError("the judge refused", reason="refusal", raw=refusal)
         if _finish_reason(raw) == "length":
             raise JudgeOutputError(
                 "the judge's output was cut off (finish_reason=length)",
