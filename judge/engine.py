@@ -338,11 +338,14 @@ class Grader:
         truncated: bool = False,
     ) -> Provenance:
         if config.is_embedded:
-            from judge.matcher import MATCHER_VERSION
+            version = None
+            if "coverage" in config.metrics:  # a metrics-only run never loads the matcher
+                from judge.matcher import MATCHER_VERSION
 
+                version = MATCHER_VERSION
             return Provenance(
                 judge=EMBEDDED_JUDGE,
-                judge_version=MATCHER_VERSION,
+                judge_version=version,
                 judge_quality="non-LLM matcher: coverage only, defects not assessed",
                 rubrics=refs,
                 config_hash=config.config_hash(),

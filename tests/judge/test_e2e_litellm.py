@@ -49,8 +49,9 @@ def server():
 
 @pytest.mark.parametrize("mode", ["tools", "json_schema", "json", "md_json"])
 async def test_structured_rubric_every_mode(server, mode):
-    cfg = JudgeConfig(model="openai/standin", api_base=server.base_url, mode=mode,
-                      metrics=("coverage", "defects"))
+    cfg = JudgeConfig(
+        model="openai/standin", api_base=server.base_url, mode=mode, metrics=("coverage", "defects")
+    )
     grader = Grader(cfg, provider=LiteLLMProvider())
     result = await grader.grade(request())
     assert result.status == "scored", result.unscored_reasons
@@ -65,14 +66,19 @@ async def test_scripted_verdicts_and_cache(server, tmp_path):
         tools = body.get("tools") or []
         name = tools[0]["function"]["name"] if tools else ""
         if name == "CoverageJudgement":
-            return {"points": [{"index": 2, "covered": True, "rationale": "r", "evidence": "e"},
-                               {"index": 1, "covered": False, "rationale": "", "evidence": ""}]}
+            return {
+                "points": [
+                    {"index": 2, "covered": True, "rationale": "r", "evidence": "e"},
+                    {"index": 1, "covered": False, "rationale": "", "evidence": ""},
+                ]
+            }
         return {"defects": [{"description": "Pip is not the target", "kind": "factual"}]}
 
     server.handler = handler
     try:
-        cfg = JudgeConfig(model="openai/standin", api_base=server.base_url,
-                          metrics=("coverage", "defects"))
+        cfg = JudgeConfig(
+            model="openai/standin", api_base=server.base_url, metrics=("coverage", "defects")
+        )
         grader = Grader(cfg, provider=LiteLLMProvider(), cache=JudgeCache(tmp_path / "c"))
         before = server.stats().requests
         result = await grader.grade(request())
@@ -80,7 +86,8 @@ async def test_scripted_verdicts_and_cache(server, tmp_path):
         assert result.defects.penalized is True
         again = await grader.grade(request())
         assert again.model_dump(exclude={"provenance", "elapsed_s"}) == result.model_dump(
-            exclude={"provenance", "elapsed_s"})
+            exclude={"provenance", "elapsed_s"}
+        )
         assert server.stats().requests - before == 2  # the re-grade cost nothing
     finally:
         server.handler = None
@@ -95,8 +102,13 @@ async def test_faithful_mode_parses_plain_text(server):
 
     server.handler = handler
     try:
-        cfg = JudgeConfig(model="openai/standin", api_base=server.base_url, rubric="chartom-paper",
-                          metrics=("coverage",), concurrency=1)
+        cfg = JudgeConfig(
+            model="openai/standin",
+            api_base=server.base_url,
+            rubric="chartom-paper",
+            metrics=("coverage",),
+            concurrency=1,
+        )
         grader = Grader(cfg, provider=LiteLLMProvider())
         result = await grader.grade(request())
         assert result.coverage.covered == 1 and result.coverage.verdicts[1].covered is True
@@ -114,8 +126,12 @@ async def test_faithful_mode_parses_plain_text(server):
 async def test_faithful_mode_malformed_reply_is_unscored(server):
     server.handler = lambda body: "Null"
     try:
-        cfg = JudgeConfig(model="openai/standin", api_base=server.base_url,
-                          rubric="chartom-paper", metrics=("coverage", "defects"))
+        cfg = JudgeConfig(
+            model="openai/standin",
+            api_base=server.base_url,
+            rubric="chartom-paper",
+            metrics=("coverage", "defects"),
+        )
         result = await Grader(cfg, provider=LiteLLMProvider()).grade(request())
         assert result.coverage.status == "unscored" and result.coverage.reason == "parse_failure"
         assert result.defects.status == "unscored" and result.defects.penalized is None
@@ -136,8 +152,13 @@ async def test_faithful_mode_malformed_reply_is_unscored(server):
 )
 async def test_faults_end_unscored_with_the_right_reason(fault, reason):
     with OpenAIStandIn(faults=FaultPlan({fault: 1.0}, seed=1)) as srv:
-        cfg = JudgeConfig(model="openai/standin", api_base=srv.base_url, retries=1, reasks=1,
-                          metrics=("coverage",))
+        cfg = JudgeConfig(
+            model="openai/standin",
+            api_base=srv.base_url,
+            retries=1,
+            reasks=1,
+            metrics=("coverage",),
+        )
         grader = Grader(cfg, provider=LiteLLMProvider(), sleep=no_sleep, rng=random.Random(0))
         result = await grader.grade(request())
     assert result.coverage.status == "unscored"
@@ -147,25 +168,58 @@ async def test_faults_end_unscored_with_the_right_reason(fault, reason):
 
 async def test_timeout_is_unscored_timeout():
     with OpenAIStandIn(faults=FaultPlan({"timeout": 1.0}, seed=1)) as srv:
-        cfg = JudgeConfig(model="openai/standin", api_base=srv.base_url, retries=0,
-                          timeout=0.5, metrics=("coverage",))
+        cfg = JudgeConfig(
+            model="openai/standin",
+            api_base=srv.base_url,
+            retries=0,
+            timeout=0.5,
+            metrics=("coverage",),
+        )
         result = await Grader(cfg, provider=LiteLLMProvider()).grade(request())
     assert result.coverage.reason == "timeout"
 
 
 def test_cli_grades_the_example_set_against_the_server(server, tmp_path):
     out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
-    cmd = [sys.executable, "-m", "judge.cli", "grade", str(EXAMPLES), "--out", str(out),
-           "--summary", str(summary), "--model", "openai/standin", "--api-base",
-           server.base_url, "--metrics", "coverage,defects,rouge_l", "--cache-dir",
-           str(tmp_path / "cache"), "--quiet", "--context", "1000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "judge.cli",
+        "grade",
+        str(EXAMPLES),
+        "--out",
+        str(out),
+        "--summary",
+        str(summary),
+        "--model",
+        "openai/standin",
+        "--api-base",
+        server.base_url,
+        "--metrics",
+        "coverage,defects,rouge_l",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--quiet",
+        "--context",
+        "1000",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 10 and all(r["status"] == "scored" for r in rows)
     data = json.loads(summary.read_text())
-    for key in ("items", "scored", "unscored", "bpc", "penalty_rate", "rouge_l", "bertscore_f1",
-                "by_dimension", "judge_calls", "cache_hits"):
+    for key in (
+        "items",
+        "scored",
+        "unscored",
+        "bpc",
+        "penalty_rate",
+        "rouge_l",
+        "bertscore_f1",
+        "by_dimension",
+        "judge_calls",
+        "cache_hits",
+    ):
         assert key in data
     assert set(data["by_dimension"]) == {"belief", "emotion", "intention", "desire"}
     assert data["judge_calls"] == 20 and data["cache_hits"] == 0

@@ -75,8 +75,11 @@ async def test_out_of_range_and_duplicate_indices_are_reasked_then_accepted():
     result = await grader(fake).grade(request())
     assert result.coverage.status == "scored"
     assert result.coverage.covered == 1
-    coverage_calls = [c for c in fake.calls if c.response_model is not None
-                      and c.response_model.__name__ == "CoverageJudgement"]
+    coverage_calls = [
+        c
+        for c in fake.calls
+        if c.response_model is not None and c.response_model.__name__ == "CoverageJudgement"
+    ]
     assert len(coverage_calls) == 3  # two re-asks
     assert result.provenance.calls[0].attempts >= 1
 
@@ -202,8 +205,10 @@ async def test_bonus_points_extracted_when_absent_and_cached(tmp_path):
     g = grader(fake, cache=JudgeCache(tmp_path / "c"))
     result = await g.grade(request(bonus_points=None))
     assert result.coverage.points_source == "extracted"
-    assert [v.text for v in result.coverage.verdicts] == ["Levin feels humiliated",
-                                                          "He wants to go home"]
+    assert [v.text for v in result.coverage.verdicts] == [
+        "Levin feels humiliated",
+        "He wants to go home",
+    ]
     calls = len(fake.calls)
     await g.grade(request(bonus_points=None))
     assert len(fake.calls) == calls
@@ -264,10 +269,14 @@ async def test_length_control_truncates_before_judging():
 
 async def test_chinese_items_use_the_chinese_rubric():
     fake = FakeProvider(handler=by_task([covering(1, n=1)], [defects()]))
-    result = await grader(fake).grade(request(
-        question="黛玉葬花时是什么心情？", reference="她感到悲伤和孤独。",
-        bonus_points=["黛玉感到悲伤孤独"], response="她很伤心，觉得孤单。",
-    ))
+    result = await grader(fake).grade(
+        request(
+            question="黛玉葬花时是什么心情？",
+            reference="她感到悲伤和孤独。",
+            bonus_points=["黛玉感到悲伤孤独"],
+            response="她很伤心，觉得孤单。",
+        )
+    )
     assert result.language == "zh"
     assert result.provenance.rubrics["coverage"].language == "zh"
     assert "[得分点]" in fake.calls[0].user or "[得分点]" in fake.calls[1].user

@@ -7,9 +7,16 @@ import json
 from judge.io import InputProblem, ResultWriter, chartom_to_request, read_items
 
 ITEM = {
-    "book_name": "B", "tom_dimension": "belief", "context_0": "", "context_1000": "short plot",
-    "context_2000": "long plot", "question": "Q?", "answer": "A.", "bonus_points": ["A"],
-    "misleading_choices": ["x"], "response": "A!",
+    "book_name": "B",
+    "tom_dimension": "belief",
+    "context_0": "",
+    "context_1000": "short plot",
+    "context_2000": "long plot",
+    "question": "Q?",
+    "answer": "A.",
+    "bonus_points": ["A"],
+    "misleading_choices": ["x"],
+    "response": "A!",
 }
 
 
@@ -37,8 +44,12 @@ def test_read_items_reports_bad_lines_and_loads_the_rest(tmp_path):
     good = [e for e in out if not isinstance(e, InputProblem)]
     bad = [e for e in out if isinstance(e, InputProblem)]
     assert [g[0] for g in good] == ["a", "7"]  # no id: the line number
-    assert [(p.line, p.field) for p in bad] == [(2, None), (3, "response"), (5, "bonus_points"),
-                                                (6, "id")]
+    assert [(p.line, p.field) for p in bad] == [
+        (2, None),
+        (3, "response"),
+        (5, "bonus_points"),
+        (6, "id"),
+    ]
 
 
 def test_writer_resumes_and_drops_torn_tail(tmp_path):

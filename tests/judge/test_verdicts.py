@@ -55,10 +55,14 @@ def test_paper_coverage_rejects_everything_else(text):
         ("[Defect]: None", []),
         ("[Defects]: none.", []),
         ("[Defect]: None. The response is consistent with the plot.", []),
-        ("[Defect]: None of the plot supports the claim that Kitty refused twice.",
-         ["None of the plot supports the claim that Kitty refused twice."]),
-        ("[Defect]: The response says Anna stayed, but she left.",
-         ["The response says Anna stayed, but she left."]),
+        (
+            "[Defect]: None of the plot supports the claim that Kitty refused twice.",
+            ["None of the plot supports the claim that Kitty refused twice."],
+        ),
+        (
+            "[Defect]: The response says Anna stayed, but she left.",
+            ["The response says Anna stayed, but she left."],
+        ),
     ],
 )
 def test_paper_defects(text, expected):

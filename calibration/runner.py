@@ -1,0 +1,238 @@
+"""The calibration runner: grade a human-rated set with each judge configuration, then report.
+
+Every item goes through the engine (cached, concurrent), and each configuration's results are
+written to ``REPORT_DIR/grades-<config hash>.jsonl`` as they complete, so an interrupted run
+resumes where it stopped. Scores are then keyed by item id and handed to
+``calibration.report.build_report``, which joins them with the human scores on that id (never two
+lists filtered separately) and computes every statistic.
+
+Metric names in the report: ``rouge_l`` and ``bertscore`` (F1 of the candidate against the
+reference), ``coverage@<judge>`` (BPC of one item) for each judge configuration; for key-point
+sets (K-QA) the per-point verdict of ``coverage@<judge>`` is compared with the physicians' label,
+and its defect flag with "contradicted".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from calibration.report import ReportFiles, build_report, write_report
+from calibration.sets import CalibrationItem, LoadedSet
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.io import ResultWriter
+from judge.types import GradeRequest, GradeResult, MetricName
+
+METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
+
+
+@dataclass
+class CalibrationRun:
+    """What a run produced: the report files and how long each configuration took."""
+
+    files: ReportFiles
+    timings: dict[str, float] = field(default_factory=dict)
+    graded: dict[str, int] = field(default_factory=dict)
+
+
+def item_request(item: CalibrationItem) -> GradeRequest:
+    """The grading request of a calibration item (the candidate is the response).
+
+    K-QA key-point rows carry their one gold statement as the single bonus point; CharToM and
+    K-QA answer-level rows carry their points; other sets leave points to the judge (extraction,
+    or the whole reference for the embedded matcher).
+    """
+    points = [item.key_point] if item.key_point else item.bonus_points
+    return GradeRequest(
+        id=item.id,
+        question=item.question,
+        reference=item.reference,
+        bonus_points=points or None,
+        response=item.candidate,
+        context=item.context,
+        tom_dimension=item.dimension,
+        respondent=item.system,
+    )
+
+
+async def _grade_all(
+    grader: Grader,
+    config: JudgeConfig,
+    items: Sequence[CalibrationItem],
+    writer: ResultWriter,
+) -> dict[str, GradeResult | str]:
+    """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason."""
+    out: dict[str, GradeResult | str] = {}
+    todo: list[tuple[str, GradeRequest]] = []
+    for item in items:
+        if item.id in writer.done:
+            out[item.id] = GradeResult.model_validate(writer.done[item.id])
+            continue
+        try:
+            todo.append((item.id, item_request(item)))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            out[item.id] = f"invalid_item: {'.'.join(map(str, error['loc']))}: {error['msg']}"
+    async for result in grader.grade_many(todo, config=config):
+        writer.write(result)
+        out[result.id] = result
+    return out
+
+
+def _metric_scores(
+    results: dict[str, GradeResult | str], metrics: Sequence[str], judge_label: str
+) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, str]],
+           dict[str, dict[str, bool | None]], dict[str, dict[str, bool | None]]]:
+    scores: dict[str, dict[str, float | None]] = {}
+    reasons: dict[str, dict[str, str]] = {}
+    points: dict[str, dict[str, bool | None]] = {}
+    defects: dict[str, dict[str, bool | None]] = {}
+    for item_id, result in results.items():
+        for metric in metrics:
+            name = metric if metric in METRIC_ONLY else f"{metric}@{judge_label}"
+            bucket = scores.setdefault(name, {})
+            if isinstance(result, str):
+                bucket[item_id] = None
+                reasons.setdefault(name, {})[item_id] = result
+                continue
+            value: float | None = None
+            reason: str | None = None
+            if metric == "rouge_l":
+                value = result.rouge_l.f1 if result.rouge_l else None
+            elif metric == "bertscore":
+                value = result.bertscore.f1 if result.bertscore else None
+                if value is None and result.bertscore is not None:
+                    reason = result.bertscore.reason or "unavailable"
+            elif metric == "coverage" and result.coverage is not None:
+                value = result.coverage.coverage
+                reason = result.coverage.reason
+                if result.coverage.status == "scored" and len(result.coverage.verdicts) == 1:
+                    points.setdefault(name, {})[item_id] = result.coverage.verdicts[0].covered
+                if result.defects is not None and result.defects.status == "scored":
+                    defects.setdefault(name, {})[item_id] = result.defects.penalized
+            bucket[item_id] = value
+            if value is None:
+                reasons.setdefault(name, {})[item_id] = reason or "unscored"
+    return scores, reasons, points, defects
+
+
+def run_calibration(
+    dataset: LoadedSet,
+    *,
+    settings: Settings,
+    judges: Sequence[str] = (),
+    metrics: Sequence[str] = ("rouge_l", "bertscore", "coverage"),
+    limit: int | None = None,
+    out_dir: str | Path,
+    retest: bool = False,
+    seed: int = 0,
+    n_resamples: int = 1000,
+) -> CalibrationRun:
+    """Grade ``dataset`` with each judge configuration and write the report to ``out_dir``.
+
+    Args:
+        dataset: The loaded calibration set.
+        settings: Base settings (cache folder, default judge config).
+        judges: Judge model strings; default: the settings' judge.
+        metrics: Any of rouge_l, bertscore, coverage.
+        limit: Use only the first ``limit`` items.
+        out_dir: The report folder (also holds the per-configuration grade files).
+        retest: Grade each judge configuration a second time with the cache off
+            (test-retest consistency).
+        seed: Seed for bootstraps and folds.
+        n_resamples: Bootstrap resamples.
+    """
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = dataset.items[:limit] if limit else list(dataset.items)
+    subset = LoadedSet(name=dataset.name, path=dataset.path, sha256=dataset.sha256, items=items,
+                       problems=dataset.problems, scale=dataset.scale)
+    cache = JudgeCache(settings.cache_dir if settings.judge.cache else None)
+    run = CalibrationRun(files=None)  # type: ignore[arg-type]
+    scores: dict[str, dict[str, float | None]] = {}
+    reasons: dict[str, dict[str, str]] = {}
+    points: dict[str, dict[str, bool | None]] = {}
+    defects: dict[str, dict[str, bool | None]] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    metric_configs: dict[str, str] = {}
+    retests: dict[str, dict[str, float | None]] = {}
+
+    plain = [m for m in metrics if m in METRIC_ONLY]
+    judged = [m for m in metrics if m not in METRIC_ONLY]
+    plans: list[tuple[str, JudgeConfig, list[str]]] = []
+    if plain:
+        cfg = settings.judge.model_copy(update={"metrics": tuple(plain), "concurrency": 256})
+        plans.append(("metrics", cfg, plain))
+    for model in judges or [settings.judge.model]:
+        if not judged:
+            break
+        wanted: tuple[MetricName, ...] = ("coverage",) if model == "embedded-matcher" else (
+            "coverage", "defects")
+        cfg = settings.judge.model_copy(update={"model": model, "metrics": wanted})
+        plans.append((model, cfg, judged))
+
+    for label, cfg, names in plans:
+        grader = Grader(cfg, cache=cache)
+        writer = ResultWriter(folder / f"grades-{cfg.config_hash()}.jsonl").open()
+        started = time.monotonic()
+        try:
+            results = asyncio.run(_grade_all(grader, cfg, items, writer))
+        finally:
+            writer.close()
+        run.timings[label] = round(time.monotonic() - started, 2)
+        run.graded[label] = len(results)
+        s, r, p, d = _metric_scores(results, names, label)
+        for name in s:
+            scores[name] = s[name]
+            metric_configs[name] = label
+        reasons.update(r)
+        points.update(p)
+        defects.update(d)
+        configs[label] = {
+            **cfg.model_dump(mode="json", exclude={"api_key"}),
+            "config_hash": cfg.config_hash(),
+        }
+        if retest and label != "metrics":
+            fresh = cfg.model_copy(update={"cache": False})
+            again = asyncio.run(_retest(Grader(fresh, cache=JudgeCache(None)), fresh, items))
+            s2, _, _, _ = _metric_scores(again, names, label)
+            retests.update(s2)
+        asyncio.run(grader.aclose())
+    cache.close()
+    report = build_report(
+        subset,
+        configs=configs,
+        scores=scores,
+        unscored=reasons,
+        point_verdicts=points or None,
+        defects=defects or None,
+        metric_configs=metric_configs,
+        retest=retests or None,
+        seed=seed,
+        n_resamples=n_resamples,
+    )
+    run.files = write_report(report, folder)
+    return run
+
+
+async def _retest(
+    grader: Grader, config: JudgeConfig, items: Sequence[CalibrationItem]
+) -> dict[str, GradeResult | str]:
+    out: dict[str, GradeResult | str] = {}
+    todo = []
+    for item in items:
+        try:
+            todo.append((item.id, item_request(item)))
+        except ValidationError:
+            out[item.id] = "invalid_item"
+    async for result in grader.grade_many(todo, config=config):
+        out[result.id] = result
+    return out

@@ -1,0 +1,210 @@
+"""The ``bonusjudge mcq`` subcommand: score a multiple-choice run and print per-group accuracy.
+
+Wire it into the main CLI with ``register(subparsers)``; the subparser sets ``func`` to a callable
+taking the parsed ``argparse.Namespace`` and returning the exit code. Run alone with
+``python -m judge.mcq.cli INPUT.jsonl --out OUT.jsonl --summary SUMMARY.json``.
+
+Exit codes: 0 scored; 1 bad input lines were skipped and ``--fail-on-bad-lines`` was given;
+2 the input could not be read or an option is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from judge.errors import JudgeError
+from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
+from judge.mcq.runner import score_file
+from judge.mcq.types import McqMetrics, McqSummary
+
+__all__ = ["add_arguments", "format_report", "main", "register", "run"]
+
+_MAX_BAD_LINES_SHOWN = 20
+
+
+def _threshold(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 101:
+        raise argparse.ArgumentTypeError("must be between 0 and 100 (101 disables fuzzy)")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``mcq`` options to a parser (the subcommand's or a standalone one)."""
+    parser.add_argument("input", type=Path, help="JSONL file, one item per line")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="result lines (default: INPUT.mcq.jsonl)"
+    )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        help="summary JSON (default: INPUT.mcq-summary.json)",
+    )
+    parser.add_argument(
+        "--aggregate",
+        choices=("mean", "majority"),
+        default="mean",
+        help="combine permuted runs of a question by mean accuracy (CogToM) or majority answer "
+        "(ToMBench); default: mean",
+    )
+    parser.add_argument(
+        "--fuzzy-threshold",
+        type=_threshold,
+        default=DEFAULT_FUZZY_THRESHOLD,
+        help=f"rapidfuzz score an option's text must reach (default {DEFAULT_FUZZY_THRESHOLD:g}; "
+        "101 disables fuzzy matching)",
+    )
+    parser.add_argument(
+        "--group-by",
+        default=None,
+        help="comma-separated breakdown fields (default: task, ability, tom_dimension, language, "
+        "and every tags key)",
+    )
+    parser.add_argument(
+        "--fail-on-bad-lines",
+        action="store_true",
+        help="exit with status 1 when any input line was skipped",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``mcq`` subcommand to the main ``bonusjudge`` parser."""
+    parser = subparsers.add_parser(
+        "mcq",
+        help="score multiple-choice answers (ToMBench, CogToM, XToM, ToMValley, CharToM MC)",
+        description="Extract the chosen option from each response, score it, and summarise "
+        "accuracy with breakdowns.",
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _table(field: str, groups: dict[str, McqMetrics], macro: float | None) -> list[str]:
+    """One breakdown as aligned text: questions, result lines, accuracy, unparseable lines."""
+    width = max(len(field), *(len(name) for name in groups), len("(macro)"))
+    lines = [
+        f"{field:<{width}}  {'questions':>9}  {'lines':>5}  {'accuracy':>8}  {'unparseable':>11}"
+    ]
+    for name, metrics in groups.items():
+        lines.append(
+            f"{name:<{width}}  {metrics.questions:>9}  {metrics.items:>5}  "
+            f"{_pct(metrics.accuracy):>8}  {metrics.unparseable:>11}"
+        )
+    if macro is not None:
+        lines.append(f"{'(macro)':<{width}}  {'':>9}  {'':>5}  {_pct(macro):>8}")
+    return lines
+
+
+def format_report(summary: McqSummary) -> str:
+    """The human-readable report: totals, extraction methods, then one table per breakdown."""
+    methods = ", ".join(f"{name} {count}" for name, count in summary.methods.items())
+    lines = [
+        f"items {summary.items}  questions {summary.questions}  accuracy {_pct(summary.accuracy)}"
+        f"  (parsed only {_pct(summary.accuracy_parsed)})",
+        f"unparseable {summary.unparseable} ({_pct(summary.unparseable_rate)})  "
+        f"skipped lines {len(summary.bad_lines)}",
+        f"extraction: {methods}",
+    ]
+    if summary.permutation is not None:
+        perm = summary.permutation
+        lines.append(
+            f"permutations: {perm.aggregate} over {perm.min_runs}-{perm.max_runs} runs, "
+            f"position consistency {_pct(perm.position_consistency)}, ties {perm.ties}, "
+            f"no votes {perm.no_votes}"
+        )
+    if summary.coherent is not None:
+        lines.append(
+            f"coherent (story-level): {summary.coherent.coherent}/{summary.coherent.stories} "
+            f"= {_pct(summary.coherent.accuracy)}"
+        )
+    if summary.exact_match is not None:
+        lines.append(
+            f"slot exact match: {summary.exact_match.exact}/{summary.exact_match.groups} "
+            f"= {_pct(summary.exact_match.exact_match)}"
+        )
+    if summary.multi_select is not None:
+        ms = summary.multi_select
+        lines.append(
+            f"multi-select: micro-F1 {ms.micro_f1:.3f}  macro-F1 {ms.macro_f1:.3f}  "
+            f"exact {_pct(ms.exact_set)}"
+        )
+    if summary.cross_lingual is not None:
+        cl = summary.cross_lingual
+        lines.append(
+            f"cross-lingual ({', '.join(cl.languages)}; {cl.instances} ids): consistently right "
+            f"{cl.consistently_right}, consistently wrong {cl.consistently_wrong}, inconsistent "
+            f"{cl.inconsistent}"
+        )
+    for field, groups in summary.breakdowns.items():
+        lines.append("")
+        lines.extend(_table(field, groups, summary.macro.get(field)))
+    if summary.dimension_over_abilities:
+        lines.append("")
+        lines.append("ability view (per dimension, mean over its abilities)")
+        for dimension, value in summary.dimension_over_abilities.items():
+            lines.append(f"  {dimension}: {_pct(value)}")
+        lines.append(f"  (mean): {_pct(summary.ability_view)}")
+    return "\n".join(lines)
+
+
+def run(
+    args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Execute the subcommand for parsed arguments; return the exit code."""
+    out_stream = stdout or sys.stdout
+    err_stream = stderr or sys.stderr
+    input_path: Path = args.input
+    out = args.out or input_path.with_suffix(".mcq.jsonl")
+    summary_path = args.summary or input_path.with_suffix(".mcq-summary.json")
+    group_by = (
+        [name.strip() for name in args.group_by.split(",") if name.strip()]
+        if args.group_by
+        else None
+    )
+    try:
+        summary = score_file(
+            input_path,
+            out,
+            summary_path,
+            aggregate=args.aggregate,
+            fuzzy_threshold=args.fuzzy_threshold,
+            group_by=group_by,
+        )
+    except JudgeError as exc:
+        print(f"bonusjudge mcq: error: {exc}", file=err_stream)
+        return 2
+    for bad in summary.bad_lines[:_MAX_BAD_LINES_SHOWN]:
+        print(f"{input_path}:{bad.line}: skipped: {bad.error}", file=err_stream)
+    if len(summary.bad_lines) > _MAX_BAD_LINES_SHOWN:
+        hidden = len(summary.bad_lines) - _MAX_BAD_LINES_SHOWN
+        print(f"... and {hidden} more skipped lines (see {summary_path})", file=err_stream)
+    if not args.quiet:
+        print(format_report(summary), file=out_stream)
+        print(f"\nwrote {out} and {summary_path}", file=out_stream)
+    return 1 if summary.bad_lines and args.fail_on_bad_lines else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``mcq`` command standalone (``python -m judge.mcq.cli``)."""
+    parser = argparse.ArgumentParser(
+        prog="bonusjudge mcq", description="Score multiple-choice answers and summarise accuracy."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
