@@ -247,6 +247,36 @@ class Grader:
             )
         return ExtractResult(status="scored", bonus_points=outcome.value, provenance=provenance)
 
+    async def ask(
+        self,
+        rubric_id: str,
+        variables: dict[str, Any],
+        response_model: type[BaseModel],
+        *,
+        language: Language,
+        config: JudgeConfig | None = None,
+    ) -> tuple[BaseModel, CallRecord]:
+        """One structured judge call with any rubric, through the cache, retries and breaker.
+
+        For judge tasks outside grading (e.g. reading a multiple-choice answer).
+
+        Raises:
+            JudgeOutputError: the judge's answer stayed unusable (its ``reason`` says why).
+            ProviderError: the provider failed beyond the retries.
+        """
+        cfg = config or self.config
+        rubric = self.library.get(rubric_id)
+        prompt = self.library.render(rubric, language, variables)
+        outcome = await self._call(
+            rubric.task, rubric, prompt.language, prompt.messages, response_model, None, cfg,
+            lambda out: out.model_dump(mode="json"),
+        )
+        if outcome.reason is not None:
+            if outcome.reason in ("provider_error", "rate_limited", "timeout", "circuit_open"):
+                raise ProviderError(outcome.detail or outcome.reason, reason=outcome.reason)
+            raise JudgeOutputError(outcome.detail or outcome.reason, reason=outcome.reason)
+        return response_model.model_validate(outcome.value), outcome.record
+
     async def aclose(self) -> None:
         """Stop background batch workers."""
         for batcher in self._bert_batchers.values():

@@ -237,7 +237,10 @@ class RubricLibrary:
                 f"unknown rubric family {family!r}; known: {', '.join(self.families)}",
                 rubric_id=family,
             )
-        rubric = self._by_family.get((family, task)) or self._by_family.get(("chartom", task))
+        rubric = self._by_family.get((family, task))
+        if rubric is None and task == "extract_points":
+            # Point extraction is shared: the faithful family has no published prompt for it.
+            rubric = self._by_family.get(("chartom", task))
         if rubric is None:
             raise RubricNotFound(f"rubric family {family!r} has no {task} rubric",
                                  rubric_id=family)

@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from judge.errors import JudgeError
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
@@ -74,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit with status 1 when any input line was skipped",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    parser.add_argument(
+        "--llm-model",
+        default=None,
+        help="judge model (litellm string) that reads answers the rules cannot parse; "
+        "its readings are reported as `llm` (default: rules only)",
+    )
+    parser.add_argument("--api-base", default=None, help="base URL of the --llm-model server")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="judge-call cache folder")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -160,6 +168,20 @@ def format_report(summary: McqSummary) -> str:
     return "\n".join(lines)
 
 
+def _llm_extractor(args: argparse.Namespace) -> Any:
+    """The judge-backed extractor when ``--llm-model`` is given, else None (rules only)."""
+    if not getattr(args, "llm_model", None):
+        return None
+    from judge.cache import JudgeCache
+    from judge.config import JudgeConfig, default_cache_dir
+    from judge.engine import Grader
+    from judge.mcq.llm import JudgeExtractor
+
+    config = JudgeConfig(model=args.llm_model, api_base=args.api_base)
+    cache = JudgeCache(args.cache_dir or default_cache_dir())
+    return JudgeExtractor(Grader(config, cache=cache))
+
+
 def run(
     args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -182,6 +204,7 @@ def run(
             aggregate=args.aggregate,
             fuzzy_threshold=args.fuzzy_threshold,
             group_by=group_by,
+            llm_extractor=_llm_extractor(args),
         )
     except JudgeError as exc:
         print(f"bonusjudge mcq: error: {exc}", file=err_stream)
