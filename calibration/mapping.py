@@ -1,0 +1,600 @@
+"""A calibrated, monotone mapping from one judge configuration's score to the human scale.
+
+Graded scales get isotonic regression (sklearn), binary labels (and K-QA "covered") get a
+one-feature logistic regression. The fit reports its *cross-validated* error next to two
+baselines (the training mean, and the raw judge score used as-is when it lies in 0..1), so any
+gain is measured on items the mapping did not see.
+
+A mapping belongs to the judge configuration it was fitted on: the saved JSON records that
+configuration's hash, and loading or applying it for another hash raises
+:class:`MappingConfigMismatch`. The file is small and versioned (``format_version``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
+from calibration.agreement import FloatArray, ScoreInput, join_scores, stratified_group_folds
+from calibration.sets import CalibrationItem, Scale
+from judge.errors import ConfigError, InputError
+
+__all__ = [
+    "MAPPING_FORMAT_VERSION",
+    "CVErrors",
+    "CVFigures",
+    "CalibratedMapping",
+    "MappingCV",
+    "MappingConfigMismatch",
+    "MappingKind",
+    "ReliabilityBin",
+    "cross_validate_mapping",
+    "fit_mapping",
+    "fit_mapping_with_cv",
+    "load_mapping",
+    "reliability_bins",
+]
+
+MAPPING_FORMAT_VERSION = 1
+"""Version of the saved mapping format; bumped when the JSON changes shape."""
+
+MappingKind = Literal["isotonic", "logistic"]
+"""Isotonic regression for graded scales, logistic regression for binary labels."""
+
+# Weak L2 penalty: keeps the slope finite when a judge separates the classes perfectly, without
+# shrinking it noticeably on scores that live in 0..1.
+_LOGISTIC_C = 100.0
+MIN_ITEMS = 4
+"""Fewest joined items a mapping is fitted on."""
+
+
+class MappingConfigMismatch(ConfigError):
+    """A mapping was loaded or applied for a judge configuration it was not fitted on."""
+
+    def __init__(self, message: str, *, expected: str, got: str) -> None:
+        super().__init__(message, field="judge_config_hash")
+        self.expected = expected
+        self.got = got
+
+
+class CVErrors(BaseModel):
+    """Cross-validated errors of one predictor on the normalised (0..1) human scale.
+
+    Attributes:
+        mae: Mean absolute error.
+        brier: Mean squared error (the Brier score for 0/1 labels).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    mae: float
+    brier: float
+
+
+class CVFigures(BaseModel):
+    """How well the mapping predicts held-out human scores, against baselines.
+
+    Attributes:
+        folds: Folds used.
+        grouped: Whether each question's candidates stayed in one fold.
+        primary: The headline error: ``mae`` for graded scales, ``brier`` for binary labels.
+        mapped: Errors of the fitted mapping on held-out folds.
+        constant: Errors of predicting the training folds' mean human score.
+        identity: Errors of the raw judge score used as a prediction (clipped to 0..1); ``None``
+            when judge scores fall outside 0..1 and so are not on the human scale at all.
+        mae_raw: MAE of the mapping in raw human units (e.g. Likert points).
+        seed: Seed of the fold shuffling.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    folds: int
+    grouped: bool
+    primary: Literal["mae", "brier"]
+    mapped: CVErrors
+    constant: CVErrors
+    identity: CVErrors | None
+    mae_raw: float
+    seed: int
+
+
+class CalibratedMapping(BaseModel):
+    """A fitted monotone mapping, ready to save, load and apply.
+
+    Attributes:
+        format_version: Saved-format version.
+        kind: ``isotonic`` or ``logistic``.
+        judge_config_hash: Hash of the judge configuration the mapping belongs to.
+        metric: The metric whose scores it maps (e.g. ``coverage``), when named.
+        set_name: The calibration set it was fitted on.
+        set_hash: SHA-256 of that set's file.
+        n: Items it was fitted on.
+        scale: The human scale (to convert a 0..1 prediction back to raw units).
+        knots_x: Isotonic: judge-score knots (increasing).
+        knots_y: Isotonic: mapped values at the knots (non-decreasing, 0..1).
+        coef: Logistic: slope on the judge score.
+        intercept: Logistic: intercept.
+        cv: Cross-validated errors against baselines.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: int = MAPPING_FORMAT_VERSION
+    kind: MappingKind
+    judge_config_hash: str = Field(min_length=1)
+    metric: str | None = None
+    set_name: str
+    set_hash: str
+    n: int = Field(ge=MIN_ITEMS)
+    scale: Scale
+    knots_x: list[float] | None = None
+    knots_y: list[float] | None = None
+    coef: float | None = None
+    intercept: float | None = None
+    cv: CVFigures
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CalibratedMapping:
+        # A hand-edited or foreign file fails here, with the field named, rather than at apply().
+        if self.format_version != MAPPING_FORMAT_VERSION:
+            raise ValueError(
+                f"format_version {self.format_version} is not supported "
+                f"(this build reads {MAPPING_FORMAT_VERSION})"
+            )
+        if self.kind == "isotonic":
+            xs, ys = self.knots_x, self.knots_y
+            if not xs or ys is None or len(xs) != len(ys):
+                raise ValueError("isotonic mapping needs knots_x and knots_y of equal length")
+            if any(b < a for a, b in itertools.pairwise(xs)) or any(
+                b < a for a, b in itertools.pairwise(ys)
+            ):
+                raise ValueError("isotonic knots must be non-decreasing")
+        elif self.coef is None or self.intercept is None:
+            raise ValueError("logistic mapping needs coef and intercept")
+        return self
+
+    def check_config(self, judge_config_hash: str) -> None:
+        """Refuse a judge configuration other than the one the mapping was fitted on.
+
+        Raises:
+            MappingConfigMismatch: When the hashes differ.
+        """
+        if judge_config_hash != self.judge_config_hash:
+            raise MappingConfigMismatch(
+                f"this calibrated mapping was fitted for judge configuration "
+                f"{self.judge_config_hash} (set {self.set_name}), not {judge_config_hash}: "
+                "refit it on the new configuration's scores",
+                expected=self.judge_config_hash,
+                got=judge_config_hash,
+            )
+
+    def apply(self, score: float, *, judge_config_hash: str | None = None) -> float:
+        """Map a judge score to the expected human score on 0..1.
+
+        For binary labels the result is the probability that humans say correct/covered.
+
+        Args:
+            score: The judge's score.
+            judge_config_hash: When given, the configuration that produced ``score``; must be
+                the mapping's own.
+
+        Raises:
+            MappingConfigMismatch: When ``judge_config_hash`` is not the mapping's.
+            ValueError: When ``score`` is not a finite number.
+        """
+        if judge_config_hash is not None:
+            self.check_config(judge_config_hash)
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise ValueError(f"score must be a number, got {score!r}")
+        if not math.isfinite(score):
+            raise ValueError(f"score must be finite, got {score!r}")
+        return float(self._predict(np.asarray([float(score)]))[0])
+
+    def apply_raw(self, score: float, *, judge_config_hash: str | None = None) -> float:
+        """Like :meth:`apply`, but on the raw human scale (e.g. 1-5 for a Likert set)."""
+        return self.scale.denormalize(self.apply(score, judge_config_hash=judge_config_hash))
+
+    def apply_many(
+        self, scores: Sequence[float], *, judge_config_hash: str | None = None
+    ) -> list[float]:
+        """:meth:`apply` to several scores at once."""
+        if judge_config_hash is not None:
+            self.check_config(judge_config_hash)
+        values = np.asarray(scores, dtype=np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError("scores must be finite numbers")
+        return [float(v) for v in self._predict(values)]
+
+    def _predict(self, values: FloatArray) -> FloatArray:
+        if self.kind == "isotonic":
+            # np.interp clips outside the knots, as IsotonicRegression(out_of_bounds="clip").
+            return np.asarray(
+                np.interp(values, self.knots_x or [], self.knots_y or []), dtype=np.float64
+            )
+        z = (self.coef or 0.0) * values + (self.intercept or 0.0)
+        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the mapping as indented JSON (keys sorted, so equal mappings give equal files)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
+            encoding="utf-8",
+        )
+        return target
+
+
+def load_mapping(path: str | Path, *, judge_config_hash: str | None) -> CalibratedMapping:
+    """Load a saved mapping, checking that it belongs to ``judge_config_hash``.
+
+    Args:
+        path: The JSON file.
+        judge_config_hash: The configuration the mapping will be applied to; ``None`` skips the
+            check (for inspection only: say so explicitly).
+
+    Raises:
+        InputError: When the file is unreadable or invalid (the message names the field).
+        MappingConfigMismatch: When the mapping belongs to another configuration.
+    """
+    file = Path(path)
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read calibrated mapping {file}: {exc}", field="path") from exc
+    try:
+        mapping = CalibratedMapping.model_validate(data)
+    except ValidationError as exc:
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'mapping'}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise InputError(f"invalid calibrated mapping {file}: {detail}", field="mapping") from exc
+    if judge_config_hash is not None:
+        mapping.check_config(judge_config_hash)
+    return mapping
+
+
+# --- fitting ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Params:
+    knots_x: list[float] | None = None
+    knots_y: list[float] | None = None
+    coef: float | None = None
+    intercept: float | None = None
+
+
+def _fit(kind: MappingKind, x: FloatArray, y: FloatArray) -> _Params:
+    if kind == "isotonic":
+        # increasing=True: a judge score is meant to rise with quality; a judge that runs the
+        # other way gets a flat map, and its CV error shows no gain over the constant baseline.
+        model = IsotonicRegression(y_min=0.0, y_max=1.0, increasing=True, out_of_bounds="clip")
+        model.fit(x, y)
+        return _Params(
+            knots_x=[float(v) for v in model.X_thresholds_],
+            knots_y=[float(v) for v in model.y_thresholds_],
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model_lr = LogisticRegression(C=_LOGISTIC_C)
+        model_lr.fit(x.reshape(-1, 1), y.astype(int))
+    return _Params(coef=float(model_lr.coef_[0][0]), intercept=float(model_lr.intercept_[0]))
+
+
+def _predict(kind: MappingKind, params: _Params, x: FloatArray) -> FloatArray:
+    if kind == "isotonic":
+        return np.asarray(np.interp(x, params.knots_x or [], params.knots_y or []), np.float64)
+    z = (params.coef or 0.0) * x + (params.intercept or 0.0)
+    return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+
+def _errors(predicted: FloatArray, observed: FloatArray) -> CVErrors:
+    diff = predicted - observed
+    return CVErrors(mae=float(np.mean(np.abs(diff))), brier=float(np.mean(diff * diff)))
+
+
+@dataclass(frozen=True)
+class MappingCV:
+    """Cross-validation of a mapping: figures plus the held-out predictions behind them.
+
+    Attributes:
+        figures: Errors of the mapping and the baselines.
+        ids: Item ids, aligned with the arrays.
+        judge: Judge scores.
+        human: Normalised human scores.
+        predicted: Each item's prediction from the mapping fitted without its fold.
+    """
+
+    figures: CVFigures
+    ids: tuple[str, ...]
+    judge: FloatArray
+    human: FloatArray
+    predicted: FloatArray
+
+
+def _default_kind(scale: Scale) -> MappingKind:
+    return "logistic" if scale.is_binary_label else "isotonic"
+
+
+def _prepare(
+    items: Sequence[CalibrationItem],
+    scores: ScoreInput,
+    unscored_reasons: Mapping[str, str] | None,
+    kind: MappingKind | None,
+) -> tuple[MappingKind, Scale, tuple[str, ...], FloatArray, FloatArray]:
+    if not items:
+        raise InputError("cannot fit a mapping on an empty set", field="items")
+    scale = items[0].scale
+    chosen = kind or _default_kind(scale)
+    joined = join_scores(
+        scores, {i.id: i.human_norm for i in items}, unscored_reasons=unscored_reasons
+    )
+    if joined.n < MIN_ITEMS:
+        raise InputError(
+            f"a mapping needs at least {MIN_ITEMS} scored items, got {joined.n}", field="scores"
+        )
+    if chosen == "logistic":
+        if not np.isin(joined.human, (0.0, 1.0)).all():
+            raise InputError("a logistic mapping needs 0/1 human labels", field="kind")
+        if len(np.unique(joined.human)) < 2:
+            raise InputError("a logistic mapping needs both human labels present", field="scores")
+    return chosen, scale, joined.ids, joined.judge, joined.human
+
+
+def _splits(
+    kind: MappingKind, y: FloatArray, groups: list[str] | None, n_folds: int, seed: int
+) -> list[tuple[Any, Any]]:
+    k = min(n_folds, len(y))
+    if groups is not None:
+        k = min(k, len(set(groups)))
+    stratify = kind == "logistic"
+    if stratify:
+        k = min(k, int(y.sum()), int(len(y) - y.sum()))
+    if k < 2:
+        raise InputError(
+            "too few items (or classes, or questions) for 2 cross-validation folds", field="scores"
+        )
+    x_dummy = np.zeros(len(y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if stratify and groups is not None:
+            return list(stratified_group_folds(y, groups, n_folds=k, seed=seed))
+        if stratify:
+            splitter: Any = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+            return list(splitter.split(x_dummy, y.astype(int)))
+        if groups is not None:
+            splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
+            return list(splitter.split(x_dummy, y, groups=groups))
+        return list(KFold(n_splits=k, shuffle=True, random_state=seed).split(x_dummy))
+
+
+def cross_validate_mapping(
+    items: Sequence[CalibrationItem],
+    scores: ScoreInput,
+    *,
+    unscored_reasons: Mapping[str, str] | None = None,
+    kind: MappingKind | None = None,
+    n_folds: int = 5,
+    seed: int = 0,
+    group_by_question: bool = True,
+) -> MappingCV:
+    """Cross-validate a mapping: fit on k-1 folds, predict the held-out fold, pool the errors.
+
+    Args:
+        items: The calibration set's items.
+        scores: Judge score per item id.
+        unscored_reasons: Why unscored items are unscored (they are left out).
+        kind: Force ``isotonic`` or ``logistic`` (default: by the set's scale).
+        n_folds: Folds.
+        seed: Fold shuffling seed.
+        group_by_question: Keep each question's candidates in one fold.
+
+    Raises:
+        InputError: Too few items, or labels unsuitable for the kind.
+        JoinError: When the scores cannot be joined to the items.
+    """
+    chosen, scale, ids, x, y = _prepare(items, scores, unscored_reasons, kind)
+    by_id = {item.id: item for item in items}
+    groups = [by_id[i].question_key for i in ids] if group_by_question else None
+    folds = _splits(chosen, y, groups, n_folds, seed)
+    predicted = np.zeros(len(y))
+    constant = np.zeros(len(y))
+    for train, test in folds:
+        train_y = y[train]
+        if chosen == "logistic" and len(np.unique(train_y)) < 2:
+            # A training split with one class cannot fit a slope: predict its base rate.
+            predicted[test] = float(train_y.mean())
+        else:
+            predicted[test] = _predict(chosen, _fit(chosen, x[train], train_y), x[test])
+        constant[test] = float(train_y.mean())
+    identity = None
+    if x.min() >= 0.0 and x.max() <= 1.0:
+        identity = _errors(np.clip(x, 0.0, 1.0), y)
+    mapped = _errors(predicted, y)
+    span = scale.hi - scale.lo if scale.kind == "range" else 1.0
+    figures = CVFigures(
+        folds=len(folds),
+        grouped=groups is not None,
+        primary="brier" if chosen == "logistic" else "mae",
+        mapped=mapped,
+        constant=_errors(constant, y),
+        identity=identity,
+        mae_raw=mapped.mae * span,
+        seed=seed,
+    )
+    return MappingCV(figures=figures, ids=ids, judge=x, human=y, predicted=predicted)
+
+
+def fit_mapping(
+    items: Sequence[CalibrationItem],
+    scores: ScoreInput,
+    *,
+    judge_config_hash: str,
+    set_name: str,
+    set_hash: str,
+    metric: str | None = None,
+    unscored_reasons: Mapping[str, str] | None = None,
+    kind: MappingKind | None = None,
+    n_folds: int = 5,
+    seed: int = 0,
+    group_by_question: bool = True,
+) -> CalibratedMapping:
+    """Fit a monotone mapping from judge scores to the human scale, with its CV error.
+
+    The saved mapping is fitted on all joined items; the figures in ``cv`` come from
+    :func:`cross_validate_mapping` with the same options, so they describe unseen items.
+
+    Args:
+        items: The calibration set's items (one scale).
+        scores: The judge configuration's score per item id.
+        judge_config_hash: Hash of that judge configuration.
+        set_name: The set's name.
+        set_hash: The set file's SHA-256.
+        metric: The metric's name, recorded in the file.
+        unscored_reasons: Why unscored items are unscored.
+        kind: Force ``isotonic`` or ``logistic`` (default: by the set's scale).
+        n_folds: Cross-validation folds.
+        seed: Fold shuffling seed.
+        group_by_question: Keep each question's candidates in one fold.
+
+    Raises:
+        ConfigError: When ``judge_config_hash`` is empty.
+        InputError: Too few items, or labels unsuitable for the kind.
+        JoinError: When the scores cannot be joined to the items.
+    """
+    mapping, _ = fit_mapping_with_cv(
+        items,
+        scores,
+        judge_config_hash=judge_config_hash,
+        set_name=set_name,
+        set_hash=set_hash,
+        metric=metric,
+        unscored_reasons=unscored_reasons,
+        kind=kind,
+        n_folds=n_folds,
+        seed=seed,
+        group_by_question=group_by_question,
+    )
+    return mapping
+
+
+def fit_mapping_with_cv(
+    items: Sequence[CalibrationItem],
+    scores: ScoreInput,
+    *,
+    judge_config_hash: str,
+    set_name: str,
+    set_hash: str,
+    metric: str | None = None,
+    unscored_reasons: Mapping[str, str] | None = None,
+    kind: MappingKind | None = None,
+    n_folds: int = 5,
+    seed: int = 0,
+    group_by_question: bool = True,
+) -> tuple[CalibratedMapping, MappingCV]:
+    """:func:`fit_mapping`, also returning the held-out predictions (for reliability diagrams).
+
+    Takes the same arguments as :func:`fit_mapping`.
+    """
+    if not judge_config_hash:
+        raise ConfigError("judge_config_hash is required", field="judge_config_hash")
+    cv = cross_validate_mapping(
+        items,
+        scores,
+        unscored_reasons=unscored_reasons,
+        kind=kind,
+        n_folds=n_folds,
+        seed=seed,
+        group_by_question=group_by_question,
+    )
+    chosen = kind or _default_kind(items[0].scale)
+    params = _fit(chosen, cv.judge, cv.human)
+    mapping = CalibratedMapping(
+        kind=chosen,
+        judge_config_hash=judge_config_hash,
+        metric=metric,
+        set_name=set_name,
+        set_hash=set_hash,
+        n=len(cv.ids),
+        scale=items[0].scale,
+        knots_x=params.knots_x,
+        knots_y=params.knots_y,
+        coef=params.coef,
+        intercept=params.intercept,
+        cv=cv.figures,
+    )
+    return mapping, cv
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    """One bin of a reliability diagram.
+
+    Attributes:
+        lo: Lower edge of the predicted-value bin.
+        hi: Upper edge.
+        n: Items whose prediction falls in the bin.
+        mean_predicted: Mean prediction in the bin.
+        mean_observed: Mean normalised human score in the bin.
+    """
+
+    lo: float
+    hi: float
+    n: int
+    mean_predicted: float | None
+    mean_observed: float | None
+
+
+def reliability_bins(
+    predicted: npt.ArrayLike,
+    observed: npt.ArrayLike,
+    *,
+    n_bins: int = 10,
+) -> list[ReliabilityBin]:
+    """Equal-width bins over 0..1 of predictions, with the mean human score in each.
+
+    A calibrated mapping puts every bin on the diagonal (mean observed = mean predicted).
+
+    Args:
+        predicted: Predictions on 0..1 (use held-out ones for an honest diagram).
+        observed: Normalised human scores, aligned.
+        n_bins: Number of bins.
+    """
+    p = np.clip(np.asarray(predicted, dtype=np.float64), 0.0, 1.0)
+    o = np.asarray(observed, dtype=np.float64)
+    if p.shape != o.shape:
+        raise ValueError("predicted and observed must be aligned")
+    if n_bins < 1:
+        raise ValueError("n_bins must be at least 1")
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    which = np.minimum(np.searchsorted(edges, p, side="right") - 1, n_bins - 1)
+    out = []
+    for b in range(n_bins):
+        mask = which == b
+        count = int(mask.sum())
+        out.append(
+            ReliabilityBin(
+                lo=float(edges[b]),
+                hi=float(edges[b + 1]),
+                n=count,
+                mean_predicted=float(p[mask].mean()) if count else None,
+                mean_observed=float(o[mask].mean()) if count else None,
+            )
+        )
+    return out

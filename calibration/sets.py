@@ -1,0 +1,846 @@
+"""Human-rated calibration sets: the line format, the scale descriptor, loaders and the registry.
+
+A calibration set is a JSONL file with one rated answer a line. Two line formats are accepted and
+mapped onto one model, :class:`CalibrationItem`:
+
+* the calibration format of ``/work/shared/calibration/README.md``: ``id``, ``source``,
+  ``question``, ``context``, ``reference``, ``references``, ``candidate``, ``human_score``,
+  ``score_scale``, ``key_point``/``key_point_category`` (K-QA), ``meta``; optionally
+  ``annotator_scores`` (one score per annotator) and group fields (``dimension``, ``system``,
+  ``question_id``);
+* CharToM-QA items with a human score: ``question``, ``answer``, ``bonus_points``, ``response``,
+  ``human_score``, ``tom_dimension``, ``book_name``, ``context_0/1000/2000``.
+
+Loading never stops at the first bad line: every line is validated on its own, a bad line is
+reported as a :class:`LineProblem` with its 1-based number and the reason, and the rest still
+load. A set has one scale (``score_scale`` parsed into a :class:`Scale`); the statistics pick
+their treatment from its kind (binary, graded range, or K-QA key-point verdicts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from judge.errors import InputError
+
+__all__ = [
+    "CALIBRATION_DIR_ENV",
+    "CHARTOM_DEFAULT_SCALE",
+    "EXAMPLE_SETS",
+    "SHARED_SETS",
+    "CalibrationItem",
+    "KrippendorffLevel",
+    "LineProblem",
+    "LoadedSet",
+    "Scale",
+    "ScaleKind",
+    "SharedSet",
+    "example_set_path",
+    "find_calibration_dir",
+    "load_example_set",
+    "load_set",
+    "load_shared_set",
+    "parse_scale",
+    "resolve_calibration_dir",
+]
+
+CALIBRATION_DIR_ENV = "BONUSJUDGE_CALIBRATION_DIR"
+"""Environment variable naming the folder that holds the shared calibration sets."""
+
+ScaleKind = Literal["binary", "range", "keypoint"]
+"""How a set's human scores are to be read: 0/1, a graded range lo-hi, or K-QA's 1/0/-1."""
+
+KrippendorffLevel = Literal["nominal", "ordinal", "interval"]
+"""Level of measurement of one annotator's rating, as the ``krippendorff`` package names it."""
+
+# K-QA's physician labels, as they appear in ``meta.labels`` of the key-point set.
+_KQA_LABELS: dict[str, int] = {"entailment": 1, "neutral": 0, "contradiction": -1}
+# Words that say a graded score is an average or a share: continuous, so interval level.
+_CONTINUOUS_WORDS = re.compile(r"\b(mean|average|averaged|fraction|share|proportion)\b|%", re.I)
+_RANGE_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:-|–|—|\bto\b)\s*(-?\d+(?:\.\d+)?)")
+_KEYPOINT_RE = re.compile(r"contradict|1\s*/\s*0\s*/\s*-1|-1\s*/\s*0\s*/\s*1", re.I)
+_BINARY_RE = re.compile(r"\bbinary\b|(?<![\d.])0\s*/\s*1(?![\d.])", re.I)
+# Tolerance for range checks: sources store means like 4.4444444444444455.
+_EPS = 1e-9
+
+
+class Scale(BaseModel):
+    """A set's human-score scale, parsed from its ``score_scale`` text.
+
+    Attributes:
+        kind: ``binary`` (0/1), ``range`` (graded, lo..hi) or ``keypoint`` (1 covered, 0 not
+            covered, -1 contradicted).
+        lo: Lowest possible raw score.
+        hi: Highest possible raw score.
+        level: Krippendorff level of one annotator's rating on this scale: ``nominal`` for
+            binary and key-point labels, ``ordinal`` for Likert-type integer scales,
+            ``interval`` for continuous scores (shares, averages).
+        text: The ``score_scale`` text this was parsed from.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ScaleKind
+    lo: float
+    hi: float
+    level: KrippendorffLevel
+    text: str
+
+    @property
+    def is_binary_label(self) -> bool:
+        """Whether the normalised human score is a 0/1 label (binary and key-point scales)."""
+        return self.kind in ("binary", "keypoint")
+
+    def check(self, raw: float, *, field: str = "human_score") -> float:
+        """Return ``raw`` as a float if it is a valid score on this scale.
+
+        Args:
+            raw: The raw score.
+            field: Field name used in the error message.
+
+        Raises:
+            ValueError: When the score is not finite, not an allowed label, or out of range.
+        """
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ValueError(f"{field} must be a finite number, got {raw!r}")
+        if self.kind == "binary" and value not in (0.0, 1.0):
+            raise ValueError(f"{field} must be 0 or 1 on a binary scale, got {raw!r}")
+        if self.kind == "keypoint" and value not in (-1.0, 0.0, 1.0):
+            raise ValueError(
+                f"{field} must be 1 (covered), 0 (not covered) or -1 (contradicted), got {raw!r}"
+            )
+        if not self.lo - _EPS <= value <= self.hi + _EPS:
+            raise ValueError(
+                f"{field} {raw!r} lies outside the scale {self.lo:g}-{self.hi:g} ({self.text!r})"
+            )
+        return value
+
+    def normalize(self, raw: float) -> float:
+        """Map a raw score onto 0..1.
+
+        Graded ranges are rescaled linearly, binary scores are kept, and K-QA verdicts become
+        "covered" (1) versus not covered or contradicted (0): a contradiction is a defect, which
+        the key-point statistics report separately from coverage.
+        """
+        value = self.check(raw)
+        if self.kind == "keypoint":
+            return 1.0 if value == 1.0 else 0.0
+        if self.kind == "binary":
+            return value
+        return min(1.0, max(0.0, (value - self.lo) / (self.hi - self.lo)))
+
+    def denormalize(self, value: float) -> float:
+        """Map a 0..1 value back onto the raw scale (the inverse of :meth:`normalize` for ranges).
+
+        For binary and key-point scales the 0..1 value is a probability of "correct"/"covered"
+        and is returned unchanged.
+        """
+        if self.kind == "range":
+            return self.lo + value * (self.hi - self.lo)
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description (kind, bounds, level, text)."""
+        return self.model_dump()
+
+
+@lru_cache(maxsize=256)
+def parse_scale(text: str) -> Scale:
+    """Parse a ``score_scale`` text into a :class:`Scale`.
+
+    Understands the wordings of the shared sets ("binary: 1=correct, 0=incorrect",
+    "mean of crowd ratings, 1-5 Likert", "0.2-1.0 (...)", "TREC LiveQA 1-4: ...",
+    "key-point level ...: 1=Entailment, 0=Neutral, -1=Contradiction", "... (0-1)") as well as
+    the short forms ``0/1``, ``1/0/-1``, ``1-5``, ``0-1``, ``0.2-1.0``.
+
+    Args:
+        text: The scale in words.
+
+    Returns:
+        The scale descriptor.
+
+    Raises:
+        ValueError: When no scale can be recognised or the range is empty.
+    """
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError("score_scale is empty")
+    # Key-point first: its wording also contains "1=... 0=..." that would read as binary.
+    if _KEYPOINT_RE.search(stripped):
+        return Scale(kind="keypoint", lo=-1.0, hi=1.0, level="nominal", text=stripped)
+    if _BINARY_RE.search(stripped):
+        return Scale(kind="binary", lo=0.0, hi=1.0, level="nominal", text=stripped)
+    match = _RANGE_RE.search(stripped)
+    if match is None:
+        raise ValueError(
+            f"cannot read a scale from score_scale {stripped!r}: expected 'binary'/'0/1', "
+            "'1/0/-1' (key points) or a range such as '1-5'"
+        )
+    lo, hi = float(match.group(1)), float(match.group(2))
+    if not lo < hi:
+        raise ValueError(f"score_scale {stripped!r} has an empty range {lo:g}-{hi:g}")
+    level: KrippendorffLevel = "interval"
+    integer_bounds = lo.is_integer() and hi.is_integer()
+    if "likert" in stripped.lower() or (
+        integer_bounds and hi - lo >= 2 and not _CONTINUOUS_WORDS.search(stripped)
+    ):
+        # Each annotator picks one of a few ordered levels, even when the set stores their mean.
+        level = "ordinal"
+    return Scale(kind="range", lo=lo, hi=hi, level=level, text=stripped)
+
+
+class CalibrationItem(BaseModel):
+    """One human-rated answer, whatever the line format it was read from.
+
+    Attributes:
+        id: Unique within the set; every statistic joins judge and human scores on it.
+        source: Data set (calibration format) or book name (CharToM format).
+        question: The question.
+        context: The passage or story plot, if any.
+        reference: The reference answer (several joined when the source had several).
+        references: All reference answers (at least ``[reference]``).
+        candidate: The rated answer.
+        bonus_points: Points to judge coverage against (CharToM ``bonus_points``, K-QA
+            must-have statements), when the set has them.
+        key_point: K-QA key-point rows: the gold statement this row rates.
+        key_point_category: K-QA key-point rows: ``Must_have`` or ``Nice_to_have``.
+        human_score: The human rating as stored, on ``scale``.
+        human_norm: The human rating mapped onto 0..1 (see :meth:`Scale.normalize`).
+        annotator_scores: Individual annotators' raw ratings, when known (``None`` = missing).
+        scale: The parsed scale.
+        dimension: ToM dimension or another rated dimension, when known.
+        system: The system that produced the candidate, when known.
+        question_id: Identifies the question across candidates, when known.
+        line: 1-based line number in the file.
+        format: Which line format the item was read from.
+        meta: Everything else from the line.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    source: str
+    question: str
+    context: str | None = None
+    reference: str
+    references: list[str]
+    candidate: str
+    bonus_points: list[str] | None = None
+    key_point: str | None = None
+    key_point_category: str | None = None
+    human_score: float
+    human_norm: float = Field(ge=0.0, le=1.0)
+    annotator_scores: list[float | None] | None = None
+    scale: Scale
+    dimension: str | None = None
+    system: str | None = None
+    question_id: str | None = None
+    line: int = Field(ge=1)
+    format: Literal["calibration", "chartom"] = "calibration"
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def question_key(self) -> str:
+        """Key that groups the candidates of one question (``question_id``, else the text).
+
+        Cross-validation splits on it so that answers to one question never sit on both sides.
+        """
+        return self.question_id if self.question_id is not None else self.question.strip().lower()
+
+    @property
+    def is_contradicted(self) -> bool:
+        """Whether the humans judged this key point contradicted (K-QA ``-1``)."""
+        return self.scale.kind == "keypoint" and self.human_score == -1.0
+
+    def group(self, field: str) -> str | None:
+        """The item's value for a group field, for breakdowns.
+
+        Looks at ``source``, ``dimension``, ``system``, ``key_point_category`` and
+        ``question_id`` first, then at ``meta[field]`` when it holds a scalar.
+
+        Args:
+            field: The group field's name.
+
+        Returns:
+            The value as a string, or ``None`` when the item has none.
+        """
+        value = getattr(self, field) if field in _GROUP_ATTRIBUTES else self.meta.get(field)
+        if value is None or isinstance(value, dict | list):
+            return None
+        return str(value)
+
+
+_GROUP_ATTRIBUTES = frozenset(
+    {"source", "dimension", "system", "key_point_category", "question_id"}
+)
+
+
+# --- raw line models ---------------------------------------------------------------------------
+
+
+def _require_text(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string")
+    if not value.strip():
+        raise ValueError(f"{name} is empty")
+    return value
+
+
+class _CalibrationLine(BaseModel):
+    """The calibration format as it appears on a line (validated before mapping)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | int
+    source: str
+    question: str
+    context: str | None = None
+    reference: str
+    references: list[str] | None = None
+    candidate: str
+    human_score: float
+    score_scale: str | None = None
+    key_point: str | None = None
+    key_point_category: str | None = None
+    key_points: dict[str, list[str]] | list[str] | None = None
+    annotator_scores: list[float | None] | None = None
+    dimension: str | None = None
+    system: str | None = None
+    question_id: str | int | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("source", "question", "reference")
+    @classmethod
+    def _nonempty(cls, value: str, info: Any) -> str:
+        return _require_text(value, info.field_name)
+
+    @field_validator("human_score", mode="before")
+    @classmethod
+    def _no_bool_or_text(cls, value: Any) -> Any:
+        # "1" or true would coerce silently; a rating stored as text is a conversion bug.
+        if isinstance(value, bool | str):
+            raise ValueError(f"human_score must be a number, got {value!r}")
+        return value
+
+
+class _CharToMLine(BaseModel):
+    """A CharToM-QA item carrying a response and a human score."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | int | None = None
+    book_name: str | None = None
+    tom_dimension: str | None = None
+    question: str
+    answer: str
+    bonus_points: list[str] | None = None
+    misleading_choices: list[str] | None = None
+    response: str
+    human_score: float
+    score_scale: str | None = None
+    annotator_scores: list[float | None] | None = None
+    context_0: str | None = None
+    context_1000: str | None = None
+    context_2000: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("question", "answer")
+    @classmethod
+    def _nonempty(cls, value: str, info: Any) -> str:
+        return _require_text(value, info.field_name)
+
+    @field_validator("human_score", mode="before")
+    @classmethod
+    def _no_bool_or_text(cls, value: Any) -> Any:
+        if isinstance(value, bool | str):
+            raise ValueError(f"human_score must be a number, got {value!r}")
+        return value
+
+
+CHARTOM_DEFAULT_SCALE = "0-1"
+"""Scale assumed for CharToM-format lines without ``score_scale``: the paper's 0-1 ratings."""
+
+
+def _is_chartom(raw: Mapping[str, Any]) -> bool:
+    return "answer" in raw and "response" in raw and "candidate" not in raw
+
+
+def _annotators(
+    values: list[float | None] | None, meta: Mapping[str, Any], scale: Scale
+) -> list[float | None] | None:
+    if values is None and scale.kind == "keypoint":
+        # K-QA stores each physician's label in meta.labels; they are the annotator scores.
+        labels = meta.get("labels")
+        if isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels):
+            mapped = [_KQA_LABELS.get(x.strip().lower()) for x in labels]
+            if all(m is not None for m in mapped):
+                return [float(m) for m in mapped if m is not None]
+    if values is None:
+        return None
+    return [None if v is None else scale.check(v, field="annotator_scores") for v in values]
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    parts = []
+    for detail in error.errors():
+        where = ".".join(str(p) for p in detail["loc"]) or "line"
+        message = detail["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)
+
+
+def _fill_question(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Use ``meta.original_question`` when ``question`` is blank.
+
+    The LiveQA-Med conversion leaves ``question`` empty on 67 rows whose consumer question is
+    kept in ``meta.original_question``; the rating is still valid, so recover the text and mark
+    where it came from rather than drop the row.
+    """
+    question = raw.get("question")
+    meta = raw.get("meta")
+    if (question is None or (isinstance(question, str) and not question.strip())) and isinstance(
+        meta, dict
+    ):
+        original = meta.get("original_question")
+        if isinstance(original, str) and original.strip():
+            return {
+                **raw,
+                "question": original,
+                "meta": {**meta, "question_from": "original_question"},
+            }
+    return raw
+
+
+def _item_from_line(
+    raw: Mapping[str, Any],
+    *,
+    line: int,
+    scale_override: Scale | None,
+    chartom_context: Literal[0, 1000, 2000],
+) -> CalibrationItem:
+    """Validate one parsed line and map it onto :class:`CalibrationItem` (raises ValueError)."""
+    if _is_chartom(raw):
+        ch = _CharToMLine.model_validate(raw)
+        scale = scale_override or parse_scale(ch.score_scale or CHARTOM_DEFAULT_SCALE)
+        if ch.score_scale is None and scale_override is None:
+            # Say where the 0-1 came from: a 1-5 rating here needs score_scale or scale=.
+            try:
+                scale.check(ch.human_score)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; the line has no score_scale, and CharToM lines default to "
+                    f"{CHARTOM_DEFAULT_SCALE!r} (add score_scale or pass scale= to the loader)"
+                ) from None
+        extra = dict(ch.model_extra or {})
+        contexts = {0: ch.context_0, 1000: ch.context_1000, 2000: ch.context_2000}
+        context = contexts[chartom_context] or None
+        meta: dict[str, Any] = {**extra, **ch.meta}
+        if ch.misleading_choices:
+            meta.setdefault("misleading_choices", ch.misleading_choices)
+        return CalibrationItem(
+            # Real CharToM items have no id; the line number is stable for a given file.
+            id=str(ch.id) if ch.id is not None else f"line-{line}",
+            source=ch.book_name or "chartom",
+            question=ch.question,
+            context=context,
+            reference=ch.answer,
+            references=[ch.answer],
+            candidate=ch.response,
+            bonus_points=list(ch.bonus_points) if ch.bonus_points else None,
+            human_score=scale.check(ch.human_score),
+            human_norm=scale.normalize(ch.human_score),
+            annotator_scores=_annotators(ch.annotator_scores, meta, scale),
+            scale=scale,
+            dimension=ch.tom_dimension,
+            system=_optional_str(meta.get("system")),
+            question_id=_optional_str(meta.get("question_id")),
+            line=line,
+            format="chartom",
+            meta=meta,
+        )
+    raw = _fill_question(raw)
+    cal = _CalibrationLine.model_validate(raw)
+    if cal.score_scale is None and scale_override is None:
+        raise ValueError("score_scale: missing (and no scale was given to the loader)")
+    scale = scale_override or parse_scale(cal.score_scale or "")
+    if isinstance(cal.id, str) and not cal.id.strip():
+        raise ValueError("id: is empty")
+    meta = {**(cal.model_extra or {}), **cal.meta}
+    bonus: list[str] | None = None
+    if isinstance(cal.key_points, dict):
+        bonus = cal.key_points.get("must_have") or None
+        meta.setdefault("key_points", cal.key_points)
+    elif isinstance(cal.key_points, list):
+        bonus = cal.key_points or None
+    if scale.kind == "keypoint" and not cal.key_point:
+        raise ValueError("key_point: required on a key-point scale")
+    return CalibrationItem(
+        id=str(cal.id),
+        source=cal.source,
+        question=cal.question,
+        context=cal.context or None,
+        reference=cal.reference,
+        references=list(cal.references) if cal.references else [cal.reference],
+        candidate=cal.candidate,
+        bonus_points=bonus,
+        key_point=cal.key_point,
+        key_point_category=cal.key_point_category,
+        human_score=scale.check(cal.human_score),
+        human_norm=scale.normalize(cal.human_score),
+        annotator_scores=_annotators(cal.annotator_scores, meta, scale),
+        scale=scale,
+        dimension=cal.dimension or _optional_str(meta.get("dimension")),
+        system=cal.system or _optional_str(meta.get("system")),
+        question_id=_optional_str(cal.question_id)
+        or _optional_str(meta.get("qid") or meta.get("question_id")),
+        line=line,
+        format="calibration",
+        meta=meta,
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None or isinstance(value, dict | list) or value == "":
+        return None
+    return str(value)
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    """A line that did not load.
+
+    Attributes:
+        line: 1-based line number.
+        reason: What is wrong, naming the field where possible.
+        id: The line's id, when it could be read.
+    """
+
+    line: int
+    reason: str
+    id: str | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f" (id {self.id!r})" if self.id is not None else "")
+        return f"{where}: {self.reason}"
+
+
+@dataclass
+class LoadedSet:
+    """A loaded calibration set: the items that loaded and the lines that did not.
+
+    Attributes:
+        name: The set's name (registry name or file stem).
+        path: The file it was read from.
+        sha256: Hex SHA-256 of the file's bytes: pins the exact set a figure was computed on.
+        items: Items in file order.
+        problems: Lines that did not load, with numbers and reasons.
+        scale: The set's scale (of its first valid line, or the one given to the loader);
+            ``None`` when nothing loaded.
+    """
+
+    name: str
+    path: Path
+    sha256: str
+    items: list[CalibrationItem]
+    problems: list[LineProblem] = field(default_factory=list)
+    scale: Scale | None = None
+
+    @property
+    def short_hash(self) -> str:
+        """The first 16 hex digits of :attr:`sha256`, for tables and file names."""
+        return self.sha256[:16]
+
+    def by_id(self) -> dict[str, CalibrationItem]:
+        """Items keyed by id."""
+        return {item.id: item for item in self.items}
+
+    def human_scores(self, *, normalized: bool = True) -> dict[str, float]:
+        """Human scores keyed by item id, normalised to 0..1 or raw."""
+        return {item.id: item.human_norm if normalized else item.human_score for item in self.items}
+
+
+def _scale_signature(scale: Scale) -> tuple[str, float, float]:
+    return (scale.kind, scale.lo, scale.hi)
+
+
+def load_set(
+    path: str | Path,
+    *,
+    name: str | None = None,
+    scale: str | Scale | None = None,
+    chartom_context: Literal[0, 1000, 2000] = 2000,
+    strict: bool = False,
+) -> LoadedSet:
+    """Load a calibration set from a JSONL file, validating every line on its own.
+
+    Blank lines are skipped. A line that is not JSON, not an object, fails validation, carries a
+    duplicate id, or is on a different scale from the set's (one set has one scale) is reported
+    in :attr:`LoadedSet.problems` and left out; the other lines still load.
+
+    Args:
+        path: The JSONL file.
+        name: The set's name (default: the file's stem).
+        scale: Force a scale (text or :class:`Scale`) instead of each line's ``score_scale``.
+        chartom_context: Which CharToM plot window (``context_0/1000/2000``) becomes ``context``.
+        strict: Raise on the first problem instead of collecting problems.
+
+    Returns:
+        The loaded set with its items, problems, file hash and scale.
+
+    Raises:
+        InputError: When the file cannot be read, or (``strict``) when a line is bad.
+    """
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read calibration set {file}: {exc}", field="path") from exc
+    try:
+        forced = parse_scale(scale) if isinstance(scale, str) else scale
+    except ValueError as exc:
+        raise InputError(str(exc), field="scale") from exc
+    items: list[CalibrationItem] = []
+    problems: list[LineProblem] = []
+    first_line_of: dict[str, int] = {}
+    set_scale: Scale | None = forced
+    # Split on "\n" only: str.splitlines() also breaks on U+0085/U+2028, which JSON strings may
+    # hold unescaped (the EVOUNA set does), and would cut such lines in two.
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        problem, item = _load_line(text, number, forced, chartom_context)
+        if item is not None:
+            if item.id in first_line_of:
+                problem = LineProblem(
+                    number, f"id: duplicate id (first on line {first_line_of[item.id]})", item.id
+                )
+            elif set_scale is not None and _scale_signature(item.scale) != _scale_signature(
+                set_scale
+            ):
+                problem = LineProblem(
+                    number,
+                    f"score_scale: {item.scale.text!r} differs from the set's scale "
+                    f"{set_scale.text!r} (one set has one scale)",
+                    item.id,
+                )
+            else:
+                set_scale = set_scale or item.scale
+                first_line_of[item.id] = number
+                items.append(item)
+        if problem is not None:
+            if strict:
+                raise InputError(f"{file}: {problem}", field="line", line=problem.line)
+            problems.append(problem)
+    return LoadedSet(
+        name=name or file.stem,
+        path=file,
+        sha256=hashlib.sha256(data).hexdigest(),
+        items=items,
+        problems=problems,
+        scale=set_scale,
+    )
+
+
+def _load_line(
+    text: str, number: int, forced: Scale | None, chartom_context: Literal[0, 1000, 2000]
+) -> tuple[LineProblem | None, CalibrationItem | None]:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return LineProblem(number, f"invalid JSON: {exc.msg} at column {exc.colno}"), None
+    if not isinstance(raw, dict):
+        return LineProblem(number, f"expected a JSON object, got {type(raw).__name__}"), None
+    raw_id = raw.get("id")
+    line_id = str(raw_id) if isinstance(raw_id, str | int) else None
+    try:
+        item = _item_from_line(
+            raw, line=number, scale_override=forced, chartom_context=chartom_context
+        )
+    except ValidationError as exc:
+        return LineProblem(number, _format_validation_error(exc), line_id), None
+    except ValueError as exc:
+        return LineProblem(number, str(exc), line_id), None
+    return None, item
+
+
+# --- where the shared sets live ----------------------------------------------------------------
+
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _candidate_dirs() -> list[Path]:
+    relative = Path("..") / "shared" / "calibration"
+    return [Path.cwd() / relative, _REPO_ROOT / relative]
+
+
+def find_calibration_dir(directory: str | Path | None = None) -> Path | None:
+    """Locate the folder of shared calibration sets, or ``None`` when it is absent.
+
+    Order: ``directory`` if given, else ``$BONUSJUDGE_CALIBRATION_DIR`` if set (either must exist:
+    an explicit choice never falls through to a default), else ``../shared/calibration``
+    relative to the current directory, then relative to the repository root.
+
+    Args:
+        directory: An explicit folder.
+
+    Returns:
+        The resolved folder, or ``None`` when no default folder exists.
+
+    Raises:
+        InputError: When an explicitly given folder (argument or env var) does not exist.
+    """
+    explicit = directory if directory is not None else os.environ.get(CALIBRATION_DIR_ENV) or None
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if not path.is_dir():
+            origin = "directory" if directory is not None else CALIBRATION_DIR_ENV
+            raise InputError(
+                f"calibration folder {path} (from {origin}) does not exist", field=origin
+            )
+        return path.resolve()
+    for candidate in _candidate_dirs():
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+def resolve_calibration_dir(directory: str | Path | None = None) -> Path:
+    """Like :func:`find_calibration_dir`, but raise when no folder is found.
+
+    Raises:
+        InputError: When no calibration folder can be found.
+    """
+    found = find_calibration_dir(directory)
+    if found is None:
+        tried = ", ".join(str(p) for p in _candidate_dirs())
+        raise InputError(
+            f"no calibration folder found: set {CALIBRATION_DIR_ENV} or pass a path "
+            f"(tried {tried})",
+            field=CALIBRATION_DIR_ENV,
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class SharedSet:
+    """A registry entry for one of the shared human-rated sets.
+
+    Attributes:
+        name: Registry name.
+        path: Path relative to the calibration folder.
+        kind: The scale kind its ``score_scale`` parses to.
+        description: What the set is.
+    """
+
+    name: str
+    path: str
+    kind: ScaleKind
+    description: str
+
+
+SHARED_SETS: dict[str, SharedSet] = {
+    s.name: s
+    for s in (
+        SharedSet(
+            "kpqa_nrqa_mhpgm", "kpqa/nrqa_mhpgm.jsonl", "range", "NarrativeQA answers, 0.2-1.0"
+        ),
+        SharedSet("kpqa_marco_all", "kpqa/marco_all.jsonl", "range", "MS MARCO, 1-5 mean"),
+        SharedSet("kpqa_avsd_all", "kpqa/avsd_all.jsonl", "range", "AVSD, 1-5 mean"),
+        SharedSet(
+            "kpqa_marcomulti_unilm",
+            "kpqa/marcomulti_unilm.jsonl",
+            "range",
+            "MS MARCO multi-span (UniLM), 1-5 mean",
+        ),
+        SharedSet("evouna_tq", "evouna/tq.jsonl", "binary", "EVOUNA TriviaQA, 0/1 correct"),
+        SharedSet(
+            "kqa_nli_keypoints",
+            "kqa/kqa_nli_keypoints.jsonl",
+            "keypoint",
+            "K-QA gold statements: 1 covered, 0 not, -1 contradicted",
+        ),
+        SharedSet(
+            "kqa_answer_level",
+            "kqa/kqa_answer_level.jsonl",
+            "range",
+            "K-QA answers: share of must-have statements covered, 0-1",
+        ),
+        SharedSet(
+            "liveqa_med",
+            "liveqa_med/medquad_judged_answers.jsonl",
+            "range",
+            "LiveQA-Med 2017 judged answers, 1-4",
+        ),
+    )
+}
+"""The eight shared sets by name (paths relative to the calibration folder)."""
+
+
+def load_shared_set(
+    name: str, *, directory: str | Path | None = None, strict: bool = False
+) -> LoadedSet:
+    """Load one of the :data:`SHARED_SETS` by name.
+
+    Args:
+        name: Registry name, or the file's path relative to the folder (``kpqa/nrqa_mhpgm``).
+        directory: The calibration folder (default: see :func:`find_calibration_dir`).
+        strict: Raise on the first bad line.
+
+    Raises:
+        InputError: Unknown name, missing folder or file, or (``strict``) a bad line.
+    """
+    entry = SHARED_SETS.get(name)
+    if entry is None:
+        # Also accept the file's relative path, with or without ".jsonl" ("kpqa/nrqa_mhpgm").
+        wanted = name.removesuffix(".jsonl")
+        entry = next(
+            (e for e in SHARED_SETS.values() if e.path.removesuffix(".jsonl") == wanted), None
+        )
+    if entry is None:
+        known = ", ".join(sorted(SHARED_SETS))
+        raise InputError(f"unknown calibration set {name!r}; known: {known}", field="name")
+    base = resolve_calibration_dir(directory)
+    return load_set(base / entry.path, name=entry.name, strict=strict)
+
+
+EXAMPLE_SETS: dict[str, str] = {
+    "example": "example.jsonl",
+    "example_binary": "example_binary.jsonl",
+    "example_keypoints": "example_keypoints.jsonl",
+}
+"""Small packaged sets of our own making (graded 0-1, binary, K-QA key points) for tests/demos."""
+
+
+def example_set_path(name: str = "example") -> Path:
+    """Path of a packaged example set.
+
+    Raises:
+        InputError: When ``name`` is not one of :data:`EXAMPLE_SETS`.
+    """
+    if name not in EXAMPLE_SETS:
+        raise InputError(
+            f"unknown example set {name!r}; known: {', '.join(sorted(EXAMPLE_SETS))}", field="name"
+        )
+    return Path(str(resources.files("calibration") / "data" / EXAMPLE_SETS[name]))
+
+
+def load_example_set(name: str = "example") -> LoadedSet:
+    """Load a packaged example set (strictly: they must always load cleanly)."""
+    return load_set(example_set_path(name), name=name, strict=True)

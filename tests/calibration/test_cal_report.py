@@ -1,0 +1,211 @@
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from calibration.report import (
+    CalibrationReport,
+    ReportFiles,
+    build_report,
+    config_hash,
+    render_markdown,
+    write_report,
+)
+from calibration.sets import CalibrationItem, LoadedSet, load_example_set
+from judge.errors import ConfigError, InputError
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "coverage": {"model": "openai/gpt-4o", "temperature": 0.2, "api_key": "sk-secret"},
+    "rouge_l": {"metric": "rouge_l", "segmenter": "char"},
+}
+
+
+def _scores(items: Sequence[CalibrationItem], seed: int, noise: float) -> dict[str, float | None]:
+    rng = np.random.default_rng(seed)
+    return {i.id: float(np.clip(i.human_norm + rng.normal(0, noise), 0, 1)) for i in items}
+
+
+def _inputs(name: str = "example") -> tuple[LoadedSet, dict[str, Any]]:
+    dataset = load_example_set(name)
+    coverage: dict[str, Any] = _scores(dataset.items, 0, 0.15)
+    rouge = _scores(dataset.items, 1, 0.35)
+    first = dataset.items[0].id
+    rouge[first] = None
+    kwargs: dict[str, Any] = {
+        "configs": CONFIGS,
+        "scores": {"coverage": coverage, "rouge_l": rouge},
+        "unscored": {"rouge_l": {first: "parse_failure"}},
+        "retest": {"coverage": _scores(dataset.items, 0, 0.15)},
+        "n_resamples": 200,
+        "n_folds": 3,
+    }
+    if name == "example_keypoints":
+        kwargs["point_verdicts"] = {
+            "coverage": {i.id: coverage[i.id] >= 0.5 for i in dataset.items}
+        }
+        kwargs["defects"] = {"coverage": {i.id: i.is_contradicted for i in dataset.items}}
+    return dataset, kwargs
+
+
+Written = tuple[LoadedSet, dict[str, Any], CalibrationReport, ReportFiles, Path]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
+    dataset, kwargs = _inputs()
+    report = build_report(dataset, seed=11, **kwargs)
+    out = tmp_path_factory.mktemp("report")
+    return dataset, kwargs, report, write_report(report, out), out
+
+
+def test_files_exist(written: Written) -> None:
+    _, _, _, files, out = written
+    assert files.json == out / "report.json" and files.json.is_file()
+    assert files.markdown == out / "report.md" and files.markdown.is_file()
+    names = sorted(p.name for p in files.plots)
+    assert names == [
+        "reliability_coverage.png",
+        "reliability_rouge_l.png",
+        "scatter_coverage.png",
+        "scatter_rouge_l.png",
+    ]
+    for png in files.plots:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in files.mappings) == ["coverage.json", "rouge_l.json"]
+
+
+def test_json_has_every_section(written: Written) -> None:
+    dataset, kwargs, _, files, _ = written
+    data = json.loads(files.json.read_text())
+    assert set(data) == {
+        "format_version",
+        "set",
+        "options",
+        "configs",
+        "metrics",
+        "human_ceiling",
+        "judge_vs_judge",
+        "test_retest",
+        "table7",
+        "plots",
+    }
+    assert data["set"]["hash"] == dataset.sha256
+    assert data["set"]["n_items"] == 16
+    assert data["options"]["seed"] == 11
+    assert data["options"]["group_fields"] == ["dimension", "system"]
+    assert data["configs"]["coverage"]["hash"] == config_hash(CONFIGS["coverage"])
+    assert data["configs"]["coverage"]["config"]["api_key"] == "***"
+    assert "sk-secret" not in files.json.read_text()
+    for name in ("coverage", "rouge_l"):
+        metric = data["metrics"][name]
+        assert metric["config"] == name
+        agreement = metric["agreement"]
+        for key in ("n", "n_unscored", "pearson", "spearman", "kendall"):
+            assert key in agreement
+        assert agreement["pearson"]["ci_low"] <= agreement["pearson"]["value"]
+        assert set(metric["by_group"]) == {"dimension", "system"}
+        assert metric["mapping"]["judge_config_hash"] == data["configs"][name]["hash"]
+        assert metric["mapping"]["file"] == f"mappings/{name}.json"
+        assert len(metric["mapping"]["reliability"]) == 10
+    rouge = data["metrics"]["rouge_l"]
+    assert rouge["agreement"]["n"] == 15
+    assert rouge["agreement"]["unscored_reasons"] == {"parse_failure": 1}
+    assert rouge["left_out"][0]["reason"] == "parse_failure"
+    expected = stats.pearsonr(
+        [kwargs["scores"]["coverage"][i.id] for i in dataset.items],
+        [i.human_norm for i in dataset.items],
+    ).statistic
+    assert data["metrics"]["coverage"]["agreement"]["pearson"]["value"] == pytest.approx(expected)
+    assert data["human_ceiling"]["level"] == "interval" and data["human_ceiling"]["alpha"] > 0.8
+    assert [(p["a"], p["b"]) for p in data["judge_vs_judge"]] == [("coverage", "rouge_l")]
+    assert data["test_retest"]["coverage"]["exact_agreement"] == 1.0
+    assert set(data["table7"]) == {"sys_a", "sys_b", "All"}
+    assert data["plots"]["scatter"]["coverage"] == "scatter_coverage.png"
+
+
+def test_markdown_table7_layout(written: Written) -> None:
+    _, _, _, files, _ = written
+    text = files.markdown.read_text()
+    assert "| System | n | Human | coverage | rouge_l |" in text
+    assert "**Human correlation** (Pearson)" in text
+    assert "| Pearson [95% CI] |" in text
+    assert "## By system" in text and "## Judge vs judge" in text
+    assert "![scatter coverage](scatter_coverage.png)" in text
+    assert "unscored: parse_failure (1)" in text
+    assert render_markdown(json.loads(files.json.read_text())) == text
+
+
+def test_deterministic_given_the_seed(tmp_path: Path, written: Written) -> None:
+    dataset, kwargs, _, files, _ = written
+    again = write_report(build_report(dataset, seed=11, **kwargs), tmp_path / "again")
+    assert again.json.read_text() == files.json.read_text()
+    other = build_report(dataset, seed=12, **kwargs).data
+    first = json.loads(files.json.read_text())
+    assert (
+        other["metrics"]["coverage"]["agreement"]["pearson"]["ci_low"]
+        != first["metrics"]["coverage"]["agreement"]["pearson"]["ci_low"]
+    )
+
+
+def test_binary_and_keypoint_sections(tmp_path: Path) -> None:
+    dataset, kwargs = _inputs("example_keypoints")
+    data = build_report(dataset, **kwargs).data
+    agreement = data["metrics"]["coverage"]["agreement"]
+    assert agreement["binary"]["auroc"]["value"] is not None
+    assert agreement["binary"]["cv"]["folds"][0]["threshold"] is not None
+    assert agreement["keypoints"]["contradicted_defect_rate"] == 1.0
+    assert data["metrics"]["coverage"]["mapping"]["kind"] == "logistic"
+    assert data["human_ceiling"]["level"] == "nominal"
+    text = render_markdown(data)
+    assert "AUROC [95% CI]" in text and "Contradicted points -> defect rate" in text
+
+
+def test_bad_inputs_name_the_metric() -> None:
+    dataset, kwargs = _inputs()
+    kwargs["scores"] = {**kwargs["scores"], "broken": {"not-in-set": 0.5}}
+    with pytest.raises(InputError, match="metric 'broken'") as info:
+        build_report(dataset, **kwargs)
+    assert info.value.field == "scores.broken"
+    dataset, kwargs = _inputs()
+    with pytest.raises(ConfigError, match="unknown configuration"):
+        build_report(dataset, metric_configs={"coverage": "nope"}, **kwargs)
+    with pytest.raises(InputError, match="set_name"):
+        build_report(dataset.items, **kwargs)
+    with pytest.raises(InputError, match="retest"):
+        build_report(dataset, **{**kwargs, "retest": {"nope": {}}})
+
+
+def test_metric_without_a_configuration_gets_no_mapping() -> None:
+    dataset, kwargs = _inputs()
+    kwargs["configs"] = {"a": {"x": 1}, "b": {"x": 2}}
+    data = build_report(dataset, **kwargs).data
+    assert data["metrics"]["coverage"]["config"] is None
+    assert "no judge configuration" in data["metrics"]["coverage"]["mapping"]["note"]
+
+
+def test_degenerate_metrics_do_not_crash(tmp_path: Path) -> None:
+    dataset = load_example_set("example_binary")
+    ids = [i.id for i in dataset.items]
+    report = build_report(
+        dataset,
+        configs={"constant": {"m": 1}, "empty": {"m": 2}},
+        scores={"constant": dict.fromkeys(ids, 0.5), "empty": dict.fromkeys(ids)},
+        unscored={"empty": dict.fromkeys(ids, "provider_error")},
+        n_resamples=50,
+        n_folds=3,
+    )
+    files = write_report(report, tmp_path)
+    data = json.loads(files.json.read_text())
+    constant = data["metrics"]["constant"]["agreement"]
+    assert constant["pearson"]["value"] is None and "constant" in constant["pearson"]["note"]
+    assert constant["binary"]["auroc"]["value"] == 0.5
+    empty = data["metrics"]["empty"]
+    assert empty["agreement"]["n"] == 0
+    assert empty["agreement"]["unscored_reasons"] == {"provider_error": 16}
+    assert "no mapping" in empty["mapping"]["note"]
+    assert data["judge_vs_judge"][0]["n"] == 0
+    assert "provider_error (16)" in files.markdown.read_text()
