@@ -14,6 +14,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,12 @@ def stable_hash(payload: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+@lru_cache(maxsize=256)
 def schema_hash(response_model: type[Any] | None) -> str | None:
-    """Hash of a pydantic response model's JSON schema (None for plain-text calls)."""
+    """Hash of a pydantic response model's JSON schema (None for plain-text calls).
+
+    Memoised per model class: generating a JSON schema costs ~5 ms and every judge call asks.
+    """
     if response_model is None:
         return None
     return stable_hash(response_model.model_json_schema())[:16]

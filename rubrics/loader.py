@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jinja2 import StrictUndefined, TemplateError, meta
+from jinja2 import StrictUndefined, Template, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
@@ -130,11 +130,18 @@ def _validate_templates(rubric: Rubric) -> None:
                 )
 
 
+@lru_cache(maxsize=256)
+def _compiled(source: str) -> Template:
+    # Jinja's from_string compiles on every call (~10 ms per template, two per judge call); the
+    # templates are immutable rubric text, so compile each once per process.
+    return _ENV.from_string(source)
+
+
 def _render(rubric: Rubric, language: Language, variables: Mapping[str, Any]) -> list[dict[str, str]]:
     prompt = rubric.prompts[language]
     try:
-        system = _ENV.from_string(prompt.system).render(**variables).strip()
-        user = _ENV.from_string(prompt.user).render(**variables).strip()
+        system = _compiled(prompt.system).render(**variables).strip()
+        user = _compiled(prompt.user).render(**variables).strip()
     except TemplateError as exc:
         raise RubricInvalid(
             f"{rubric.path}: prompts.{language}: render error: {exc}",
