@@ -47,16 +47,29 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "calibrate", help="correlate judges and metrics with human ratings"
     )
-    parser.add_argument("set", help="calibration JSONL, or a shared set's name (e.g. kpqa/nrqa)")
-    parser.add_argument("--judge", action="append",
-                        help="judge model to calibrate (repeat for several; default: settings)")
-    parser.add_argument("--metrics", dest="calibration_metrics", default="rouge_l,bertscore,coverage",
-                        help="comma list of rouge_l, bertscore, coverage")
+    parser.add_argument(
+        "set", help="calibration JSONL, or a shared set's name (e.g. kpqa/nrqa_mhpgm, evouna_tq)"
+    )
+    parser.add_argument(
+        "--judge",
+        action="append",
+        help="judge model to calibrate (repeat for several; default: settings)",
+    )
+    parser.add_argument(
+        "--metrics",
+        dest="calibration_metrics",
+        default="rouge_l,bertscore,coverage",
+        help="comma list of rouge_l, bertscore, coverage",
+    )
     parser.add_argument("--limit", type=int, help="use only the first N items")
-    parser.add_argument("--out", type=Path, default=Path("out/calibration"),
-                        help="report folder (resumable)")
-    parser.add_argument("--retest", action="store_true",
-                        help="grade each judge twice with the cache off (test-retest)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("out/calibration"), help="report folder (resumable)"
+    )
+    parser.add_argument(
+        "--retest",
+        action="store_true",
+        help="grade each judge twice with the cache off (test-retest)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     add_judge_options(parser, metrics=False)

@@ -63,7 +63,7 @@ DEFAULT_GROUP_FIELDS: tuple[str, ...] = ("source", "dimension", "system", "key_p
 """Fields broken down by default, when the items have at least two values for them."""
 
 # Keys whose values never belong in a report, whatever a caller's config dict holds.
-_SECRET_KEY = re.compile(r"(api_?key|secret|token|password)", re.I)
+_SECRET_KEY = re.compile(r"(api_?key|secret|password|(?<!max_)tokens?$|^token)", re.I)
 # Up to this many distinct values, an axis is treated as discrete and jittered in scatter plots.
 _JITTER_LEVELS = 12
 

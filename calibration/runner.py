@@ -89,8 +89,12 @@ async def _grade_all(
 
 def _metric_scores(
     results: dict[str, GradeResult | str], metrics: Sequence[str], judge_label: str
-) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, str]],
-           dict[str, dict[str, bool | None]], dict[str, dict[str, bool | None]]]:
+) -> tuple[
+    dict[str, dict[str, float | None]],
+    dict[str, dict[str, str]],
+    dict[str, dict[str, bool | None]],
+    dict[str, dict[str, bool | None]],
+]:
     scores: dict[str, dict[str, float | None]] = {}
     reasons: dict[str, dict[str, str]] = {}
     points: dict[str, dict[str, bool | None]] = {}
@@ -153,8 +157,14 @@ def run_calibration(
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     items = dataset.items[:limit] if limit else list(dataset.items)
-    subset = LoadedSet(name=dataset.name, path=dataset.path, sha256=dataset.sha256, items=items,
-                       problems=dataset.problems, scale=dataset.scale)
+    subset = LoadedSet(
+        name=dataset.name,
+        path=dataset.path,
+        sha256=dataset.sha256,
+        items=items,
+        problems=dataset.problems,
+        scale=dataset.scale,
+    )
     cache = JudgeCache(settings.cache_dir if settings.judge.cache else None)
     run = CalibrationRun(files=None)  # type: ignore[arg-type]
     scores: dict[str, dict[str, float | None]] = {}
@@ -174,8 +184,9 @@ def run_calibration(
     for model in judges or [settings.judge.model]:
         if not judged:
             break
-        wanted: tuple[MetricName, ...] = ("coverage",) if model == "embedded-matcher" else (
-            "coverage", "defects")
+        wanted: tuple[MetricName, ...] = (
+            ("coverage",) if model == "embedded-matcher" else ("coverage", "defects")
+        )
         cfg = settings.judge.model_copy(update={"model": model, "metrics": wanted})
         plans.append((model, cfg, judged))
 

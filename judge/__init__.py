@@ -1,1 +1,1 @@
-"""bonusjudge: grade free-form answers by bonus-point coverage and defects, with cached judge calls."""
+"""bonusjudge: grade free-form answers by bonus-point coverage and defects (cached judge calls)."""

@@ -9,6 +9,7 @@ core), and resolves each caller's future with its own result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -26,7 +27,11 @@ class AsyncBatcher(Generic[In, Out]):
     """
 
     def __init__(
-        self, fn: Callable[[list[In]], Sequence[Out]], *, batch_size: int = 64, max_wait: float = 0.01
+        self,
+        fn: Callable[[list[In]], Sequence[Out]],
+        *,
+        batch_size: int = 64,
+        max_wait: float = 0.01,
     ) -> None:
         self._fn = fn
         self._batch_size = batch_size
@@ -39,7 +44,12 @@ class AsyncBatcher(Generic[In, Out]):
 
     def _ensure_worker(self) -> asyncio.Queue[tuple[In, asyncio.Future[Out]]]:
         loop = asyncio.get_running_loop()
-        if self._queue is None or self._loop is not loop or self._worker is None or self._worker.done():
+        if (
+            self._queue is None
+            or self._loop is not loop
+            or self._worker is None
+            or self._worker.done()
+        ):
             # A batcher may outlive one event loop (tests, the CLI calling asyncio.run twice).
             self._loop = loop
             self._queue = asyncio.Queue()
@@ -89,8 +99,6 @@ class AsyncBatcher(Generic[In, Out]):
         """Stop the worker (pending submissions are cancelled)."""
         if self._worker is not None:
             self._worker.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
-            except (asyncio.CancelledError, Exception):
-                pass
             self._worker = None

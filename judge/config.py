@@ -59,10 +59,17 @@ class JudgeConfig(BaseModel):
         default="tools", description="Structured-output mode. Output (prompts differ by mode)."
     )
     temperature: float = Field(
-        default=0.0, ge=0.0, le=2.0, description="Sampling temperature (paper's scorer: 0.2). Output."
+        default=0.0,
+        ge=0.0,
+        le=2.0,
+        description="Sampling temperature (paper's scorer: 0.2). Output.",
     )
-    max_tokens: int = Field(default=1024, ge=16, le=32_768, description="Max output tokens. Output.")
-    seed: int | None = Field(default=None, description="Sampling seed, if the provider honours one.")
+    max_tokens: int = Field(
+        default=1024, ge=16, le=32_768, description="Max output tokens. Output."
+    )
+    seed: int | None = Field(
+        default=None, description="Sampling seed, if the provider honours one."
+    )
     rubric: str = Field(
         default="chartom",
         description="Rubric family: `chartom` (our structured rubrics) or `chartom-paper` (the "
@@ -243,7 +250,9 @@ def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> 
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read settings file {path}: {exc}", field="settings_file")
+            raise ConfigError(
+                f"cannot read settings file {path}: {exc}", field="settings_file"
+            ) from exc
     judge_overrides = overrides.pop("judge", None)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:

@@ -160,7 +160,11 @@ class Grader:
         return config
 
     async def grade(
-        self, request: GradeRequest, *, config: JudgeConfig | None = None, item_id: str | None = None
+        self,
+        request: GradeRequest,
+        *,
+        config: JudgeConfig | None = None,
+        item_id: str | None = None,
     ) -> GradeResult:
         """Grade one request (bounded by the grader's concurrency limit).
 
@@ -236,13 +240,21 @@ class Grader:
                 provenance=self._provenance(cfg, {}, [], language),
             )
         outcome, ref = await self._extract(
-            rubrics["extract_points"], cfg, language, request.question, request.reference,
-            request.context, request.book_name, None,
+            rubrics["extract_points"],
+            cfg,
+            language,
+            request.question,
+            request.reference,
+            request.context,
+            request.book_name,
+            None,
         )
         provenance = self._provenance(cfg, {"extract_points": ref}, [outcome.record], language)
         if outcome.reason is not None:
             return ExtractResult(
-                status="unscored", reason=outcome.reason, detail=outcome.detail,
+                status="unscored",
+                reason=outcome.reason,
+                detail=outcome.detail,
                 provenance=provenance,
             )
         return ExtractResult(status="scored", bonus_points=outcome.value, provenance=provenance)
@@ -268,7 +280,13 @@ class Grader:
         rubric = self.library.get(rubric_id)
         prompt = self.library.render(rubric, language, variables)
         outcome = await self._call(
-            rubric.task, rubric, prompt.language, prompt.messages, response_model, None, cfg,
+            rubric.task,
+            rubric,
+            prompt.language,
+            prompt.messages,
+            response_model,
+            None,
+            cfg,
             lambda out: out.model_dump(mode="json"),
         )
         if outcome.reason is not None:
@@ -320,9 +338,11 @@ class Grader:
             if "defects" in wanted
             else _none()
         )
-        bert_task = self._bertscore(response, request.reference, language, config) if (
-            "bertscore" in wanted
-        ) else _none()
+        bert_task = (
+            self._bertscore(response, request.reference, language, config)
+            if ("bertscore" in wanted)
+            else _none()
+        )
         coverage, defects, bert = await asyncio.gather(coverage_task, defects_task, bert_task)
         rouge = self._rouge(response, request.reference, config) if "rouge_l" in wanted else None
 
@@ -416,8 +436,14 @@ class Grader:
         if config.is_embedded:
             return [request.reference], "reference", None
         outcome, ref = await self._extract(
-            rubrics["extract_points"], config, language, request.question, request.reference,
-            request.context, request.book_name, request.domain,
+            rubrics["extract_points"],
+            config,
+            language,
+            request.question,
+            request.reference,
+            request.context,
+            request.book_name,
+            request.domain,
         )
         calls.append(outcome.record)
         refs["extract_points"] = ref
@@ -437,13 +463,24 @@ class Grader:
         domain: str | None,
     ) -> tuple[_CallOutcome, RubricRef]:
         prompt = self.library.render(
-            rubric, language,
-            {"question": question, "reference": reference, "context": context,
-             "book_name": book_name, "domain": domain},
+            rubric,
+            language,
+            {
+                "question": question,
+                "reference": reference,
+                "context": context,
+                "book_name": book_name,
+                "domain": domain,
+            },
         )
         outcome = await self._call(
-            "extract_points", prompt.rubric, prompt.language, prompt.messages,
-            BonusPointsExtraction, None, config,
+            "extract_points",
+            prompt.rubric,
+            prompt.language,
+            prompt.messages,
+            BonusPointsExtraction,
+            None,
+            config,
             lambda out: list(out.points),
         )
         return outcome, _rubric_ref(prompt.rubric, prompt.language)
@@ -458,7 +495,9 @@ class Grader:
         calls: list[CallRecord],
         refs: dict[str, RubricRef],
     ) -> CoverageResult:
-        points, source, failure = await self._points(request, config, rubrics, language, calls, refs)
+        points, source, failure = await self._points(
+            request, config, rubrics, language, calls, refs
+        )
         if points is None:
             assert failure is not None
             return CoverageResult(
@@ -471,29 +510,53 @@ class Grader:
             return await self._coverage_embedded(request, response, points, source, language)
         rubric = rubrics["coverage"]
         prompt = self.library.render(
-            rubric, language,
-            {"question": request.question, "reference": request.reference, "points": points,
-             "response": response, "book_name": request.book_name, "domain": request.domain},
+            rubric,
+            language,
+            {
+                "question": request.question,
+                "reference": request.reference,
+                "points": points,
+                "response": response,
+                "book_name": request.book_name,
+                "domain": request.domain,
+            },
         )
         refs["coverage"] = _rubric_ref(prompt.rubric, prompt.language)
         n = len(points)
         if rubric.output == "text":
             outcome = await self._call(
-                "coverage", rubric, prompt.language, prompt.messages, None, None, config,
+                "coverage",
+                rubric,
+                prompt.language,
+                prompt.messages,
+                None,
+                None,
+                config,
                 lambda text: parse_paper_coverage(text, n),
             )
         else:
             outcome = await self._call(
-                "coverage", rubric, prompt.language, prompt.messages, coverage_model(n),
-                {"n_points": n}, config, _verdict_dump,
+                "coverage",
+                rubric,
+                prompt.language,
+                prompt.messages,
+                coverage_model(n),
+                {"n_points": n},
+                config,
+                _verdict_dump,
             )
         calls.append(outcome.record)
         if outcome.reason is not None:
             return CoverageResult(
-                status="unscored", reason=outcome.reason, detail=outcome.detail,
-                verdicts=[PointVerdict(index=i, text=p, covered=None)
-                          for i, p in enumerate(points, start=1)],
-                total=n, points_source=source,  # type: ignore[arg-type]
+                status="unscored",
+                reason=outcome.reason,
+                detail=outcome.detail,
+                verdicts=[
+                    PointVerdict(index=i, text=p, covered=None)
+                    for i, p in enumerate(points, start=1)
+                ],
+                total=n,
+                points_source=source,  # type: ignore[arg-type]
             )
         if rubric.output == "text":
             included = set(outcome.value)
@@ -524,7 +587,11 @@ class Grader:
         )
 
     async def _coverage_embedded(
-        self, request: GradeRequest, response: str, points: list[str], source: str,
+        self,
+        request: GradeRequest,
+        response: str,
+        points: list[str],
+        source: str,
         language: Language,
     ) -> CoverageResult:
         from judge.matcher import MatchInput, get_matcher
@@ -535,24 +602,40 @@ class Grader:
         try:
             matches = await self._matcher_batcher.submit(
                 MatchInput(
-                    question=request.question, reference=request.reference, points=points,
-                    response=response, language=language,
+                    question=request.question,
+                    reference=request.reference,
+                    points=points,
+                    response=response,
+                    language=language,
                 )
             )
         except JudgeError as exc:
-            return CoverageResult(status="unscored", reason="not_supported", detail=str(exc),
-                                  total=len(points), points_source=source)  # type: ignore[arg-type]
+            return CoverageResult(
+                status="unscored",
+                reason="not_supported",
+                detail=str(exc),
+                total=len(points),
+                points_source=source,
+            )  # type: ignore[arg-type]
         verdicts = [
             PointVerdict(
-                index=i, text=p, covered=m.covered, rationale=m.rationale,
-                evidence=m.evidence, confidence=round(m.probability, 4),
+                index=i,
+                text=p,
+                covered=m.covered,
+                rationale=m.rationale,
+                evidence=m.evidence,
+                confidence=round(m.probability, 4),
             )
             for i, (p, m) in enumerate(zip(points, matches, strict=True), start=1)
         ]
         covered = sum(1 for v in verdicts if v.covered)
         return CoverageResult(
-            status="scored", verdicts=verdicts, covered=covered, total=len(points),
-            coverage=covered / len(points), points_source=source,  # type: ignore[arg-type]
+            status="scored",
+            verdicts=verdicts,
+            covered=covered,
+            total=len(points),
+            coverage=covered / len(points),
+            points_source=source,  # type: ignore[arg-type]
         )
 
     async def _defects(
@@ -572,28 +655,51 @@ class Grader:
             )
         rubric = rubrics["defects"]
         prompt = self.library.render(
-            rubric, language,
-            {"question": request.question, "reference": request.reference, "response": response,
-             "context": request.context, "book_name": request.book_name,
-             "domain": request.domain},
+            rubric,
+            language,
+            {
+                "question": request.question,
+                "reference": request.reference,
+                "response": response,
+                "context": request.context,
+                "book_name": request.book_name,
+                "domain": request.domain,
+            },
         )
         refs["defects"] = _rubric_ref(prompt.rubric, prompt.language)
         if rubric.output == "text":
             outcome = await self._call(
-                "defects", rubric, prompt.language, prompt.messages, None, None, config,
-                lambda text: [{"description": d, "kind": "other"} for d in parse_paper_defects(text)],
+                "defects",
+                rubric,
+                prompt.language,
+                prompt.messages,
+                None,
+                None,
+                config,
+                lambda text: [
+                    {"description": d, "kind": "other"} for d in parse_paper_defects(text)
+                ],
             )
         else:
             outcome = await self._call(
-                "defects", rubric, prompt.language, prompt.messages, DefectJudgement, None, config,
+                "defects",
+                rubric,
+                prompt.language,
+                prompt.messages,
+                DefectJudgement,
+                None,
+                config,
                 lambda out: [d.model_dump() for d in out.defects],
             )
         calls.append(outcome.record)
         if outcome.reason is not None:
             return DefectsResult(status="unscored", reason=outcome.reason, detail=outcome.detail)
         found = [
-            Defect(description=d["description"], kind=d.get("kind", "other"),
-                   evidence=d.get("evidence") or None)
+            Defect(
+                description=d["description"],
+                kind=d.get("kind", "other"),
+                evidence=d.get("evidence") or None,
+            )
             for d in outcome.value
         ]
         return DefectsResult(status="scored", defects=found, penalized=bool(found))
@@ -631,8 +737,11 @@ class Grader:
 
             def run(batch: list[tuple[str, str, Language]]) -> list[BertScore]:
                 return bertscore(
-                    [b[0] for b in batch], [b[1] for b in batch],
-                    encoder=encoder, layer=layer, languages=[b[2] for b in batch],
+                    [b[0] for b in batch],
+                    [b[1] for b in batch],
+                    encoder=encoder,
+                    layer=layer,
+                    languages=[b[2] for b in batch],
                 )
 
             self._bert_batchers[key] = AsyncBatcher(run, batch_size=64, max_wait=0.01)
@@ -672,8 +781,13 @@ class Grader:
                 return _CallOutcome(
                     value=cached["value"],
                     record=CallRecord(
-                        task=task, rubric=ref, cached=True, attempts=0, outcome="ok",
-                        cache_key=key, latency_s=round(time.monotonic() - started, 4),
+                        task=task,
+                        rubric=ref,
+                        cached=True,
+                        attempts=0,
+                        outcome="ok",
+                        cache_key=key,
+                        latency_s=round(time.monotonic() - started, 4),
                     ),
                 )
         attempts = 0
@@ -683,16 +797,24 @@ class Grader:
 
         def record(outcome: str) -> CallRecord:
             return CallRecord(
-                task=task, rubric=ref, cached=False, attempts=attempts, outcome=outcome,
-                prompt_tokens=prompt_tokens or None, completion_tokens=completion_tokens or None,
-                cost_usd=cost or None, latency_s=round(time.monotonic() - started, 4),
+                task=task,
+                rubric=ref,
+                cached=False,
+                attempts=attempts,
+                outcome=outcome,
+                prompt_tokens=prompt_tokens or None,
+                completion_tokens=completion_tokens or None,
+                cost_usd=cost or None,
+                latency_s=round(time.monotonic() - started, 4),
                 cache_key=key,
             )
 
         while True:
             if not self.breaker.allow():
                 return _CallOutcome(
-                    None, record("circuit_open"), "circuit_open",
+                    None,
+                    record("circuit_open"),
+                    "circuit_open",
                     "the provider failed repeatedly; the circuit breaker is open",
                 )
             attempts += 1
@@ -712,7 +834,9 @@ class Grader:
                         )
                         continue
                     return _CallOutcome(
-                        None, record(exc.reason), exc.reason,
+                        None,
+                        record(exc.reason),
+                        exc.reason,
                         f"{exc} (the run's retry budget is exhausted)",
                     )
                 return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
@@ -727,7 +851,9 @@ class Grader:
                 log.exception("unexpected error from the judge provider")
                 self.breaker.record_failure()
                 return _CallOutcome(
-                    None, record("provider_error"), "provider_error",
+                    None,
+                    record("provider_error"),
+                    "provider_error",
                     f"unexpected {type(exc).__name__}: {str(exc)[:300]}",
                 )
             self.breaker.record_success()

@@ -78,9 +78,12 @@ def chartom_to_request(
         if context_window is not None and context_window not in CHARTOM_CONTEXT_KEYS:
             raise InputError(
                 f"context window must be one of {sorted(CHARTOM_CONTEXT_KEYS)}",
-                field="context_window", line=line,
+                field="context_window",
+                line=line,
             )
-        chosen = context_window if context_window is not None else (max(windows) if windows else None)
+        chosen = (
+            context_window if context_window is not None else (max(windows) if windows else None)
+        )
         if chosen is not None and CHARTOM_CONTEXT_KEYS[chosen] in obj:
             data["context"] = obj[CHARTOM_CONTEXT_KEYS[chosen]] or None
             data.setdefault("context_window", chosen)
@@ -91,7 +94,9 @@ def chartom_to_request(
         return GradeRequest.model_validate(data)
     except ValidationError as exc:
         field, message = _first_error(exc)
-        raise InputError(f"{field}: {message}" if field else message, field=field, line=line) from exc
+        raise InputError(
+            f"{field}: {message}" if field else message, field=field, line=line
+        ) from exc
 
 
 def read_items(
@@ -146,7 +151,8 @@ class ResultWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             self._recover()
-        self._handle = open(self.path, "a", encoding="utf-8")
+        # Kept open across writes on purpose (closed by close()/__exit__).
+        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         return self
 
     def _recover(self) -> None:
@@ -197,7 +203,7 @@ class ResultWriter:
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
         self.done = {str(o.get(self.id_field)): o for o in keep}
-        self._handle = open(self.path, "a", encoding="utf-8")
+        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
     def __enter__(self) -> ResultWriter:
         return self.open()

@@ -49,7 +49,9 @@ def gguf_path(cache_dir: Path | None = None) -> Path:
             '(builds llama-cpp-python; set CMAKE_ARGS="-DGGML_NATIVE=OFF")',
             field="local_llm",
         ) from exc
-    base = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bonusjudge"
+    base = (
+        cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bonusjudge"
+    )
     return Path(assemble(base / "models" / MODEL_NAME))
 
 
@@ -92,14 +94,19 @@ class LocalLLM:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()
 
 
 def start_local_llm(
-    *, port: int | None = None, n_ctx: int = 4096, startup_timeout: float = 180.0,
+    *,
+    port: int | None = None,
+    n_ctx: int = 4096,
+    startup_timeout: float = 180.0,
     log_dir: Path | None = None,
 ) -> LocalLLM:
     """Start Gemma 3 270M under ``llama_cpp.server`` on loopback and wait until it answers.
@@ -118,12 +125,24 @@ def start_local_llm(
     port = port or _free_port()
     log_dir = log_dir or model_file.parent
     log_path = log_dir / f"llama-server-{port}.log"
-    log = open(log_path, "wb")
+    log = open(log_path, "wb")  # noqa: SIM115 - handed to the child, closed right after
     # The base model has no chat template of its own: use llama.cpp's gemma chat format.
     command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_file),
-        "--host", "127.0.0.1", "--port", str(port), "--chat_format", "gemma",
-        "--n_ctx", str(n_ctx), "--model_alias", LOCAL_MODEL_ALIAS,
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_file),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--chat_format",
+        "gemma",
+        "--n_ctx",
+        str(n_ctx),
+        "--model_alias",
+        LOCAL_MODEL_ALIAS,
     ]
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     log.close()

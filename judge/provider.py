@@ -112,25 +112,31 @@ def map_provider_exception(exc: BaseException) -> ProviderError:
     429 and 5xx and timeouts and connection failures are retryable; 4xx (bad request, auth, not
     found, content policy) are not, since asking again cannot help.
     """
-    import litellm
+    from litellm import exceptions as lx
 
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     message = f"{name}: {str(exc)[:500]}"
-    if isinstance(exc, litellm.Timeout) or "Timeout" in name:
+    if isinstance(exc, lx.Timeout) or "Timeout" in name:
         return ProviderError(message, reason="timeout", retryable=True, status=status)
-    if isinstance(exc, litellm.RateLimitError) or status == 429:
+    if isinstance(exc, lx.RateLimitError) or status == 429:
         return ProviderError(
-            message, reason="rate_limited", retryable=True, status=429,
+            message,
+            reason="rate_limited",
+            retryable=True,
+            status=429,
             retry_after=_retry_after(exc),
         )
-    if isinstance(exc, litellm.ContentPolicyViolationError):
+    if isinstance(exc, lx.ContentPolicyViolationError):
         return ProviderError(message, reason="refusal", retryable=False, status=status)
-    if isinstance(exc, litellm.APIConnectionError) or status is None:
+    if isinstance(exc, lx.APIConnectionError) or status is None:
         return ProviderError(message, reason="provider_error", retryable=True, status=status)
     if isinstance(status, int) and status >= 500:
         return ProviderError(
-            message, reason="provider_error", retryable=True, status=status,
+            message,
+            reason="provider_error",
+            retryable=True,
+            status=status,
             retry_after=_retry_after(exc),
         )
     return ProviderError(message, reason="provider_error", retryable=False, status=status)
@@ -304,7 +310,9 @@ class LiteLLMProvider:
             attempts=1,
         )
 
-    async def _complete_text(self, messages: list[dict[str, str]], config: JudgeConfig) -> Completion:
+    async def _complete_text(
+        self, messages: list[dict[str, str]], config: JudgeConfig
+    ) -> Completion:
         import litellm
 
         try:

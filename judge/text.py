@@ -41,7 +41,7 @@ def is_cjk(char: str) -> bool:
 
 
 def cjk_share(text: str) -> float:
-    """Share of the letters in ``text`` that are Chinese ideographs (0.0 for text without letters)."""
+    """Share of the letters in ``text`` that are Chinese ideographs (0.0 without letters)."""
     letters = _LETTER_RE.findall(text)
     if not letters:
         return 0.0
@@ -68,7 +68,7 @@ def count_words(text: str) -> int:
 
 
 def truncate_words(text: str, limit: int) -> str:
-    """Cut ``text`` after ``limit`` words (CJK-aware), keeping the original spacing before the cut."""
+    """Cut ``text`` after ``limit`` words (CJK-aware), keeping the spacing before the cut."""
     if limit <= 0:
         return ""
     for index, match in enumerate(_WORD_RE.finditer(text)):
@@ -78,7 +78,7 @@ def truncate_words(text: str, limit: int) -> str:
 
 
 def length_cap(reference: str) -> int:
-    """The public scorer's cap, in words: ``max(words(reference) + 5, int(1.5 * words(reference)))``.
+    """The public scorer's cap in words: ``max(words(ref) + 5, int(1.5 * words(ref)))``.
 
     Counted with :func:`count_words`, so the cap means the same for Chinese as for English.
     """

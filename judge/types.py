@@ -248,9 +248,7 @@ class Provenance(BaseModel):
     sampling: dict[str, Any] = Field(
         default_factory=dict, description="Sampling settings sent (temperature, max_tokens...)."
     )
-    rubrics: dict[str, RubricRef] = Field(
-        default_factory=dict, description="Rubric used per task."
-    )
+    rubrics: dict[str, RubricRef] = Field(default_factory=dict, description="Rubric used per task.")
     config_hash: str = Field(description="Hash of every setting that changes the judge's output.")
     calls: list[CallRecord] = Field(default_factory=list, description="Judge calls made.")
     length_control: bool = Field(default=False, description="Response truncated to the cap?")

@@ -73,7 +73,7 @@ def coverage_model(n_points: int) -> type[CoverageJudgementBase]:
     point = create_model(
         "PointJudgement",
         __base__=PointJudgementBase,
-        index=(index_type, Field(description=f"The bonus point's number, 1 to {n_points}.")),
+        index=(index_type, Field(description=f"The bonus point's number, 1 to {n_points}.")),  # type: ignore[arg-type]
     )
     model = create_model(
         "CoverageJudgement",
@@ -146,7 +146,9 @@ _COVERAGE_RE = re.compile(
 )
 _DEFECT_RE = re.compile(r"\[\s*defects?\s*\]\s*[:：]\s*(?P<body>.*)", re.IGNORECASE | re.DOTALL)
 _NONE_RE = re.compile(r"^\s*(none|null|nil|无|没有)\s*[.。!！]?\s*$", re.IGNORECASE)
-_NONE_VERDICT_RE = re.compile(r"^(none|null|无缺陷|没有缺陷|无|没有)\s*(?:[.。!！]|$)", re.IGNORECASE | re.MULTILINE)
+_NONE_VERDICT_RE = re.compile(
+    r"^(none|null|无缺陷|没有缺陷|无|没有)\s*(?:[.。!！]|$)", re.IGNORECASE | re.MULTILINE
+)
 _INDEX_LIST_RE = re.compile(r"^\s*\(?\d+\)?(\s*[,，、;；]?\s*(and\s+)?\(?\d+\)?)*\s*[.。]?\s*$")
 
 
@@ -161,9 +163,7 @@ def parse_paper_coverage(text: str, n_points: int) -> list[int]:
     """
     matches = list(_COVERAGE_RE.finditer(text or ""))
     if not matches:
-        raise JudgeOutputError(
-            "no '[Included Bonus Points]:' line in the judge's reply", raw=text
-        )
+        raise JudgeOutputError("no '[Included Bonus Points]:' line in the judge's reply", raw=text)
     body = matches[-1].group("body").strip()
     if _NONE_RE.match(body):
         return []
@@ -175,9 +175,7 @@ def parse_paper_coverage(text: str, n_points: int) -> list[int]:
     numbers = [int(n) for n in re.findall(r"\d+", body)]
     bad = sorted({n for n in numbers if not 1 <= n <= n_points})
     if bad:
-        raise JudgeOutputError(
-            f"point number(s) {bad} out of range 1..{n_points}", raw=text
-        )
+        raise JudgeOutputError(f"point number(s) {bad} out of range 1..{n_points}", raw=text)
     return sorted(set(numbers))
 
 

@@ -137,7 +137,9 @@ def _compiled(source: str) -> Template:
     return _ENV.from_string(source)
 
 
-def _render(rubric: Rubric, language: Language, variables: Mapping[str, Any]) -> list[dict[str, str]]:
+def _render(
+    rubric: Rubric, language: Language, variables: Mapping[str, Any]
+) -> list[dict[str, str]]:
     prompt = rubric.prompts[language]
     try:
         system = _compiled(prompt.system).render(**variables).strip()
@@ -169,10 +171,13 @@ def load_rubric_file(path: Path) -> Rubric:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise RubricInvalid(f"{path}: {field}: {first['msg']}", path=str(path), field=field) from exc
+        raise RubricInvalid(
+            f"{path}: {field}: {first['msg']}", path=str(path), field=field
+        ) from exc
     if content.output == "text" and content.parser is None:
-        raise RubricInvalid(f"{path}: parser: a text rubric needs a parser", path=str(path),
-                            field="parser")
+        raise RubricInvalid(
+            f"{path}: parser: a text rubric needs a parser", path=str(path), field="parser"
+        )
     rubric = Rubric(
         **content.model_dump(),
         path=str(path),
@@ -249,8 +254,7 @@ class RubricLibrary:
             # Point extraction is shared: the faithful family has no published prompt for it.
             rubric = self._by_family.get(("chartom", task))
         if rubric is None:
-            raise RubricNotFound(f"rubric family {family!r} has no {task} rubric",
-                                 rubric_id=family)
+            raise RubricNotFound(f"rubric family {family!r} has no {task} rubric", rubric_id=family)
         return rubric
 
     def render(
@@ -261,7 +265,8 @@ class RubricLibrary:
         if use not in rubric.prompts:
             if rubric.fallback_language is None or rubric.fallback_language not in rubric.prompts:
                 raise RubricNotFound(
-                    f"rubric {rubric.id!r} has no {language} prompt", rubric_id=rubric.id,
+                    f"rubric {rubric.id!r} has no {language} prompt",
+                    rubric_id=rubric.id,
                     field="language",
                 )
             use = rubric.fallback_language

@@ -60,8 +60,12 @@ class JudgeExtractor:
         question = item.tags.get("question") if item.tags else None
         reading, _ = await self.grader.ask(
             "mcq-extract",
-            {"question": question, "choices": list(item.displayed_choices),
-             "labels": list(labels), "response": response},
+            {
+                "question": question,
+                "choices": list(item.displayed_choices),
+                "labels": list(labels),
+                "response": response,
+            },
             model,
             language=detect_language(response + " ".join(item.displayed_choices)),
             config=self.config,

@@ -12,8 +12,12 @@ from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import score_items
 from judge.mcq.types import McqItem
 
-ITEM = McqItem(id="1", choices=["He is sad", "He is angry", "He is happy", "He is bored"],
-               answer="B", response="Well, it could be anger, I'd lean towards the angry one.")
+ITEM = McqItem(
+    id="1",
+    choices=["He is sad", "He is angry", "He is happy", "He is bored"],
+    answer="B",
+    response="Well, it could be anger, I'd lean towards the angry one.",
+)
 
 
 async def test_extractor_reads_and_is_constrained():

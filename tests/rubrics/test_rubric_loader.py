@@ -11,19 +11,29 @@ from rubrics import LIBRARY, RubricLibrary, fence, load_library
 from rubrics.loader import load_rubric_file
 
 VARS = {
-    "question": "Q?", "reference": "R.", "points": ["p1", "p2"], "response": "resp",
-    "book_name": "B", "context": "plot", "domain": None,
+    "question": "Q?",
+    "reference": "R.",
+    "points": ["p1", "p2"],
+    "response": "resp",
+    "book_name": "B",
+    "context": "plot",
+    "domain": None,
 }
 
 
 def test_shipped_library_loads_with_required_rubrics():
     lib = load_library()
     ids = {r.id for r in lib}
-    assert {"chartom-coverage", "chartom-defects", "chartom-extract-points",
-            "chartom-paper-coverage", "chartom-paper-defects"} <= ids
+    assert {
+        "chartom-coverage",
+        "chartom-defects",
+        "chartom-extract-points",
+        "chartom-paper-coverage",
+        "chartom-paper-defects",
+    } <= ids
     for rid in ("chartom-coverage", "chartom-defects", "chartom-extract-points"):
         assert set(lib.get(rid).prompts) == {"en", "zh"}
-    assert lib.families == ["chartom", "chartom-paper"]
+    assert lib.families == ["chartom", "chartom-paper", "mcq"]
     # Faithful family borrows the extraction rubric.
     assert lib.for_task("chartom-paper", "extract_points").id == "chartom-extract-points"
 
