@@ -45,7 +45,7 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     )
     group.add_argument(
         "--mode",
-        choices=["tools", "json_schema", "json", "md_json"],
+        choices=["tools", "json_schema", "json", "md_json", "json_object_schema"],
         help="structured-output mode (local servers differ)",
     )
     group.add_argument("--temperature", type=float, help="sampling temperature (default 0)")
@@ -244,7 +244,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(
             update={
                 "judge": settings.judge.model_copy(
-                    update={"model": local.model, "api_base": local.api_base, "mode": "json_schema"}
+                    update={
+                        "model": local.model,
+                        "api_base": local.api_base,
+                        "mode": "json_object_schema",
+                        "concurrency": 2,
+                    }
                 )
             }
         )

@@ -24,8 +24,12 @@ from judge.types import ALL_METRICS, MetricName
 EMBEDDED_JUDGE = "embedded-matcher"
 """Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""
 
-StructuredMode = Literal["tools", "json_schema", "json", "md_json"]
-"""How structured output is requested from the provider; local servers support different ones."""
+StructuredMode = Literal["tools", "json_schema", "json", "md_json", "json_object_schema"]
+"""How structured output is requested from the provider; local servers support different ones.
+
+``json_object_schema`` is llama.cpp's server dialect: ``response_format: {"type": "json_object",
+"schema": ...}``, which it turns into a grammar (its server rejects ``json_schema``).
+"""
 
 CACHE_FORMAT_VERSION = 1
 """Bumped whenever cached values change shape, so old entries are never misread."""

@@ -1,0 +1,202 @@
+"""The app factory: settings -> engine -> routers, error handlers, limits, auth, metrics, jobs.
+
+The service has no grading logic of its own: every route calls ``judge.engine.Grader``. The app
+owns one grader, one job runner (started and stopped by the lifespan), one private Prometheus
+registry, and an encoder warm-up thread for the readiness check.
+
+Middleware, outermost first: CORS (only when ``settings.cors_origins`` is set), request metrics,
+body-size limit. The limit is checked from ``Content-Length`` before anything is read, and again
+while the body streams in (chunked uploads have no length).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import BodyTooLarge, error_response, install_error_handlers
+from api.jobs import JobManager, JobStore
+from api.observability import EncoderWarmup, MetricsMiddleware, Observability
+from api.routes import grade, health, jobs, metrics, rubrics
+from judge.cache import JudgeCache
+from judge.config import Settings, load_settings
+from judge.engine import BONUSJUDGE_VERSION, Grader
+
+log = logging.getLogger("bonusjudge.api")
+
+JOBS_DB = "jobs.sqlite3"
+"""File name of the jobs database in the service's data folder."""
+
+_DESCRIPTION = """\
+LLM-as-judge grading with the CharToM-QA bonus-point protocol: bonus-point coverage (BPC),
+defects (penalty rate), ROUGE-L and BERTScore, for one item, a batch, or a persisted job.
+
+Errors always have the body `{"error": {"type", "message", "field"}}`. When API keys are
+configured, every route but `/healthz` and `/readyz` needs `Authorization: Bearer <key>`.
+"""
+
+
+class BodyLimitMiddleware:
+    """Rejects request bodies larger than ``limit`` bytes with 413 (uniform error body).
+
+    Args:
+        app: The wrapped app.
+        limit: Largest accepted body, in bytes.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI connection."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.limit:
+            response = error_response(
+                413, "payload_too_large",
+                f"request body of {declared} bytes exceeds the limit of {self.limit} bytes",
+            )
+            await response(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge(self.limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge as exc:
+            # Normally the error handlers answer first; this covers a body read outside them.
+            if started:
+                raise
+            response = error_response(413, "payload_too_large", str(exc.detail))
+            await response(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def build_grader(settings: Settings) -> Grader:
+    """The engine for these settings: the default judge and the on-disk cache."""
+    return Grader(settings.judge, cache=JudgeCache(settings.cache_dir))
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    grader: Grader | None = None,
+    lease_seconds: float = 30.0,
+    poll_seconds: float = 1.0,
+    drain_timeout: float = 30.0,
+) -> FastAPI:
+    """Build the grading service.
+
+    Args:
+        settings: Service settings (default: ``load_settings()`` from the environment / the
+            ``BONUSJUDGE_SETTINGS_FILE``; a bad setting raises ``ConfigError`` naming it).
+        grader: The engine (default: one built from ``settings.judge`` with the on-disk cache).
+            Its config is the default judge. Tests inject one with a ``FakeProvider``.
+        lease_seconds: Job lease length (another worker takes over a job this long after its
+            runner stopped renewing).
+        poll_seconds: How often the job runner renews leases and looks for unclaimed jobs.
+        drain_timeout: On shutdown, how long in-flight job items may take to finish.
+
+    Returns:
+        The FastAPI app. Jobs start running in its lifespan.
+    """
+    settings = settings if settings is not None else load_settings()
+    owns_grader = grader is None
+    engine = grader if grader is not None else build_grader(settings)
+    data_dir = settings.resolved_data_dir()
+    store = JobStore(data_dir / JOBS_DB)
+    manager = JobManager(
+        store, engine, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
+        drain_timeout=drain_timeout,
+    )
+    observability = Observability(engine, store.status_counts)
+    default = engine.config
+    # The embedded matcher reads the encoder only for coverage; BERTScore always does.
+    matcher = default.is_embedded and "coverage" in default.metrics
+    warmup = EncoderWarmup(
+        bertscore="bertscore" in default.metrics, embedded=matcher, encoder=default.encoder,
+        layer=default.encoder_layer, rouge="rouge_l" in default.metrics,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warmup.start()
+        await manager.start()
+        log.info(
+            "bonusjudge %s serving: judge=%s, auth=%s, data=%s", BONUSJUDGE_VERSION,
+            default.model or "(none)", "api keys" if settings.api_keys else "off", data_dir,
+        )
+        try:
+            yield
+        finally:
+            await manager.stop()
+            if owns_grader:
+                await engine.aclose()
+                engine.cache.close()
+            store.close()
+
+    app = FastAPI(
+        title="bonusjudge",
+        version=BONUSJUDGE_VERSION,
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.grader = engine
+    app.state.jobs = manager
+    app.state.observability = observability
+    app.state.warmup = warmup
+    install_error_handlers(app)
+    for module in (grade, jobs, metrics, rubrics, health):
+        app.include_router(module.router)
+    # add_middleware prepends: the last added is the outermost.
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, observability=observability)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory api.app:app_from_env`` (one call per worker process).
+
+    Settings come from ``BONUSJUDGE_*`` variables and ``BONUSJUDGE_SETTINGS_FILE``.
+    """
+    return create_app(load_settings())

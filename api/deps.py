@@ -1,0 +1,104 @@
+"""Dependencies of the routes (``Annotated`` aliases) and the per-request judge selection.
+
+``get_settings`` and ``get_grader`` read what ``create_app`` stored on the app; tests replace them
+with ``app.dependency_overrides``. ``select_judge`` is the one policy for a request's ``judge``
+field: the model must be the default judge or allow-listed, the overrides must make a valid
+configuration, and a request that needs an LLM judge when none is configured gets a 503.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.auth import authenticate
+from api.errors import JudgeNotConfigured
+from api.jobs import JobManager
+from api.observability import Observability
+from judge.config import JudgeConfig, JudgeOverrides, Settings
+from judge.engine import Grader
+from judge.errors import ConfigError, InputError, RubricNotFound
+
+LLM_METRICS = frozenset({"coverage", "defects"})
+"""Metrics that need a judge model; ROUGE-L and BERTScore do not."""
+
+
+def get_settings(request: Request) -> Settings:
+    """The service's settings (validated at start-up)."""
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_grader(request: Request) -> Grader:
+    """The grading engine shared by every request of this process."""
+    grader: Grader = request.app.state.grader
+    return grader
+
+
+def get_jobs(request: Request) -> JobManager:
+    """The job runner of this process."""
+    jobs: JobManager = request.app.state.jobs
+    return jobs
+
+
+def get_observability(request: Request) -> Observability:
+    """The app's Prometheus registry and instruments."""
+    observability: Observability = request.app.state.observability
+    return observability
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+GraderDep = Annotated[Grader, Depends(get_grader)]
+JobsDep = Annotated[JobManager, Depends(get_jobs)]
+ObservabilityDep = Annotated[Observability, Depends(get_observability)]
+
+
+def require_owner(request: Request, settings: SettingsDep) -> str:
+    """Authenticate the request; the caller's identity (key digest, or "" when auth is off)."""
+    return authenticate(request, settings)
+
+
+OwnerDep = Annotated[str, Depends(require_owner)]
+"""The authenticated caller; raises 401 when keys are configured and none valid is sent."""
+
+
+def select_judge(
+    *, grader: Grader, settings: Settings, overrides: JudgeOverrides | None, needs_llm: bool = False
+) -> JudgeConfig:
+    """The judge configuration for one request.
+
+    Args:
+        grader: The engine; its config is the default judge.
+        settings: For the allow-list.
+        overrides: The request's ``judge`` field.
+        needs_llm: The request needs a judge model whatever its metrics (point extraction).
+
+    Raises:
+        InputError: (field ``judge.model``) a model that is not allow-listed.
+        InputError / RubricNotFound: invalid overrides, with the field under ``judge.``.
+        JudgeNotConfigured: the request needs an LLM judge and the model is empty.
+    """
+    default = grader.config.model
+    if overrides is not None and overrides.model is not None:
+        allowed = [default, *(m for m in settings.allowed_models if m != default)]
+        if overrides.model not in allowed:
+            raise InputError(
+                f"judge.model: model {overrides.model!r} is not allowed; allowed: "
+                f"{', '.join(repr(m) for m in allowed)}",
+                field="judge.model",
+            )
+    try:
+        config = grader.resolve(overrides)
+    except RubricNotFound as exc:
+        raise RubricNotFound(str(exc), rubric_id=exc.rubric_id, field=f"judge.{exc.field}") from exc
+    except ConfigError as exc:
+        # Invalid options sent by the caller: bad input, not a service misconfiguration.
+        field = f"judge.{exc.field}" if exc.field else "judge"
+        raise InputError(str(exc), field=field) from exc
+    if not config.model.strip() and (needs_llm or LLM_METRICS.intersection(config.metrics)):
+        raise JudgeNotConfigured(
+            "no judge model is configured: set BONUSJUDGE_JUDGE__MODEL (or `judge.model` in the "
+            "settings file), or request only the metrics rouge_l/bertscore",
+        )
+    return config

@@ -1,0 +1,217 @@
+"""The one place where errors become HTTP responses.
+
+Every error body has the same shape, ``{"error": {"type", "message", "field"}}`` (``ErrorBody``).
+``ERROR_TABLE`` maps the engine's error tree (``judge.errors``) and the service's own errors
+(below) to a status and a type; the most specific class listed wins, by MRO. Request validation
+becomes 422 naming the field (pydantic's location joined with dots, without the ``body`` prefix);
+framework errors (unknown route, wrong method, body too large) keep their status in the same
+shape; anything else is logged with its traceback and answered with a bare 500 that reveals
+nothing.
+
+Service errors::
+
+    JudgeError
+    └── ServiceError
+        ├── NotFound               404  unknown job or rubric (or another key's job)
+        ├── Unauthorized           401  missing or invalid API key
+        ├── UnsupportedMediaType   415  a job upload in a format the service does not read
+        └── JudgeNotConfigured     503  the request needs an LLM judge and none is configured
+
+Engine errors: InputError and RubricNotFound are the caller's (422); ConfigError, RubricInvalid
+and CacheError are the service's (503); ProviderError and JudgeOutputError are the judge's (502).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from api.schemas import ErrorBody, ErrorInfo
+from judge.errors import (
+    CacheError,
+    ConfigError,
+    InputError,
+    JudgeError,
+    JudgeOutputError,
+    ProviderError,
+    RubricInvalid,
+    RubricNotFound,
+)
+
+log = logging.getLogger("bonusjudge.api")
+
+
+class ServiceError(JudgeError):
+    """An error the service itself raises; ``ERROR_TABLE`` gives its status.
+
+    Args:
+        message: Human-readable explanation (must not contain secrets).
+        field: The input field at fault, when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(ServiceError):
+    """No such job or rubric (a job of another API key is reported the same way)."""
+
+
+class Unauthorized(ServiceError):
+    """The request lacks a valid API key."""
+
+
+class UnsupportedMediaType(ServiceError):
+    """A body in a format the route does not read."""
+
+
+class JudgeNotConfigured(ServiceError):
+    """The request needs an LLM judge, and the service has none configured."""
+
+
+class BodyTooLarge(HTTPException):
+    """Raised while reading a request body that exceeds the limit.
+
+    It is an ``HTTPException`` because FastAPI re-raises those from body parsing untouched (any
+    other exception there becomes a generic 400).
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes")
+
+
+ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
+    # The service's own errors.
+    NotFound: (404, "not_found"),
+    Unauthorized: (401, "unauthorized"),
+    UnsupportedMediaType: (415, "unsupported_media_type"),
+    JudgeNotConfigured: (503, "judge_not_configured"),
+    # The engine's tree. A RubricNotFound here comes from a request's judge selection or
+    # language, so it is bad input (422); the rubrics route turns its own miss into NotFound.
+    RubricNotFound: (422, "unknown_rubric"),
+    InputError: (422, "invalid_input"),
+    # Request options are checked in api.deps.select_judge and raised as InputError; a
+    # ConfigError that reaches here is the service's own configuration failing (a missing
+    # model file, an encoder not available offline): not the caller's fault.
+    ConfigError: (503, "service_misconfigured"),
+    RubricInvalid: (503, "rubric_invalid"),
+    CacheError: (503, "cache_unavailable"),
+    ProviderError: (502, "provider_error"),
+    JudgeOutputError: (502, "judge_output_error"),
+    JudgeError: (500, "judge_error"),
+}
+"""Error class -> (HTTP status, error type). Looked up along the MRO: the most specific wins."""
+
+_HTTP_TYPES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+def classify(exc: BaseException) -> tuple[int, str]:
+    """The (status, type) of an error, from the first class of its MRO in ``ERROR_TABLE``."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]
+    return 500, "internal_error"
+
+
+def error_response(
+    status: int,
+    type_: str,
+    message: str,
+    *,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """A response with the uniform error body."""
+    body = ErrorBody(error=ErrorInfo(type=type_, message=message, field=field))
+    return JSONResponse(
+        body.model_dump(), status_code=status, headers=dict(headers) if headers else None
+    )
+
+
+def field_of(loc: tuple[int | str, ...] | list[int | str]) -> str | None:
+    """A pydantic error location as a dotted field name, without the request-part prefix."""
+    parts = list(loc)
+    if parts == ["body"]:
+        return "body"  # the body as a whole (missing, or not an object)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts) or None
+
+
+def validation_info(errors: list[Any]) -> tuple[str | None, str]:
+    """The field and message of the first of pydantic's validation errors."""
+    if not errors:
+        return None, "invalid request"
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return "body", f"body: invalid JSON{': ' + detail if detail else ''}"
+    field = field_of(first.get("loc", ()))
+    message = str(first.get("msg", "invalid value"))
+    return field, f"{field}: {message}" if field else message
+
+
+async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
+    status, type_ = classify(exc)
+    if status >= 500 and not isinstance(exc, ServiceError):
+        # Engine errors that reach here mean the service is misconfigured or broken: keep the
+        # details in the log, out of the body.
+        log.error("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    field = getattr(exc, "field", None)
+    return error_response(status, type_, str(exc), field=field, headers=headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    field, message = validation_info(list(exc.errors()))
+    return error_response(422, "invalid_input", message, field=field)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else type_.replace("_", " ")
+    return error_response(exc.status_code, type_, message, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "internal error; see the service log")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that give every error the uniform body."""
+    app.add_exception_handler(JudgeError, _judge_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        401: "Missing or invalid API key (when keys are configured).",
+        413: "Request body larger than `max_body_bytes`.",
+        422: "Invalid input; `error.field` names the field.",
+        503: "The judge this request needs is not configured, or the service's own "
+        "configuration fails (e.g. a model file is missing).",
+    }.items()
+}
+"""OpenAPI ``responses`` entry shared by the routes: each error status documents ``ErrorBody``."""

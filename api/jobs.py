@@ -1,0 +1,828 @@
+"""Grading jobs: a persisted store (SQLite, WAL) and the background runner that grades them.
+
+A job survives a restart. Its items and every result live in ``jobs.sqlite3`` under the service's
+data folder; each result is written in its own transaction, and an item with a stored result is
+never graded again, so a restarted service resumes exactly where the last one stopped.
+
+Several uvicorn workers may share the database, but only one process runs a given job: a process
+*claims* a job by taking its lease (owner token = pid + random suffix, expiry renewed while it
+runs). A lease that is not renewed expires, and another worker takes the job over. On a clean
+shutdown the runner stops feeding new items, lets the ones in flight finish and be stored (up to
+``drain_timeout``), and releases its leases, so the next process starts at once and no judge call
+is thrown away.
+
+Tables::
+
+    jobs   id, owner (API-key digest), status, counts, judge overrides + config hash,
+           lease_owner, lease_expires, next_seq (results are numbered in finishing order)
+    items  (job_id, idx) -> item id, request JSON or input error, result JSON, seq
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from pydantic import ValidationError
+
+from api.errors import NotFound, UnsupportedMediaType, field_of
+from api.schemas import ItemError, JobBody, JobState, JobStatus
+from judge.aggregate import Aggregator, Summary
+from judge.config import JudgeConfig, JudgeOverrides, Settings
+from judge.engine import Grader
+from judge.errors import InputError, JudgeError
+from judge.io import chartom_to_request
+from judge.types import GradeRequest, GradeResult
+
+log = logging.getLogger("bonusjudge.jobs")
+
+SCHEMA_VERSION = 1
+JSONL_TYPES = frozenset(
+    {
+        "application/x-ndjson",
+        "application/jsonl",
+        "application/x-jsonlines",
+        "application/jsonlines",
+    }
+)
+"""Content types read as one JSON item per line."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    status TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    invalid INTEGER NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    scored INTEGER NOT NULL DEFAULT 0,
+    unscored INTEGER NOT NULL DEFAULT 0,
+    next_seq INTEGER NOT NULL DEFAULT 0,
+    overrides TEXT NOT NULL,
+    model TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    detail TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    run_started_at REAL,
+    run_start_done INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
+CREATE TABLE IF NOT EXISTS items (
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    item_id TEXT,
+    line INTEGER,
+    request TEXT,
+    error TEXT,
+    result TEXT,
+    status TEXT,
+    seq INTEGER,
+    PRIMARY KEY (job_id, idx)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT NULL;
+"""
+
+_ACTIVE = ("queued", "running")
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+# -- parsing submissions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobItem:
+    """One submitted item after validation: a request to grade, or the reason it cannot be.
+
+    Attributes:
+        index: 0-based position in the submission.
+        item_id: The item's id (its ``id``, else its 1-based line or position).
+        line: 1-based line number for JSONL uploads.
+        request: The validated request, or None when the item is invalid.
+        error: Why the item is invalid, or None.
+    """
+
+    index: int
+    item_id: str | None
+    line: int | None
+    request: GradeRequest | None
+    error: ItemError | None
+
+
+@dataclass(frozen=True)
+class JobUpload:
+    """A job submission as read from the request body, before the judge is resolved.
+
+    Attributes:
+        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per non-blank item.
+        judge: Judge selection carried in the body (JSON ``judge`` or multipart ``judge`` field).
+    """
+
+    raw: list[tuple[int | None, Any, str | None]]
+    judge: JudgeOverrides | None
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _jsonl(data: bytes, *, field: str) -> list[tuple[int | None, Any, str | None]]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{field}: not UTF-8 text ({exc.reason})", field=field) from None
+    out: list[tuple[int | None, Any, str | None]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            out.append((number, json.loads(raw), None))
+        except json.JSONDecodeError as exc:
+            out.append((number, None, f"line {number}: not valid JSON: {exc.msg}"))
+    return out
+
+
+def _judge_field(value: Any) -> JudgeOverrides | None:
+    if value is None or value == "":
+        return None
+    try:
+        return JudgeOverrides.model_validate_json(value if isinstance(value, str) else bytes(value))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = field_of(("judge", *first["loc"])) if first["type"] != "json_invalid" else "judge"
+        raise InputError(f"{field}: {first['msg']}", field=field) from None
+
+
+async def read_job_upload(request: Request) -> JobUpload:
+    """Read a job submission: JSON ``{"items", "judge"}``, a JSONL body, or a multipart ``file``.
+
+    Raises:
+        InputError: unreadable JSON, a bad ``judge``, a missing ``file`` (field named).
+        UnsupportedMediaType: another content type.
+    """
+    media = _media_type(request)
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            body = JobBody.model_validate_json(await request.body())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            if first["type"] == "json_invalid":
+                raise InputError(f"body: invalid JSON: {first['msg']}", field="body") from None
+            field = field_of(first["loc"])
+            raise InputError(f"{field}: {first['msg']}", field=field) from None
+        return JobUpload([(None, item, None) for item in body.items], body.judge)
+    if media in JSONL_TYPES:
+        return JobUpload(_jsonl(await request.body(), field="body"), None)
+    if media == "multipart/form-data":
+        form = await request.form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InputError("file: upload the JSONL file in the form field `file`", field="file")
+        data = await upload.read()
+        return JobUpload(_jsonl(data, field="file"), _judge_field(form.get("judge")))
+    raise UnsupportedMediaType(
+        f"content type {media or '(none)'!r} is not accepted: send application/json, "
+        "application/x-ndjson (one item per line) or multipart/form-data with a `file` field",
+        field="content-type",
+    )
+
+
+def build_items(
+    upload: JobUpload, *, context_window: int | None, settings: Settings
+) -> list[JobItem]:
+    """Validate every item of an upload; bad ones become error entries, the rest requests.
+
+    Raises:
+        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+    """
+    if not upload.raw:
+        raise InputError("items: the job has no items", field="items")
+    if len(upload.raw) > settings.max_job_items:
+        raise InputError(
+            f"items: {len(upload.raw)} items exceed the limit of {settings.max_job_items} per job",
+            field="items",
+        )
+    seen: set[str] = set()
+    out: list[JobItem] = []
+    for index, (line, obj, problem) in enumerate(upload.raw):
+        position = line if line is not None else index + 1
+        declared = obj.get("id") if isinstance(obj, dict) else None
+        declared_id = None if declared is None else str(declared)
+        error: ItemError | None = None
+        request: GradeRequest | None = None
+        if problem is not None:
+            error = ItemError(type="invalid_input", message=problem, line=line)
+        else:
+            try:
+                request = check_request(
+                    chartom_to_request(obj, context_window, line=line), settings
+                )
+            except InputError as exc:
+                error = ItemError(
+                    type="invalid_input", message=_with_line(str(exc), line), field=exc.field,
+                    line=line,
+                )
+        item_id = (request.id if request is not None else declared_id) or str(position)
+        if request is not None:
+            if item_id in seen:
+                request = None
+                error = ItemError(
+                    type="invalid_input", message=_with_line(f"id: duplicate id {item_id!r}", line),
+                    field="id", line=line,
+                )
+            seen.add(item_id)
+        out.append(JobItem(index, item_id, line, request, error))
+    return out
+
+
+def _with_line(message: str, line: int | None) -> str:
+    return message if line is None or message.startswith("line ") else f"line {line}: {message}"
+
+
+def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:
+    """Apply the service's own limits to a valid request.
+
+    Raises:
+        InputError: (field ``bonus_points``) more points than ``settings.max_bonus_points``.
+    """
+    points = request.bonus_points
+    if points is not None and len(points) > settings.max_bonus_points:
+        raise InputError(
+            f"bonus_points: {len(points)} points exceed the limit of "
+            f"{settings.max_bonus_points} per item",
+            field="bonus_points",
+        )
+    return request
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class JobStore:
+    """The jobs database: one SQLite file in WAL mode, safe for several processes.
+
+    Every method is synchronous and short; async callers run them with ``asyncio.to_thread``.
+    Each thread gets its own connection (sqlite3 connections must not be shared concurrently).
+
+    Args:
+        path: The database file (its folder is created).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE), so a writer takes
+            # the lock up front instead of failing to upgrade a read lock under contention.
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA busy_timeout = 10000")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close every connection this store opened."""
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def create(
+        self,
+        *,
+        job_id: str,
+        owner: str,
+        items: Sequence[JobItem],
+        overrides: JudgeOverrides | None,
+        config: JudgeConfig,
+        lease_owner: str | None,
+        lease_seconds: float,
+    ) -> None:
+        """Store a new job and its items; invalid items are recorded as finished entries."""
+        now = time.time()
+        valid = sum(1 for item in items if item.request is not None)
+        invalid = len(items) - valid
+        status: JobState = "queued" if valid else "done"
+        holder = lease_owner if valid else None
+        seq = 0
+        rows: list[tuple[Any, ...]] = []
+        for item in items:
+            if item.request is not None:
+                rows.append((job_id, item.index, item.item_id, item.line,
+                             item.request.model_dump_json(), None, None))
+            else:
+                seq += 1
+                error = item.error.model_dump_json() if item.error is not None else None
+                rows.append((job_id, item.index, item.item_id, item.line, None, error, seq))
+        overrides_json = overrides.model_dump_json(exclude_none=True) if overrides else "{}"
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO jobs (id, owner, status, total, invalid, next_seq, overrides, model,"
+                " config_hash, created_at, updated_at, lease_owner, lease_expires)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, owner, status, valid, invalid, seq, overrides_json, config.model,
+                 config.config_hash(), now, now, holder, now + lease_seconds if holder else 0.0),
+            )
+            conn.executemany(
+                "INSERT INTO items (job_id, idx, item_id, line, request, error, seq)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def claim(self, token: str, lease_seconds: float, limit: int) -> list[str]:
+        """Take the leases of up to ``limit`` unfinished jobs nobody holds (oldest first).
+
+        A job whose lease ``token`` itself holds is never claimed again, even when that lease
+        has lapsed (an event loop blocked for a while): its runner is still alive here, and the
+        next renewal revives the lease.
+        """
+        now = time.time()
+        claimed: list[str] = []
+        conn = self._conn()
+        candidates = conn.execute(
+            "SELECT id FROM jobs WHERE status IN (?, ?) AND (lease_owner IS NULL OR"
+            " (lease_expires < ? AND lease_owner != ?)) ORDER BY created_at LIMIT ?",
+            (*_ACTIVE, now, token, limit),
+        ).fetchall()
+        for row in candidates:
+            with self._tx() as tx:
+                # Re-checked under the write lock: another worker may have claimed it meanwhile.
+                cursor = tx.execute(
+                    "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND"
+                    " status IN (?, ?) AND (lease_owner IS NULL OR (lease_expires < ? AND"
+                    " lease_owner != ?))",
+                    (token, now + lease_seconds, row["id"], *_ACTIVE, now, token),
+                )
+            if cursor.rowcount == 1:
+                claimed.append(row["id"])
+        return claimed
+
+    def renew(self, job_id: str, token: str, lease_seconds: float) -> bool:
+        """Extend a lease this process holds; False when lost or the job is no longer active."""
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND"
+                " status IN (?, ?)",
+                (time.time() + lease_seconds, job_id, token, *_ACTIVE),
+            )
+        return cursor.rowcount == 1
+
+    def start_run(self, job_id: str, token: str) -> bool:
+        """Mark a claimed job running and note where this run started (for the rate)."""
+        now = time.time()
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET status = 'running', run_started_at = ?, run_start_done = done,"
+                " updated_at = ? WHERE id = ? AND lease_owner = ? AND status IN (?, ?)",
+                (now, now, job_id, token, *_ACTIVE),
+            )
+        return cursor.rowcount == 1
+
+    def save_result(self, job_id: str, index: int, result: GradeResult) -> bool:
+        """Store one item's result in its own transaction; False if it already had one."""
+        payload = result.model_dump_json()
+        scored = int(result.status == "scored")
+        with self._tx() as conn:
+            row = conn.execute("SELECT next_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                return False
+            seq = int(row["next_seq"]) + 1
+            cursor = conn.execute(
+                "UPDATE items SET result = ?, status = ?, seq = ? WHERE job_id = ? AND idx = ?"
+                " AND result IS NULL AND request IS NOT NULL",
+                (payload, result.status, seq, job_id, index),
+            )
+            if cursor.rowcount != 1:
+                return False  # never count an item twice
+            conn.execute(
+                "UPDATE jobs SET next_seq = ?, done = done + 1, scored = scored + ?,"
+                " unscored = unscored + ?, updated_at = ? WHERE id = ?",
+                (seq, scored, 1 - scored, time.time(), job_id),
+            )
+        return True
+
+    def complete_if_finished(self, job_id: str, token: str) -> bool:
+        """Mark a running job done when every valid item has a result."""
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET status = 'done', lease_owner = NULL, lease_expires = 0,"
+                " updated_at = ? WHERE id = ? AND lease_owner = ? AND status IN (?, ?)"
+                " AND done >= total",
+                (time.time(), job_id, token, *_ACTIVE),
+            )
+        return cursor.rowcount == 1
+
+    def fail(self, job_id: str, token: str, detail: str) -> None:
+        """Mark a job this process runs as failed."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE jobs SET status = 'failed', detail = ?, lease_owner = NULL,"
+                " lease_expires = 0, updated_at = ? WHERE id = ? AND lease_owner = ? AND"
+                " status IN (?, ?)",
+                (detail, time.time(), job_id, token, *_ACTIVE),
+            )
+
+    def release(self, job_id: str, token: str) -> None:
+        """Give up a lease; an unfinished job goes back to ``queued`` for the next process."""
+        with self._tx() as conn:
+            conn.execute(
+                "UPDATE jobs SET lease_owner = NULL, lease_expires = 0, status = CASE WHEN"
+                " status = 'running' THEN 'queued' ELSE status END WHERE id = ? AND"
+                " lease_owner = ?",
+                (job_id, token),
+            )
+
+    def cancel(self, job_id: str, owner: str) -> bool:
+        """Cancel an active job of ``owner``; False when unknown. Finished results are kept."""
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT status FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+            ).fetchone()
+            if row is None:
+                return False
+            if row["status"] in _ACTIVE:
+                conn.execute(
+                    "UPDATE jobs SET status = 'cancelled', detail = 'cancelled by request',"
+                    " lease_owner = NULL, lease_expires = 0, updated_at = ? WHERE id = ?",
+                    (time.time(), job_id),
+                )
+        return True
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, job_id: str, owner: str | None = None) -> sqlite3.Row | None:
+        """The job's row (restricted to ``owner`` unless None)."""
+        conn = self._conn()
+        if owner is None:
+            return conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()  # type: ignore[no-any-return]
+        return conn.execute(  # type: ignore[no-any-return]
+            "SELECT * FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+        ).fetchone()
+
+    def pending(self, job_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
+        """Valid items without a result, with index above ``after``: (index, item id, JSON)."""
+        rows = self._conn().execute(
+            "SELECT idx, item_id, request FROM items WHERE job_id = ? AND idx > ? AND"
+            " result IS NULL AND request IS NOT NULL ORDER BY idx LIMIT ?",
+            (job_id, after, limit),
+        ).fetchall()
+        return [(int(r["idx"]), str(r["item_id"]), str(r["request"])) for r in rows]
+
+    def entries(self, job_id: str, after_seq: int, up_to: int, limit: int) -> list[tuple[int, str]]:
+        """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines."""
+        rows = self._conn().execute(
+            "SELECT seq, idx, item_id, result, error FROM items WHERE job_id = ? AND seq > ?"
+            " AND seq <= ? ORDER BY seq LIMIT ?",
+            (job_id, after_seq, up_to, limit),
+        ).fetchall()
+        # The stored JSON is spliced in as is: no parse and re-dump per line.
+        return [
+            (
+                int(r["seq"]),
+                f'{{"index": {int(r["idx"])}, "id": {json.dumps(r["item_id"])}, '
+                f'"result": {r["result"] or "null"}, "error": {r["error"] or "null"}}}\n',
+            )
+            for r in rows
+        ]
+
+    def results(self, job_id: str) -> Iterator[GradeResult]:
+        """Every stored result of a job, in finishing order, read in pages."""
+        after = 0
+        while True:
+            rows = self._conn().execute(
+                "SELECT seq, result FROM items WHERE job_id = ? AND seq > ? AND result IS NOT NULL"
+                " ORDER BY seq LIMIT 500",
+                (job_id, after),
+            ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield GradeResult.model_validate_json(row["result"])
+            after = int(rows[-1]["seq"])
+
+    def status_counts(self) -> dict[str, int]:
+        """Number of jobs per status (for the Prometheus gauge)."""
+        rows = self._conn().execute("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")
+        return {str(r["status"]): int(r["n"]) for r in rows}
+
+
+def job_status(row: sqlite3.Row, *, now: float | None = None) -> JobStatus:
+    """The public status of a job row, with the current run's rate and the ETA."""
+    now = time.time() if now is None else now
+    rate: float | None = None
+    eta: float | None = None
+    started = row["run_started_at"]
+    graded = int(row["done"]) - int(row["run_start_done"])
+    if row["status"] == "running" and started is not None and graded > 0 and now > started:
+        rate = graded / (now - started)
+        eta = round((int(row["total"]) - int(row["done"])) / rate, 2)
+        rate = round(rate, 3)
+    return JobStatus(
+        id=row["id"],
+        status=row["status"],
+        total=row["total"],
+        done=row["done"],
+        scored=row["scored"],
+        unscored=row["unscored"],
+        invalid=row["invalid"],
+        rate_per_s=rate,
+        eta_s=eta,
+        created_at=_utc(row["created_at"]),
+        updated_at=_utc(row["updated_at"]),
+        judge=row["model"],
+        config_hash=row["config_hash"],
+        detail=row["detail"],
+    )
+
+
+def _summarize(store: JobStore, job_id: str) -> Summary:
+    aggregator = Aggregator()
+    counters = {"judge_calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    cost = 0.0
+    for result in store.results(job_id):
+        aggregator.add(result)
+        for call in result.provenance.calls:
+            if call.cached:
+                counters["cache_hits"] += 1
+            else:
+                counters["judge_calls"] += call.attempts
+            counters["prompt_tokens"] += call.prompt_tokens or 0
+            counters["completion_tokens"] += call.completion_tokens or 0
+            cost += call.cost_usd or 0.0
+    return aggregator.summary(**counters, cost_usd=round(cost, 6) if cost else None)
+
+
+# -- the runner ----------------------------------------------------------------------------------
+
+
+class JobManager:
+    """Submits, runs, watches and cancels jobs for one service process.
+
+    Args:
+        store: The jobs database.
+        grader: The engine that grades.
+        lease_seconds: How long a claim lasts without renewal; a crashed process's jobs are
+            taken over this long after its last renewal.
+        poll_seconds: How often leases are renewed and unclaimed jobs looked for.
+        drain_timeout: On shutdown, how long in-flight items may take to finish and be stored.
+        max_running: Jobs one process runs at once (they share the grader's concurrency).
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        grader: Grader,
+        *,
+        lease_seconds: float = 30.0,
+        poll_seconds: float = 1.0,
+        drain_timeout: float = 30.0,
+        max_running: int = 4,
+    ) -> None:
+        if lease_seconds <= 2 * poll_seconds:
+            raise ValueError("lease_seconds must exceed twice poll_seconds, or leases lapse")
+        self.store = store
+        self.grader = grader
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.drain_timeout = drain_timeout
+        self.max_running = max_running
+        self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the claim/renew loop (it picks up unfinished jobs at once)."""
+        self._stopping = asyncio.Event()
+        self._poller = asyncio.create_task(self._poll(), name="bonusjudge-jobs-poll")
+
+    async def stop(self) -> None:
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
+        self._stopping.set()
+        if self._poller is not None:
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._tick()
+            except Exception:
+                log.exception("job lease renewal or claim failed")
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=self.poll_seconds)
+
+    async def _tick(self) -> None:
+        for job_id, task in list(self._tasks.items()):
+            held = await asyncio.to_thread(self.store.renew, job_id, self.token, self.lease_seconds)
+            if not held and not task.done():
+                log.info("job %s: lease lost or job cancelled; stopping it here", job_id)
+                task.cancel()
+        free = self.max_running - len(self._tasks)
+        if free > 0 and not self._stopping.is_set():
+            claimed = await asyncio.to_thread(
+                self.store.claim, self.token, self.lease_seconds, free
+            )
+            for job_id in claimed:
+                self._launch(job_id)
+
+    def _launch(self, job_id: str) -> None:
+        running = self._tasks.get(job_id)
+        if running is not None and not running.done():
+            return  # one runner per job per process, whatever the database says
+        name = f"bonusjudge-job-{job_id}"
+        self._tasks[job_id] = asyncio.create_task(self._run(job_id), name=name)
+
+    # -- API ---------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        *,
+        owner: str,
+        items: Sequence[JobItem],
+        overrides: JudgeOverrides | None,
+        config: JudgeConfig,
+    ) -> JobStatus:
+        """Store a job and start grading it here when this process has room."""
+        job_id = uuid.uuid4().hex
+        run_here = not self._stopping.is_set() and len(self._tasks) < self.max_running
+        await asyncio.to_thread(
+            lambda: self.store.create(
+                job_id=job_id, owner=owner, items=items, overrides=overrides, config=config,
+                lease_owner=self.token if run_here else None, lease_seconds=self.lease_seconds,
+            )
+        )
+        row = await asyncio.to_thread(self.store.get, job_id)
+        assert row is not None
+        if run_here and row["status"] == "queued":
+            self._launch(job_id)
+        return job_status(row)
+
+    async def status(self, job_id: str, owner: str) -> JobStatus:
+        """The job's status.
+
+        Raises:
+            NotFound: no such job for this owner.
+        """
+        row = await asyncio.to_thread(self.store.get, job_id, owner)
+        if row is None:
+            raise NotFound(f"no job {job_id!r}")
+        return job_status(row)
+
+    async def cancel(self, job_id: str, owner: str) -> JobStatus:
+        """Cancel a job (a no-op on a finished one); finished results are kept.
+
+        Raises:
+            NotFound: no such job for this owner.
+        """
+        if not await asyncio.to_thread(self.store.cancel, job_id, owner):
+            raise NotFound(f"no job {job_id!r}")
+        task = self._tasks.get(job_id)
+        if task is not None:
+            task.cancel()
+        # Another worker running it sees the cancellation when it next renews its lease.
+        return await self.status(job_id, owner)
+
+    async def entries(self, job_id: str, owner: str, offset: int) -> AsyncIterator[str]:
+        """NDJSON lines of the entries finished so far, skipping the first ``offset``.
+
+        Raises:
+            NotFound: no such job for this owner (raised before the first line).
+        """
+        row = await asyncio.to_thread(self.store.get, job_id, owner)
+        if row is None:
+            raise NotFound(f"no job {job_id!r}")
+        # A snapshot: the stream ends at what was finished when it was requested.
+        return self._entry_lines(job_id, offset, int(row["next_seq"]))
+
+    async def _entry_lines(self, job_id: str, after: int, up_to: int) -> AsyncIterator[str]:
+        while after < up_to:
+            page = await asyncio.to_thread(self.store.entries, job_id, after, up_to, 500)
+            if not page:
+                return
+            for seq, line in page:
+                yield line
+                after = seq
+
+    async def summary(self, job_id: str, owner: str) -> Summary:
+        """Aggregates over the results stored so far.
+
+        Raises:
+            NotFound: no such job for this owner.
+        """
+        await self.status(job_id, owner)
+        return await asyncio.to_thread(_summarize, self.store, job_id)
+
+    # -- running one job ---------------------------------------------------------------------
+
+    async def _run(self, job_id: str) -> None:
+        try:
+            await self._grade_job(job_id)
+        except asyncio.CancelledError:
+            log.info("job %s: stopped in this process", job_id)
+            raise
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            detail = str(exc) if isinstance(exc, JudgeError) else (
+                f"grading stopped by an unexpected {type(exc).__name__}; see the service log"
+            )
+            await asyncio.to_thread(self.store.fail, job_id, self.token, detail)
+        finally:
+            if self._tasks.get(job_id) is asyncio.current_task():
+                del self._tasks[job_id]
+            try:
+                # Synchronous on purpose: it must run even while this task is being cancelled.
+                self.store.release(job_id, self.token)
+            except sqlite3.Error:
+                log.exception("job %s: could not release its lease", job_id)
+
+    async def _grade_job(self, job_id: str) -> None:
+        row = await asyncio.to_thread(self.store.get, job_id)
+        if row is None:
+            return
+        config = self.grader.resolve(JudgeOverrides.model_validate_json(row["overrides"]))
+        if config.config_hash() != row["config_hash"]:
+            # Mixing two judge configurations in one job would make its aggregates meaningless.
+            await asyncio.to_thread(
+                self.store.fail, job_id, self.token,
+                f"the judge settings changed since the job was created (config hash "
+                f"{row['config_hash']} -> {config.config_hash()}); submit it again",
+            )
+            return
+        if not await asyncio.to_thread(self.store.start_run, job_id, self.token):
+            return
+        in_flight: dict[str, int] = {}
+
+        async def feed() -> AsyncIterator[tuple[str, GradeRequest]]:
+            after = -1
+            while not self._stopping.is_set():
+                page = await asyncio.to_thread(self.store.pending, job_id, after, 256)
+                if not page:
+                    return
+                for index, item_id, payload in page:
+                    if self._stopping.is_set():
+                        return  # shutting down: what is in flight drains, the rest waits
+                    after = index
+                    in_flight[item_id] = index
+                    yield item_id, GradeRequest.model_validate_json(payload)
+
+        async for result in self.grader.grade_many(feed(), config=config):
+            index = in_flight.pop(result.id, None)
+            if index is None:
+                log.error("job %s: result for unknown item id %r dropped", job_id, result.id)
+                continue
+            await asyncio.to_thread(self.store.save_result, job_id, index, result)
+        await asyncio.to_thread(self.store.complete_if_finished, job_id, self.token)

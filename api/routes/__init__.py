@@ -1,0 +1,1 @@
+"""The service's routers, one per resource: grading, jobs, metrics, rubrics, health."""

@@ -1,0 +1,85 @@
+"""Synchronous grading: one item, a batch, and bonus-point extraction."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import ValidationError
+
+from api.deps import GraderDep, SettingsDep, require_owner, select_judge
+from api.errors import ERROR_RESPONSES, classify, field_of
+from api.jobs import check_request
+from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.errors import InputError, JudgeError
+from judge.types import ExtractResult, GradeRequest, GradeResult
+
+router = APIRouter(
+    prefix="/v1", tags=["grading"], dependencies=[Depends(require_owner)],
+    responses=ERROR_RESPONSES,
+)
+
+
+@router.post("/grade", summary="Grade one response")
+async def grade(body: GradeBody, grader: GraderDep, settings: SettingsDep) -> GradeResult:
+    """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured."""
+    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    request = check_request(body.to_request(), settings)
+    return await grader.grade(request, config=config)
+
+
+@router.post("/grade/batch", summary="Grade a batch of responses")
+async def grade_batch(body: BatchBody, grader: GraderDep, settings: SettingsDep) -> BatchResponse:
+    """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422."""
+    if len(body.items) > settings.max_batch:
+        raise InputError(
+            f"items: {len(body.items)} items exceed the batch limit of {settings.max_batch}; "
+            "submit a job (POST /v1/jobs) for more",
+            field="items",
+        )
+    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    entries = await asyncio.gather(
+        *(_entry(grader, config, settings, index, item) for index, item in enumerate(body.items))
+    )
+    return BatchResponse(results=list(entries))
+
+
+@router.post("/bonus-points", summary="Extract bonus points from a reference")
+async def extract_points(
+    body: ExtractBody, grader: GraderDep, settings: SettingsDep
+) -> ExtractResult:
+    """Split a reference answer into bonus points with the extraction rubric (needs an LLM)."""
+    config = select_judge(grader=grader, settings=settings, overrides=body.judge, needs_llm=True)
+    return await grader.extract_points(body.to_request(), config=config)
+
+
+async def _entry(
+    grader: Grader, config: JudgeConfig, settings: Settings, index: int, item: dict[str, Any]
+) -> BatchEntry:
+    """Validate and grade one batch item; any input or judge error stays in its entry."""
+    declared = item.get("id")
+    try:
+        request = check_request(GradeRequest.model_validate(item), settings)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = field_of(first["loc"])
+        message = f"{field}: {first['msg']}" if field else str(first["msg"])
+        error = ItemError(type="invalid_input", message=message, field=field)
+        return BatchEntry(index=index, id=_str_or_none(declared), error=error)
+    except InputError as exc:
+        error = ItemError(type="invalid_input", message=str(exc), field=exc.field)
+        return BatchEntry(index=index, id=_str_or_none(declared), error=error)
+    try:
+        result = await grader.grade(request, config=config, item_id=str(index + 1))
+    except JudgeError as exc:
+        field = getattr(exc, "field", None)
+        error = ItemError(type=classify(exc)[1], message=str(exc), field=field)
+        return BatchEntry(index=index, id=request.id, error=error)
+    return BatchEntry(index=index, id=result.id, result=result)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,110 @@
+"""Run the service under uvicorn (``bonusjudge serve``).
+
+With one worker the app object is built here. With several, uvicorn starts each worker from the
+import string ``api.app:app_from_env`` (a factory), which reads the settings from the environment
+and ``BONUSJUDGE_SETTINGS_FILE``; if that variable is not set, this module writes the settings to
+a private file (mode 0600, in the data folder) and points it there, so every worker serves the
+same configuration. Jobs are shared through the SQLite database, with leases, so any number of
+workers is safe.
+
+Without an API key the service refuses to listen beyond the loopback interface: an open grading
+service spends the operator's judge budget for anyone who finds it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+from pathlib import Path
+
+from judge.config import Settings
+from judge.errors import ConfigError
+
+log = logging.getLogger("bonusjudge.api")
+
+APP_FACTORY = "api.app:app_from_env"
+"""Import string uvicorn uses to build the app in each worker process."""
+
+SETTINGS_ENV = "BONUSJUDGE_SETTINGS_FILE"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds the loopback interface only (``localhost``, 127.0.0.0/8, ::1)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
+def check_bind(settings: Settings, host: str) -> None:
+    """Refuse to expose an unauthenticated service.
+
+    Raises:
+        ConfigError: (field ``host``) a non-loopback host with no API key configured.
+    """
+    if not settings.api_keys and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to listen on {host!r} without an API key: configure api_keys "
+            "(BONUSJUDGE_API_KEYS, digests from `bonusjudge hash-key KEY`) or bind 127.0.0.1",
+            field="host",
+        )
+
+
+def write_settings_file(settings: Settings) -> Path:
+    """Write ``settings`` for worker processes to a 0600 file in the data folder; its path."""
+    folder = settings.resolved_data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "serve-settings.json"
+    dump = settings.model_dump(mode="json")
+    if settings.judge.api_key is not None:
+        # The workers need the real provider key; the file is readable by this user only.
+        dump["judge"]["api_key"] = settings.judge.api_key.get_secret_value()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(dump, handle)
+    os.chmod(path, 0o600)
+    return path
+
+
+def serve(
+    settings: Settings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    log_level: str = "info",
+) -> None:
+    """Run the service until interrupted.
+
+    Args:
+        settings: Validated service settings (``judge.config.load_settings``).
+        host: Interface to bind; anything but loopback needs an API key configured.
+        port: TCP port.
+        workers: uvicorn worker processes (each runs jobs; leases keep them apart).
+        log_level: uvicorn's log level.
+
+    Raises:
+        ConfigError: a non-loopback host without API keys (field ``host``), or workers < 1
+            (field ``workers``).
+    """
+    import uvicorn
+
+    if workers < 1:
+        raise ConfigError("workers must be at least 1", field="workers")
+    check_bind(settings, host)
+    if not settings.api_keys:
+        log.warning("no API key configured: serving on loopback only")
+    if workers == 1:
+        from api.app import create_app
+
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+        return
+    if not os.environ.get(SETTINGS_ENV):
+        os.environ[SETTINGS_ENV] = str(write_settings_file(settings))
+    uvicorn.run(
+        APP_FACTORY, factory=True, host=host, port=port, workers=workers, log_level=log_level
+    )

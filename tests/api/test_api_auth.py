@@ -1,0 +1,157 @@
+"""API keys: 401 without one, digests at rest, jobs owned by the key that made them."""
+
+import hashlib
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.deps import get_settings
+from api.serve import check_bind, is_loopback
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.errors import ConfigError
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.verdicts import DefectJudgement
+
+ITEM = {
+    "question": "How does Levin feel?",
+    "reference": "He feels humiliated and hurt.",
+    "bonus_points": ["Levin feels humiliated"],
+    "response": "Levin is humiliated.",
+}
+KEY_A = "key-a-0123456789"
+KEY_B = "key-b-9876543210"
+
+
+def points_of(call: FakeCall) -> int:
+    assert call.validation_context is not None
+    return int(call.validation_context["n_points"])
+
+
+def handler(call: FakeCall) -> FakeOutput:
+    if call.response_model is DefectJudgement:
+        return defects()
+    return covering(1, n=points_of(call))
+
+
+def make_app(tmp_path: Path, **settings: Any) -> FastAPI:
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l")),
+        provider=FakeProvider(handler=handler),
+        cache=JudgeCache(tmp_path / "cache"),
+    )
+    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
+    return create_app(config, grader=grader)
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    # One key given in plain text (hashed on load), one as its digest.
+    keys = [KEY_A, hashlib.sha256(KEY_B.encode()).hexdigest()]
+    with TestClient(make_app(tmp_path, api_keys=keys)) as test_client:
+        yield test_client
+
+
+def test_keys_are_kept_as_digests(client: TestClient) -> None:
+    app = client.app
+    assert isinstance(app, FastAPI)
+    settings = app.state.settings
+    assert KEY_A not in settings.model_dump_json()
+    assert hashlib.sha256(KEY_A.encode()).hexdigest() in settings.api_keys
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("post", "/v1/grade"), ("post", "/v1/grade/batch"), ("post", "/v1/jobs"),
+        ("get", "/v1/jobs/x"), ("get", "/v1/jobs/x/results"), ("delete", "/v1/jobs/x"),
+        ("post", "/v1/metrics"), ("post", "/v1/bonus-points"), ("get", "/v1/rubrics"),
+        ("get", "/v1/rubrics/chartom-coverage"), ("get", "/metrics"),
+    ],
+)
+def test_every_route_but_health_needs_a_key(client: TestClient, method: str, path: str) -> None:
+    body = ITEM if method == "post" else None
+    for headers in ({}, auth("wrong-key"), {"Authorization": f"Basic {KEY_A}"}):
+        response = client.request(method.upper(), path, headers=headers, json=body)
+        assert response.status_code == 401, (path, headers)
+        assert response.json()["error"]["type"] == "unauthorized"
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert "wrong-key" not in response.text
+
+
+def test_health_needs_no_key(client: TestClient) -> None:
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+
+
+def test_valid_keys_work(client: TestClient) -> None:
+    for key in (KEY_A, KEY_B):
+        response = client.post("/v1/grade", json=ITEM, headers=auth(key))
+        assert response.status_code == 200
+    assert client.get("/metrics", headers=auth(KEY_A)).status_code == 200
+
+
+def test_jobs_of_one_key_are_invisible_to_another(client: TestClient) -> None:
+    created = client.post("/v1/jobs", json={"items": [ITEM]}, headers=auth(KEY_A))
+    assert created.status_code == 202
+    job_id = created.json()["id"]
+    assert client.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).status_code == 200
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/results", f"/v1/jobs/{job_id}/summary"):
+        response = client.get(path, headers=auth(KEY_B))
+        assert response.status_code == 404
+        assert response.json()["error"]["type"] == "not_found"
+    assert client.delete(f"/v1/jobs/{job_id}", headers=auth(KEY_B)).status_code == 404
+    assert client.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).json()["status"] != "cancelled"
+
+
+def test_settings_dependency_can_be_overridden(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    with TestClient(app) as client:
+        assert client.post("/v1/grade", json=ITEM).status_code == 200
+        locked = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
+                          api_keys=[KEY_A])
+        app.dependency_overrides[get_settings] = lambda: locked
+        assert client.post("/v1/grade", json=ITEM).status_code == 401
+        assert client.post("/v1/grade", json=ITEM, headers=auth(KEY_A)).status_code == 200
+
+
+def test_cors_is_off_by_default_and_configurable(tmp_path: Path) -> None:
+    preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"}
+    with TestClient(make_app(tmp_path)) as client:
+        response = client.options("/v1/grade", headers=preflight)
+        assert "access-control-allow-origin" not in response.headers
+    with TestClient(make_app(tmp_path, cors_origins=["https://ui.example"])) as client:
+        response = client.options("/v1/grade", headers=preflight)
+        assert response.headers["access-control-allow-origin"] == "https://ui.example"
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("localhost", True), ("::1", True), ("127.0.0.2", True),
+     ("0.0.0.0", False), ("192.168.1.4", False), ("example.com", False), ("::", False)],
+)
+def test_loopback_detection(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_public_bind_needs_a_key(tmp_path: Path) -> None:
+    open_settings = Settings(cache_dir=tmp_path, data_dir=tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        check_bind(open_settings, "0.0.0.0")
+    assert caught.value.field == "host"
+    check_bind(open_settings, "127.0.0.1")
+    check_bind(Settings(cache_dir=tmp_path, data_dir=tmp_path, api_keys=[KEY_A]), "0.0.0.0")

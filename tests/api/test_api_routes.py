@@ -1,0 +1,251 @@
+"""Routes of the service, in-process, with a scripted judge (no LLM, no network)."""
+
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.provider import Provider
+from judge.types import GradeResult, MetricName
+from judge.verdicts import BonusPointsExtraction, DefectJudgement
+
+ITEM = {
+    "id": "item-1",
+    "question": "How does Levin feel after Kitty refuses him?",
+    "reference": "He feels humiliated and hurt, and wants to go back to his estate.",
+    "bonus_points": ["Levin feels humiliated and hurt", "He wants to return to his estate"],
+    "response": "Levin is humiliated and longs for his estate.",
+    "tom_dimension": "emotion",
+}
+
+
+def points_of(call: FakeCall) -> int:
+    assert call.validation_context is not None
+    return int(call.validation_context["n_points"])
+
+
+def handler(call: FakeCall) -> FakeOutput:
+    if call.response_model is DefectJudgement:
+        if "WRONG" in call.user:
+            return defects("Kitty accepted him")
+        return defects()
+    if call.response_model is BonusPointsExtraction:
+        return {"points": ["Levin feels humiliated", "He wants to go home"]}
+    return covering(1, n=points_of(call))
+
+
+def make_app(
+    tmp_path: Path, *, metrics: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l"),
+    provider: Provider | None = None, **settings: Any,
+) -> tuple[FastAPI, Provider]:
+    provider = provider or FakeProvider(handler=handler)
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=metrics),
+        provider=provider,
+        cache=JudgeCache(tmp_path / "cache"),
+    )
+    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
+    return create_app(config, grader=grader), provider
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    app, _ = make_app(tmp_path)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_grade_returns_engine_result(client: TestClient) -> None:
+    response = client.post("/v1/grade", json=ITEM)
+    assert response.status_code == 200
+    result = GradeResult.model_validate(response.json())
+    assert result.id == "item-1"
+    assert result.coverage is not None and result.coverage.covered == 1
+    assert result.coverage.total == 2
+    assert result.defects is not None and result.defects.penalized is False
+    assert result.rouge_l is not None and 0 < result.rouge_l.f1 < 1
+    assert result.bertscore is None  # not among the judge's metrics
+    assert result.provenance.judge == "fake/judge"
+
+
+def test_grade_judge_overrides_apply(client: TestClient) -> None:
+    body = {**ITEM, "judge": {"metrics": ["rouge_l"]}}
+    result = client.post("/v1/grade", json=body).json()
+    assert result["coverage"] is None and result["defects"] is None
+    assert result["rouge_l"]["f1"] > 0
+
+
+def test_batch_keeps_order_and_isolates_a_bad_item(client: TestClient) -> None:
+    items = [
+        {**ITEM, "id": "a"},
+        {**ITEM, "id": "b", "response": ""},
+        {**ITEM, "id": "c", "response": "WRONG: Kitty accepted Levin."},
+        {k: v for k, v in ITEM.items() if k != "id"},
+    ]
+    response = client.post("/v1/grade/batch", json={"items": items})
+    assert response.status_code == 200
+    entries = response.json()["results"]
+    assert [e["index"] for e in entries] == [0, 1, 2, 3]
+    assert [e["id"] for e in entries] == ["a", "b", "c", "4"]
+    assert entries[0]["result"]["coverage"]["covered"] == 1 and entries[0]["error"] is None
+    assert entries[1]["result"] is None
+    assert entries[1]["error"]["field"] == "response"
+    assert entries[1]["error"]["type"] == "invalid_input"
+    assert entries[2]["result"]["defects"]["penalized"] is True
+
+
+def test_bonus_points_extraction(client: TestClient) -> None:
+    body = {"question": ITEM["question"], "reference": ITEM["reference"]}
+    response = client.post("/v1/bonus-points", json=body)
+    assert response.status_code == 200
+    assert response.json()["status"] == "scored"
+    assert response.json()["bonus_points"] == ["Levin feels humiliated", "He wants to go home"]
+
+
+def test_metrics_rouge_only(client: TestClient) -> None:
+    body = {
+        "pairs": [
+            {"response": "a b c", "reference": "a b c"},
+            {"response": "他很难过", "reference": "他很难过和羞愧", "language": "zh"},
+        ],
+        "metrics": ["rouge_l"],
+    }
+    response = client.post("/v1/metrics", json=body)
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert results[0]["rouge_l"]["f1"] == pytest.approx(1.0)
+    # Chinese is tokenised (the default rouge-score tokenizer would score it as empty).
+    assert 0 < results[1]["rouge_l"]["f1"] < 1
+    assert all(r["bertscore"] is None for r in results)
+
+
+def test_metrics_rejects_an_unknown_encoder(client: TestClient) -> None:
+    body = {"pairs": [{"response": "a", "reference": "a"}], "encoder": "/etc/some-model"}
+    response = client.post("/v1/metrics", json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "encoder"
+
+
+def test_rubrics_list_and_detail(client: TestClient) -> None:
+    listing = client.get("/v1/rubrics").json()
+    assert {"chartom", "chartom-paper"} <= set(listing["families"])
+    ids = {r["id"] for r in listing["rubrics"]}
+    assert "chartom-coverage" in ids
+    detail = client.get("/v1/rubrics/chartom-coverage").json()
+    assert detail["task"] == "coverage"
+    assert "en" in detail["prompts"] and detail["prompts"]["en"]["user"]
+
+
+def test_health_and_ready(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    body = ready.json()
+    assert body["ready"] is True
+    assert set(body["checks"]) == {"encoder", "cache", "judge"}
+    assert body["checks"]["judge"]["detail"] == "fake/judge"
+
+
+def test_ready_reports_an_unwritable_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, _ = make_app(tmp_path)
+    monkeypatch.setattr(app.state.grader.cache, "writable", lambda: False)
+    with TestClient(app) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["cache"]["ok"] is False
+
+
+def test_prometheus_exposes_engine_and_request_metrics(client: TestClient) -> None:
+    client.post("/v1/grade", json=ITEM)
+    client.post("/v1/grade", json=ITEM)  # second time served from the cache
+    text = client.get("/metrics").text
+    assert "bonusjudge_judge_calls_total 2.0" in text
+    assert "bonusjudge_cache_hits_total 2.0" in text
+    series = 'bonusjudge_http_requests_total{method="POST",route="/v1/grade",status="200"}'
+    assert f"{series} 2.0" in text
+    assert "bonusjudge_http_request_duration_seconds_bucket" in text
+    assert 'bonusjudge_tokens_total{kind="prompt"}' in text
+
+
+def test_prometheus_labels_use_route_templates(client: TestClient) -> None:
+    client.get("/v1/jobs/abc")
+    client.get("/v1/jobs/def")
+    text = client.get("/metrics").text
+    assert 'route="/v1/jobs/{job_id}",status="404"} 2.0' in text
+    assert "/v1/jobs/abc" not in text
+
+
+def test_openapi_documents_fields_and_examples(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    for name in ("GradeBody", "BatchBody", "JobStatus", "MetricsBody", "ErrorBody", "ExtractBody"):
+        for field, prop in schemas[name]["properties"].items():
+            assert prop.get("description"), f"{name}.{field} has no description"
+    for path, method in [
+        ("/v1/grade", "post"), ("/v1/grade/batch", "post"), ("/v1/bonus-points", "post"),
+        ("/v1/metrics", "post"), ("/v1/jobs", "post"),
+    ]:
+        body = spec["paths"][path][method]["requestBody"]["content"]["application/json"]
+        schema = body.get("schema", {})
+        ref = schema.get("$ref", "").rsplit("/", 1)[-1]
+        assert body.get("example") or schemas.get(ref, {}).get("examples"), path
+    assert "application/x-ndjson" in spec["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]
+    assert spec["paths"]["/v1/grade"]["post"]["responses"]["422"]["content"][
+        "application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+@pytest.mark.slow
+def test_bertscore_and_encoder_readiness(tmp_path: Path) -> None:
+    app, _ = make_app(tmp_path, metrics=("coverage", "rouge_l", "bertscore"))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ready = client.get("/readyz").json()
+            if ready["ready"] or "failed" in ready["checks"]["encoder"]["detail"]:
+                break
+            assert ready["checks"]["encoder"]["detail"].endswith("not loaded yet")
+            time.sleep(0.2)
+        assert ready["ready"] is True, ready
+        assert ready["checks"]["encoder"]["detail"].endswith("loaded")
+        body = {
+            "pairs": [{"response": "Levin feels hurt.", "reference": "He feels humiliated."}],
+            "metrics": ["bertscore"],
+        }
+        result = client.post("/v1/metrics", json=body).json()["results"][0]
+        assert result["rouge_l"] is None
+        assert 0 < result["bertscore"]["f1"] <= 1
+        graded = client.post("/v1/grade", json=ITEM).json()
+        assert graded["bertscore"]["f1"] > 0
+
+
+def test_ready_reports_an_encoder_that_cannot_load(tmp_path: Path) -> None:
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=("rouge_l", "bertscore"),
+                    encoder=str(tmp_path / "no-such-model")),
+        provider=FakeProvider(handler=handler),
+        cache=JudgeCache(tmp_path / "cache"),
+    )
+    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
+    with TestClient(create_app(settings, grader=grader)) as client:
+        deadline = time.monotonic() + 60
+        while True:
+            response = client.get("/readyz")
+            detail = response.json()["checks"]["encoder"]["detail"]
+            if "failed" in detail or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert response.status_code == 503
+    assert "failed to load" in detail and "no-such-model" in detail
