@@ -1,0 +1,144 @@
+"""The real server: `bonusjudge serve` as a subprocess, a loopback judge, JudgeClient over HTTP.
+
+Also the restart test: the service is SIGKILLed in the middle of a job and started again on the
+same data folder; every item ends with exactly one result, and items finished before the kill are
+never sent to the judge again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.client import JudgeClient
+from judge.io import InputProblem, read_items
+from judge.testing.openai_server import OpenAIStandIn
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(port: int, judge_url: str, workdir: Path) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "judge.cli", "serve", "--port", str(port),
+        "--model", "openai/standin", "--api-base", judge_url,
+        "--metrics", "coverage,defects,rouge_l", "--cache-dir", str(workdir / "cache"),
+    ]
+    env = {**os.environ, "BONUSJUDGE_SETTINGS_FILE": ""}
+    env.pop("BONUSJUDGE_SETTINGS_FILE")
+    log = open(workdir / f"serve-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {Path(log.name).read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def judge_server():
+    with OpenAIStandIn(record_requests=5000) as srv:
+        yield srv
+
+
+def test_grade_example_set_through_real_server(judge_server, tmp_path):
+    port = free_port()
+    proc = start_server(port, judge_server.base_url, tmp_path)
+    try:
+        requests = []
+        for entry in read_items(EXAMPLES):
+            assert not isinstance(entry, InputProblem)
+            _, req = entry
+            requests.append(req)
+        with JudgeClient(f"http://127.0.0.1:{port}") as client:
+            assert client.ready().ready
+            results = client.grade_many(requests, progress=False, batch_size=4)
+        assert [r.id for r in results] == [r.id for r in requests]
+        assert all(r.status == "scored" for r in results)
+        assert {r.language for r in results} == {"en", "zh"}
+        # curl-style raw HTTP gives the same shape.
+        body = json.loads(EXAMPLES.read_text().splitlines()[0])
+        raw = httpx.post(f"http://127.0.0.1:{port}/v1/grade", json={
+            "id": body["id"], "question": body["question"], "reference": body["answer"],
+            "bonus_points": body["bonus_points"], "response": body["response"],
+        }, timeout=60)
+        assert raw.status_code == 200
+        assert raw.json()["coverage"]["total"] == len(body["bonus_points"])
+        bad = httpx.post(f"http://127.0.0.1:{port}/v1/grade", json={"question": "q"}, timeout=10)
+        assert bad.status_code == 422 and bad.json()["error"]["field"]
+    finally:
+        stop(proc)
+
+
+def test_restart_mid_job_grades_every_item_exactly_once(tmp_path):
+    n = 30
+    items = [
+        {"id": f"r{i}", "question": f"Question {i}?", "reference": f"Reference {i}.",
+         "bonus_points": [f"point {i}"], "response": f"unique response number {i}"}
+        for i in range(n)
+    ]
+    with OpenAIStandIn(latency=0.4, record_requests=5000) as judge:
+        port = free_port()
+        proc = start_server(port, judge.base_url, tmp_path)
+        base = f"http://127.0.0.1:{port}"
+        with JudgeClient(base) as client:
+            job = client.submit_job(items)
+            deadline = time.monotonic() + 120
+            while client.job(job.id).done < 5 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            finished_before = {e.id for e in client.results(job.id) if e.result is not None}
+        assert 5 <= len(finished_before) < n
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc = start_server(port, judge.base_url, tmp_path)
+        try:
+            with JudgeClient(base) as client:
+                status = client.wait(job.id, timeout=180)
+                entries = list(client.results(job.id))
+        finally:
+            stop(proc)
+        bodies = judge.requests
+    assert status.status == "done" and status.done == n
+    counts = Counter(e.id for e in entries)
+    assert sorted(counts) == sorted(i["id"] for i in items)
+    assert set(counts.values()) == {1}
+    sent = Counter()
+    for body in bodies:
+        text = json.dumps(body["messages"], ensure_ascii=False)
+        for i in range(n):
+            if f"unique response number {i}\\n" in text:
+                sent[f"r{i}"] += 1
+    for item_id in finished_before:
+        assert sent[item_id] == 2, item_id  # coverage + defects, never again after the restart
