@@ -207,6 +207,12 @@ def format_table(summary: Summary) -> str:
     if summary.by_dimension:
         lines.append("-" * len(header))
     lines.append(row("overall", summary))
+    if summary.bertscore_unavailable:
+        lines.append(
+            f"BERTScore unavailable for {summary.bertscore_unavailable} item(s) (the encoder "
+            "lacks their language, e.g. Chinese on the English encoder); its mean is over "
+            f"{summary.bertscore_n} item(s)."
+        )
     for name, groups in (("ctx", summary.by_context), ("model", summary.by_respondent)):
         if len(groups) > 1:
             lines.append("")

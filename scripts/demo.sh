@@ -4,7 +4,9 @@
 # grade the bundled English + Chinese example set through the client, print the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+mkdir -p out
+echo "installing (log: out/setup.log) ..."
+if ! scripts/setup.sh > out/setup.log 2>&1; then cat out/setup.log; exit 1; fi
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 port=${BONUSJUDGE_PORT:-8765}
 workdir=${BONUSJUDGE_DEMO_DIR:-out/demo}
