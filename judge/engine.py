@@ -825,6 +825,7 @@ class Grader:
                 )
             except ProviderError as exc:
                 self.breaker.record_failure()
+                attempts += max(0, exc.attempts - 1)  # re-asks sent before the failure
                 if exc.retryable and retries < config.retries:
                     if self.retry_budget.take():
                         retries += 1

@@ -103,6 +103,8 @@ class ProviderError(JudgeError):
         retryable: Whether trying again later may succeed (429, 5xx, timeouts, resets).
         status: The HTTP status code, when there was one.
         retry_after: Seconds the provider asked us to wait (``Retry-After``), when given.
+        attempts: Requests sent before the failure (a re-ask that then failed in transport
+            counts too).
     """
 
     def __init__(
@@ -113,12 +115,14 @@ class ProviderError(JudgeError):
         retryable: bool = False,
         status: int | None = None,
         retry_after: float | None = None,
+        attempts: int = 1,
     ) -> None:
         super().__init__(message)
         self.reason: UnscoredReason = reason
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
+        self.attempts = attempts
 
 
 class JudgeOutputError(JudgeError):

@@ -67,7 +67,10 @@ def chartom_to_request(
     if not isinstance(obj, dict):
         raise InputError("each line must be a JSON object", line=line)
     data: dict[str, Any] = {}
-    metadata = dict(obj.get("metadata") or {})
+    given = obj.get("metadata")
+    if given is not None and not isinstance(given, dict):
+        raise InputError("metadata: must be a JSON object", field="metadata", line=line)
+    metadata = dict(given or {})
     for key, value in obj.items():
         if key in _REQUEST_FIELDS:
             data[key] = value
@@ -109,8 +112,17 @@ def read_items(
     id must name one item for resuming and for joins.
     """
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as handle:
-        for number, raw in enumerate(handle, start=1):
+    # Binary, decoded line by line: one line of invalid UTF-8 is that line's problem, not a
+    # crash that loses the rest of the file; a BOM (Windows editors) is not part of line 1.
+    with open(path, "rb") as handle:
+        for number, data in enumerate(handle, start=1):
+            try:
+                raw = data.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                yield InputProblem(
+                    number, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                )
+                continue
             if not raw.strip():
                 continue
             try:

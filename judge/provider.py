@@ -75,6 +75,8 @@ _MODES = {
     "json_schema": "JSON_SCHEMA",
     "json": "JSON",
     "md_json": "MD_JSON",
+    # llama.cpp: instructor's JSON mode, with the schema added to response_format (see below).
+    "json_object_schema": "JSON",
 }
 
 
@@ -268,14 +270,37 @@ class LiteLLMProvider:
         if response_model is None:
             return await self._complete_text(messages, config)
         from instructor.core import IncompleteOutputException, InstructorRetryException
+        from instructor.core.hooks import Hooks
 
+        # instructor reports its attempt count only when it gives up; count the requests it
+        # sends (per call, so concurrent calls do not mix), so that a re-ask that then succeeds
+        # shows in ``attempts`` too.
+        sent = 0
+
+        def count_attempt(*args: Any, **kwargs: Any) -> None:
+            nonlocal sent
+            sent += 1
+
+        hooks = Hooks()
+        hooks.on("completion:kwargs", count_attempt)
+        params = self._params(config)
+        if config.mode == "json_object_schema":
+            # The OpenAI client merges extra_body over the body instructor built, so the server
+            # sees the schema and constrains decoding with a grammar.
+            params["extra_body"] = {
+                "response_format": {
+                    "type": "json_object",
+                    "schema": response_model.model_json_schema(),
+                }
+            }
         try:
             output, raw = await self._client(config.mode).chat.completions.create_with_completion(
                 messages=messages,
                 response_model=response_model,
                 max_retries=config.reasks,
                 validation_context=validation_context,
-                **self._params(config),
+                hooks=hooks,
+                **params,
             )
         except IncompleteOutputException as exc:
             raise JudgeOutputError(
@@ -288,7 +313,9 @@ class LiteLLMProvider:
             if cause is not None and _is_transport_error(cause):
                 # instructor wraps transport/HTTP errors too (with the litellm exception as the
                 # cause); those are provider failures, retried by the engine.
-                raise map_provider_exception(cause) from exc
+                error = map_provider_exception(cause)
+                error.attempts = max(1, sent)
+                raise error from exc
             last = getattr(exc, "last_completion", None)
             raise JudgeOutputError(
                 f"no valid answer after {exc.n_attempts} attempt(s): {str(exc)[:300]}",
@@ -307,7 +334,7 @@ class LiteLLMProvider:
             prompt_tokens=prompt,
             completion_tokens=completion_tokens,
             cost_usd=_cost(raw),
-            attempts=1,
+            attempts=max(1, sent),
         )
 
     async def _complete_text(

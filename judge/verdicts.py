@@ -149,7 +149,12 @@ _NONE_RE = re.compile(r"^\s*(none|null|nil|无|没有)\s*[.。!！]?\s*$", re.IG
 _NONE_VERDICT_RE = re.compile(
     r"^(none|null|无缺陷|没有缺陷|无|没有)\s*(?:[.。!！]|$)", re.IGNORECASE | re.MULTILINE
 )
-_INDEX_LIST_RE = re.compile(r"^\s*\(?\d+\)?(\s*[,，、;；]?\s*(and\s+)?\(?\d+\)?)*\s*[.。]?\s*$")
+# Possessive quantifiers (Python 3.11+): with plain ``(\d+)*`` a run of digits could be split into
+# numbers in exponentially many ways, and a reply like "[Included Bonus Points]: 111...1x" took
+# seconds per extra digit to reject (ReDoS, blocking the event loop). Same language, linear time.
+_INDEX_LIST_RE = re.compile(
+    r"^\s*+\(?\d++\)?(?:\s*+[,，、;；]?\s*+(?:and\s++)?\(?\d++\)?)*+\s*+[.。]?\s*+$"
+)
 
 
 def parse_paper_coverage(text: str, n_points: int) -> list[int]:

@@ -1,0 +1,262 @@
+"""Fuzzing the HTTP API from its own OpenAPI spec (schemathesis, in-process ASGI), and the limits
+on body size, list lengths, string lengths and job sizes, each with a clear 4xx.
+
+The fuzz run generates schema-valid and schema-violating requests for every operation and
+requires zero 5xx, the uniform error body on every 4xx, and 2xx bodies that match the declared
+response schemas. Examples are bounded so the run stays well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import response_schema_conformance
+from schemathesis.python import asgi as schemathesis_asgi
+
+from api.app import create_app
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.verdicts import DefectJudgement
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+KEY = "fuzz-key-1"
+EXAMPLES = 20
+"""Examples per operation and generation mode (about 20 operation-modes in all)."""
+
+
+def handler(call: FakeCall) -> FakeOutput:
+    """A judge that answers any structured call validly (coverage, defects, extraction)."""
+    if call.response_model is DefectJudgement:
+        return defects()
+    context = call.validation_context or {}
+    if "n_points" in context:
+        return covering(1, n=int(context["n_points"]))
+    return {"points": ["The reference's one point."]}
+
+
+def make_app(tmp_path: Path, **overrides: Any) -> FastAPI:
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l")),
+        provider=FakeProvider(handler=handler),
+        cache=JudgeCache(tmp_path / "cache"),
+    )
+    options: dict[str, Any] = {
+        "cache_dir": tmp_path / "cache",
+        "data_dir": tmp_path / "data",
+        "api_keys": [KEY],
+        "max_batch": 8,
+        "max_job_items": 50,
+        "max_bonus_points": 8,
+        "max_body_bytes": 200_000,
+        **overrides,
+    }
+    return create_app(Settings(**options), grader=grader, poll_seconds=0.05)
+
+
+def test_fuzz_every_operation_from_the_openapi_spec(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    statuses: Counter[str] = Counter()
+    server_errors: list[str] = []
+    contract: list[str] = []
+    def fuzz(session: Any, operation: Any, mode: GenerationMode) -> None:
+        label = operation.label
+
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def run(case: Any) -> None:
+            for headers in ({"Authorization": f"Bearer {KEY}"}, {}):
+                response = case.call(session=session, headers=headers, timeout=300)
+                status = response.status_code
+                statuses[f"{status // 100}xx"] += 1
+                if status >= 500:
+                    server_errors.append(f"{label}: {status} {response.text[:300]}")
+                    continue
+                if status >= 400 and label != "GET /metrics":
+                    body = response.json()
+                    error = body.get("error") if isinstance(body, dict) else None
+                    if set(body) != {"error"} or set(error or {}) != {"type", "message", "field"}:
+                        contract.append(f"{label}: {status} {response.text[:200]}")
+                if 200 <= status < 300 and headers:
+                    try:
+                        case.validate_response(response, checks=[response_schema_conformance])
+                    except BaseException as exc:  # schemathesis raises an exception group
+                        contract.append(f"{label}: {str(exc)[:300]}")
+
+        try:
+            run()
+        except Unsatisfiable:
+            # Operations without parameters or body have no schema-violating requests.
+            assert mode is GenerationMode.NEGATIVE
+
+    # One client for the whole run: the app's lifespan (job runner) starts once, as in a server.
+    with schemathesis_asgi.get_client(cast(Any, app)) as session:
+        operations = [cast(Any, result).ok() for result in schema.get_all_operations()]
+        assert len(operations) >= 12
+        for operation in operations:
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                fuzz(session, operation, mode)
+    print("\nfuzz statuses:", dict(statuses))
+    assert statuses["2xx"] >= 30 and statuses["4xx"] >= 100  # both paths really exercised
+    assert server_errors == [], server_errors[:5]
+    assert contract == [], contract[:5]
+
+
+# -- limits ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(make_app(tmp_path, max_body_bytes=1_000_000)) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {KEY}"
+        yield test_client
+
+
+ITEM = {
+    "question": "How does Levin feel?",
+    "reference": "He feels humiliated and hurt.",
+    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
+    "response": "Levin is humiliated.",
+}
+
+
+def error_of(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text[:500]
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message", "field"}
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("question", "q" * 20_001, "question"),
+        ("reference", "r" * 50_001, "reference"),
+        ("response", "x" * 50_001, "response"),
+        ("book_name", "b" * 501, "book_name"),
+        ("id", "i" * 257, "id"),
+        ("bonus_points", ["p"] * 9, "bonus_points"),  # above the service's max_bonus_points
+        ("bonus_points", ["p"] * 33, "bonus_points"),  # above the hard cap
+        ("bonus_points", ["p" * 2_001], "bonus_points"),
+        ("bonus_points", [], "bonus_points"),
+        ("response", "   ", "response"),
+    ],
+)
+def test_string_and_list_limits_name_the_field(
+    client: TestClient, field: str, value: Any, named: str
+) -> None:
+    error = error_of(client.post("/v1/grade", json={**ITEM, field: value}), 422)
+    assert error["field"] == named and named in error["message"]
+
+
+def test_batch_and_metrics_list_limits(client: TestClient) -> None:
+    error = error_of(client.post("/v1/grade/batch", json={"items": [ITEM] * 9}), 422)
+    assert error["field"] == "items" and "8" in error["message"]
+    pairs = [{"response": "a", "reference": "b"}] * 9
+    error = error_of(client.post("/v1/metrics", json={"pairs": pairs, "metrics": ["rouge_l"]}), 422)
+    assert error["field"] == "pairs"
+
+
+def test_job_size_limit_for_json_and_jsonl(client: TestClient) -> None:
+    error = error_of(client.post("/v1/jobs", json={"items": [ITEM] * 51}), 422)
+    assert error["field"] == "items" and "50" in error["message"]
+    body = "\n".join(json.dumps(ITEM) for _ in range(51)).encode()
+    response = client.post("/v1/jobs", content=body, headers={"content-type": "application/jsonl"})
+    assert error_of(response, 422)["field"] == "items"
+    empty = client.post("/v1/jobs", content=b"\n\n", headers={"content-type": "application/jsonl"})
+    assert error_of(empty, 422)["field"] == "items"
+
+
+def test_body_size_limit_on_every_upload_path(tmp_path: Path) -> None:
+    with TestClient(make_app(tmp_path, max_body_bytes=5_000)) as small:
+        small.headers["Authorization"] = f"Bearer {KEY}"
+        big_item = {**ITEM, "response": "x" * 6_000}
+        for response in (
+            small.post("/v1/grade", json=big_item),
+            small.post("/v1/grade/batch", json={"items": [big_item]}),
+            small.post("/v1/jobs", json={"items": [big_item]}),
+            small.post(
+                "/v1/jobs",
+                content=json.dumps(big_item).encode(),
+                headers={"content-type": "application/x-ndjson"},
+            ),
+            small.post("/v1/jobs", files={"file": ("in.jsonl", json.dumps(big_item).encode())}),
+        ):
+            assert error_of(response, 413)["type"] == "payload_too_large"
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: checked while reading
+            yield b'{"items": ['
+            for _ in range(100):
+                yield json.dumps(ITEM).encode() + b","
+            yield b"{}]}"
+
+        streamed = small.post(
+            "/v1/jobs", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert error_of(streamed, 413)["type"] == "payload_too_large"
+
+
+def test_bad_job_lines_are_per_line_errors_never_a_500(client: TestClient) -> None:
+    lines = [
+        json.dumps({**ITEM, "id": "ok-1"}),
+        json.dumps({**ITEM, "id": "meta", "metadata": 5}),  # crashed the mapper before the fix
+        json.dumps({**ITEM, "id": "meta2", "metadata": "ab"}),
+        '{"id": "torn", "question": ',
+        json.dumps([1, 2]),
+        json.dumps({**ITEM, "id": "ok-2", "response": "Pride\u2028and humiliation."}),
+    ]
+    response = client.post(
+        "/v1/jobs",
+        content="\n".join(lines).encode(),
+        headers={"content-type": "application/x-ndjson"},
+    )
+    assert response.status_code == 202, response.text
+    job = response.json()
+    deadline = time.monotonic() + 60
+    while job["status"] not in ("done", "failed") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        job = client.get(f"/v1/jobs/{job['id']}").json()
+    entries = [json.loads(x) for x in client.get(f"/v1/jobs/{job['id']}/results").text.splitlines()]
+    errors = {e["id"]: e["error"] for e in entries if e["error"]}
+    assert errors["meta"]["field"] == "metadata" and errors["meta2"]["field"] == "metadata"
+    assert job["invalid"] == 4
+    graded = sorted(e["id"] for e in entries if e["result"])
+    assert graded == ["ok-1", "ok-2"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="api/jobs.py splits JSONL with str.splitlines(), which also breaks lines at U+2028, "
+    "U+2029, \\x0b, \\x0c, \\x1c-\\x1e and \\x85: JSON allows these raw inside strings, so such an "
+    "item is reported as two invalid lines (should split on \\n only)",
+)
+def test_jsonl_job_keeps_a_line_with_a_raw_line_separator(client: TestClient) -> None:
+    line = json.dumps({**ITEM, "id": "sep", "response": "Pride\u2028and humiliation."},
+                      ensure_ascii=False)  # fmt: skip
+    response = client.post(
+        "/v1/jobs", content=line.encode(), headers={"content-type": "application/x-ndjson"}
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["invalid"] == 0 and response.json()["total"] == 1
