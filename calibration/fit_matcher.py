@@ -10,14 +10,16 @@ What it does:
    so training and inference cannot drift apart. K-QA's per-statement verdicts are the point-level
    signal; the answer-level sets teach the single-point case, with the reference as the one bonus
    point (with several references, the best-matching one, as a reader would).
-3. Fits a logistic regression (graded human scores become soft labels), cross-validated with
+3. Fits a logistic regression (graded human scores become soft labels) on every row, and a
+   second one on the whole-response similarity of the rows whose point is long (more than
+   ``LONG_POINT_WORDS`` words), which judges long points at inference; both cross-validated with
    ``GroupKFold`` grouped by question so no question is in both a training and a test fold, and
    reports matcher vs ROUGE-L vs BERTScore per set on the out-of-fold predictions.
 4. Chooses the decision threshold on training data only: accuracy on the binarised labels, each
    set weighted alike. K-QA's reported accuracy uses a threshold chosen on the *other* sets.
 5. Refits on everything and writes ``judge/data/matcher_params.json``: version, features,
    weights and bias with the standardisation folded in (inference is numpy only), thresholds,
-   the lexical-only model for Chinese, and the training summary.
+   the long-point model, the lexical-only model for Chinese, and the training summary.
 
 Two sets are subsampled (seeded, by question) to keep the fit within minutes on 2 CPU cores:
 EVOUNA TriviaQA (10,000 rows) and LiveQA-Med/MedQuAD (long answers). Embeddings and BERTScore
@@ -47,6 +49,8 @@ from judge.errors import ConfigError, InputError
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
+    LONG_FEATURES,
+    LONG_POINT_WORDS,
     MATCHER_VERSION,
     PARAMS_PATH,
     MatchInput,
@@ -477,13 +481,18 @@ def choose_threshold(p: FloatArray, y: FloatArray, w: FloatArray) -> float:
 
 
 def _design(
-    examples: Sequence[Example], features: Sequence[str], specs: dict[str, SetSpec]
+    examples: Sequence[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    long_only: bool = False,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Training matrix: one row per example (its best option), labels, per-set-balanced weights.
 
     With several references, the option used for training is the one a fixed heuristic (mean of
     sentence similarity and content-word recall) ranks best; at scoring time the maximum
     probability over options is used, which picks the same option in almost every case.
+    ``long_only`` keeps the options whose point is long (the long-point model's rows); the
+    set weights still count every row of a set, so a set weighs by its share of long points.
     """
     counts: dict[str, int] = {}
     for ex in examples:
@@ -491,6 +500,8 @@ def _design(
     rows, labels, weights = [], [], []
     for ex in examples:
         for feats in _training_options(ex):
+            if long_only and not feats.long_point:
+                continue
             rows.append(feats.vector(features))
             labels.append(ex.label)
             weights.append(specs[ex.set_name].weight / counts[ex.set_name])
@@ -508,14 +519,30 @@ def _training_options(ex: Example) -> list[PointFeatures]:
     return [max(ex.features, key=heuristic)]
 
 
-def score_examples(model: FittedModel, examples: Sequence[Example]) -> FloatArray:
-    """Row scores: max probability over alternative references, mean over K-QA key points."""
+def _point_probability(
+    model: FittedModel, long_model: FittedModel | None, features: PointFeatures
+) -> float:
+    """One point's probability, from the model the matcher would select, after the rules."""
+    chosen = long_model if long_model is not None and features.long_point else model
+    return apply_constraints(float(chosen.probability(features.vector(chosen.features))), features)
+
+
+def score_examples(
+    model: FittedModel, examples: Sequence[Example], long_model: FittedModel | None = None
+) -> FloatArray:
+    """Row scores: max probability over alternative references, mean over K-QA key points.
+
+    Args:
+        model: The model of short points (of every point when ``long_model`` is None).
+        examples: The rows to score.
+        long_model: The model of long points, as the matcher selects it; None for none.
+
+    Returns:
+        One score per example.
+    """
     out = np.empty(len(examples))
     for i, ex in enumerate(examples):
-        raw = model.probability(np.stack([f.vector(model.features) for f in ex.features]))
-        probs = np.array(
-            [apply_constraints(float(p), f) for p, f in zip(raw, ex.features, strict=True)]
-        )
+        probs = np.array([_point_probability(model, long_model, f) for f in ex.features])
         out[i] = probs.mean() if ex.aggregate == "mean" else probs.max()
     return out
 
@@ -615,9 +642,19 @@ def baselines(
 
 
 def cross_validate(
-    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+    examples: list[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    long_features: Sequence[str] | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Out-of-fold scores (GroupKFold by question) and, per row, the fold's K-QA-free threshold.
+
+    Args:
+        examples: Rows with features.
+        features: Features of the main model (fitted on every training row).
+        specs: The sets by name.
+        long_features: Features of the long-point model (fitted on the long rows), or None for
+            a single model (the lexical path).
 
     Returns:
         ``(scores, thresholds)``: each row's out-of-fold score, and the threshold chosen on the
@@ -634,10 +671,14 @@ def cross_validate(
         train = [examples[i] for i in train_idx if trainable[i]]
         x, y, w = _design(train, features, specs)
         model = fit_logistic(x, y, w, features)
+        long_model = None
+        if long_features is not None:
+            x, y, w = _design(train, long_features, specs, long_only=True)
+            long_model = fit_logistic(x, y, w, long_features)
         test = [examples[i] for i in test_idx]
-        scores[test_idx] = score_examples(model, test)
+        scores[test_idx] = score_examples(model, test, long_model)
         others = [ex for ex in train if not ex.set_name.startswith("kqa")]
-        p = score_examples(model, others)
+        p = score_examples(model, others, long_model)
         _, y_o, w_o = _design(others, features, specs)
         thresholds[test_idx] = choose_threshold(p, y_o, w_o)
     return scores, thresholds
@@ -735,6 +776,19 @@ def _fit_final(
     return FittedModel(model.features, model.weights, model.bias, threshold)
 
 
+def _fit_final_long(
+    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+) -> FittedModel:
+    """Fit the long-point model on the long training rows; its threshold is chosen on them."""
+    train = [ex for ex in examples if specs[ex.set_name].train]
+    x, y, w = _design(train, features, specs, long_only=True)
+    if len(x) == 0:
+        raise InputError("no training row has a long point; the long-point model cannot be fit")
+    model = fit_logistic(x, y, w, features)
+    threshold = choose_threshold(model.probability(x), y, w)
+    return FittedModel(model.features, model.weights, model.bias, threshold)
+
+
 def _lexical_examples(examples: Iterable[Example]) -> list[Example]:
     """The same examples with lexical-only features (what the Chinese model sees)."""
     out = []
@@ -778,13 +832,14 @@ def run(
     build_examples(examples, cache_dir, DEFAULT_ENCODER, log)
     base = baselines(examples, cache_dir, DEFAULT_ENCODER, log)
 
-    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs)
+    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
     table = evaluate(examples, scores, thresholds, base, specs)
     lexical = _lexical_examples(examples)
     lex_scores, lex_thresholds = cross_validate(lexical, LEXICAL_FEATURES, specs)
     lex_table = evaluate(lexical, lex_scores, lex_thresholds, base, specs)
 
     full_model = _fit_final(examples, FULL_FEATURES, specs)
+    long_model = _fit_final_long(examples, LONG_FEATURES, specs)
     lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs)
 
     text = "\n\n".join(
@@ -809,6 +864,11 @@ def run(
         "version": MATCHER_VERSION,
         "encoder": DEFAULT_ENCODER,
         "full": _model_json(full_model),
+        "long": {
+            **_model_json(long_model),
+            "note": f"English points of more than {LONG_POINT_WORDS} words (a whole reference "
+            "answer): whole-response similarity only, fitted on the rows with such points",
+        },
         "lexical": {
             **_model_json(lexical_model),
             "note": "lexical features only, fitted on the English sets with words as tokens; "

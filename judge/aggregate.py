@@ -55,6 +55,13 @@ class Summary(GroupSummary):
     prompt_tokens: int = Field(default=0, description="Prompt tokens spent.")
     completion_tokens: int = Field(default=0, description="Completion tokens spent.")
     cost_usd: float | None = Field(default=None, description="Cost, when litellm knows prices.")
+    retries: int = Field(default=0, description="Provider-error retries spent by the run.")
+    retry_budget: dict[str, int | None] | None = Field(
+        default=None, description="The run's retry cap: limit, spent, refused."
+    )
+    breaker: dict[str, object] | None = Field(
+        default=None, description="Circuit breaker state at the end (state, times opened)."
+    )
 
 
 @dataclass

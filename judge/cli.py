@@ -120,6 +120,12 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     writer = ResultWriter(args.out).open()
     if writer.recovered_tail:
         print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
+    if writer.corrupt_lines:
+        print(
+            f"{args.out}: skipped unreadable line(s) {writer.corrupt_lines[:10]}; their items "
+            "are graded again",
+            file=sys.stderr,
+        )
     if args.retry_unscored:
         keep = [o for o in writer.done.values() if o.get("status") == "scored"]
         dropped = len(writer.done) - len(keep)
@@ -214,6 +220,9 @@ async def _grade_local(
         "prompt_tokens": stats["prompt_tokens"],
         "completion_tokens": stats["completion_tokens"],
         "cost_usd": stats["cost_usd"] or None,
+        "retries": stats["retries"],
+        "retry_budget": {"limit": budget.limit, "spent": budget.spent, "refused": budget.refused},
+        "breaker": grader.breaker.snapshot(),
     }
 
 
@@ -253,15 +262,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 )
             }
         )
-    # The service reads its settings from this file in every worker process.
-    settings_file = Path(settings.resolved_data_dir()) / "serve-settings.json"
-    settings_file.parent.mkdir(parents=True, exist_ok=True)
-    dump = settings.model_dump(mode="json")
-    if settings.judge.api_key is not None:
-        dump["judge"]["api_key"] = settings.judge.api_key.get_secret_value()
-    settings_file.write_text(json.dumps(dump))
-    os.chmod(settings_file, 0o600)
-    os.environ["BONUSJUDGE_SETTINGS_FILE"] = str(settings_file)
     serve = __import__("api.serve", fromlist=["serve"]).serve
     serve(settings, host=args.host, port=args.port, workers=args.workers)
     return 0
@@ -285,7 +285,7 @@ def _cmd_rubrics(args: argparse.Namespace) -> int:
 def _cmd_hash_key(args: argparse.Namespace) -> int:
     import hashlib
 
-    print(hashlib.sha256(args.key.encode()).hexdigest())
+    print("sha256:" + hashlib.sha256(args.key.encode()).hexdigest())
     return 0
 
 

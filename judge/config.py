@@ -15,7 +15,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judge.errors import ConfigError
@@ -217,8 +225,8 @@ class Settings(BaseSettings):
     )
     api_keys: list[str] = Field(
         default_factory=list,
-        description="sha256 hex digests of accepted API keys (`bonusjudge hash-key KEY`); "
-        "plain keys are hashed on load and never kept.",
+        description="Accepted API keys, as `sha256:<hex digest>` (`bonusjudge hash-key KEY`) or "
+        "plain keys, which are hashed on load and never kept.",
     )
     max_batch: int = Field(default=256, ge=1, le=10_000, description="Items per batch request.")
     max_job_items: int = Field(default=100_000, ge=1, description="Items per job.")
@@ -230,12 +238,24 @@ class Settings(BaseSettings):
     @field_validator("api_keys")
     @classmethod
     def _hash_keys(cls, value: list[str]) -> list[str]:
-        # Keys are kept only as sha256 digests, so a dump of the settings reveals none.
+        # Keys are kept only as sha256 digests, so a dump of the settings reveals none. A digest
+        # must say so ("sha256:..."): a plain key that happens to be 64 hex characters (e.g.
+        # `openssl rand -hex 32`) is a key, not a digest.
         out = []
         for key in value:
-            is_digest = len(key) == 64 and all(c in "0123456789abcdef" for c in key)
-            out.append(key if is_digest else hashlib.sha256(key.encode()).hexdigest())
+            if key.startswith("sha256:"):
+                digest = key.removeprefix("sha256:").lower()
+                if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                    raise ValueError("a `sha256:` API key digest needs 64 hex digits")
+                out.append(digest)
+            else:
+                out.append(hashlib.sha256(key.encode()).hexdigest())
         return out
+
+    @field_serializer("api_keys")
+    def _dump_digests(self, value: list[str]) -> list[str]:
+        # Dumped digests say what they are, so loading a dump does not hash them again.
+        return [f"sha256:{digest}" for digest in value]
 
     def resolved_data_dir(self) -> Path:
         """The service data folder (jobs database, stored reports)."""

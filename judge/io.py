@@ -156,6 +156,7 @@ class ResultWriter:
         self.id_field = id_field
         self.done: dict[str, dict[str, Any]] = {}
         self.recovered_tail = False
+        self.corrupt_lines: list[int] = []
         self._handle: IO[str] | None = None
 
     def open(self) -> ResultWriter:
@@ -169,23 +170,25 @@ class ResultWriter:
 
     def _recover(self) -> None:
         data = self.path.read_bytes()
-        good_end = 0
-        position = 0
-        for raw in data.splitlines(keepends=True):
-            position += len(raw)
-            if not raw.endswith(b"\n"):
-                break  # a torn last line: written partly when the process died
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError:
-                break
-            good_end = position
-            if isinstance(obj, dict) and obj.get(self.id_field) is not None:
-                self.done[str(obj[self.id_field])] = obj
-        if good_end < len(data):
+        # Only the last line can be torn (the process died while writing it): drop it. A bad line
+        # in the middle is left in place and skipped, so the good lines after it are kept and
+        # never graded again.
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        if tail:
             self.recovered_tail = True
             with open(self.path, "r+b") as handle:
-                handle.truncate(good_end)
+                handle.truncate(len(data) - len(tail))
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                self.corrupt_lines.append(number)
+                continue
+            if isinstance(obj, dict) and obj.get(self.id_field) is not None:
+                self.done[str(obj[self.id_field])] = obj
 
     def write(self, result: BaseModel | dict[str, Any]) -> None:
         """Append one result line and flush it to the OS (survives a SIGKILL of this process)."""

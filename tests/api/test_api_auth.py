@@ -61,7 +61,7 @@ def auth(key: str) -> dict[str, str]:
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     # One key given in plain text (hashed on load), one as its digest.
-    keys = [KEY_A, hashlib.sha256(KEY_B.encode()).hexdigest()]
+    keys = [KEY_A, "sha256:" + hashlib.sha256(KEY_B.encode()).hexdigest()]
     with TestClient(make_app(tmp_path, api_keys=keys)) as test_client:
         yield test_client
 

@@ -77,3 +77,13 @@ def test_writer_rewrite_is_atomic_and_keeps_only_given(tmp_path):
     w.close()
     assert [json.loads(x)["id"] for x in path.read_text().splitlines()] == ["1", "2"]
     assert not (tmp_path / "out.jsonl.tmp").exists()
+
+
+def test_writer_keeps_good_lines_after_a_corrupt_middle_line(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text('{"id": "1"}\n{garbage\n{"id": "3"}\n{"id": "4", "x')
+    w = ResultWriter(path).open()
+    assert set(w.done) == {"1", "3"}
+    assert w.corrupt_lines == [2] and w.recovered_tail
+    w.close()
+    assert path.read_text().endswith('{"id": "3"}\n')

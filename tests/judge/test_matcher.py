@@ -16,6 +16,7 @@ from judge.errors import ConfigError, InputError
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
+    LONG_POINT_WORDS,
     MATCHER_VERSION,
     PARAMS_PATH,
     EmbeddedMatcher,
@@ -25,6 +26,7 @@ from judge.matcher import (
     load_params,
     point_features,
     split_sentences,
+    texts_to_embed,
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -110,6 +112,14 @@ def test_missing_params_file_raises_config_error(tmp_path: Path) -> None:
             lambda d: json.dumps({**d, "full": {**d["full"], "bias": "x"}}),
             "matcher_params.full.bias",
         ),
+        (
+            lambda d: json.dumps({k: v for k, v in d.items() if k != "long"}),
+            "matcher_params.long",
+        ),
+        (
+            lambda d: json.dumps({**d, "long": {**d["long"], "features": ["sim_max"]}}),
+            "matcher_params.long.features",
+        ),
     ],
 )
 def test_corrupt_params_file_raises_config_error_naming_the_field(
@@ -171,6 +181,59 @@ def test_numbers_must_match(matcher: EmbeddedMatcher) -> None:
     assert same.covered, same
     assert not other.covered, other
     assert "1865 replaced by others" in other.rationale
+
+
+_LONG_POINT = (
+    "Abraham Lincoln, the sixteenth president of the United States, led the country through "
+    "the Civil War, preserved the Union and ended slavery with the Emancipation Proclamation of "
+    "1863 and the Thirteenth Amendment. He was shot by John Wilkes Booth at Ford's Theatre in "
+    "Washington on April 14, 1865, and died the next morning, only weeks after the war ended."
+)
+
+
+def test_long_point_is_judged_by_the_long_model_and_ranks_by_similarity(
+    matcher: EmbeddedMatcher,
+) -> None:
+    assert len(_LONG_POINT.split()) > LONG_POINT_WORDS
+    close = _one(
+        matcher,
+        _en(
+            _LONG_POINT,
+            "Lincoln was the 16th US president. He guided the nation through the Civil War, kept "
+            "the Union together and abolished slavery. Booth shot him at Ford's Theatre in 1865.",
+        ),
+    )
+    unrelated = _one(
+        matcher,
+        _en(_LONG_POINT, "Photosynthesis turns light, water and carbon dioxide into sugar."),
+    )
+    assert "long point" in close.rationale
+    assert close.probability > unrelated.probability
+    assert close.covered == (close.probability >= matcher.params.long.threshold)
+    assert not unrelated.covered
+
+
+def test_number_rule_applies_to_short_points_only(matcher: EmbeddedMatcher) -> None:
+    # The response states other numbers than the long point (1861, 1864 instead of 1863, 1865):
+    # in a whole reference answer that is detail left out, not a contradiction of one fact.
+    response = (
+        "Lincoln, the sixteenth president, led the Union through the Civil War from 1861 and "
+        "ended slavery. He was assassinated by John Wilkes Booth at Ford's Theatre in 1864."
+    )
+    item = _en(_LONG_POINT, response)
+    features = point_features(_LONG_POINT, item, _vectors(matcher, item))
+    assert features.long_point
+    assert features.conflicting_numbers == ()
+    short = "Lincoln was assassinated in 1865."
+    short_item = _en(short, response)
+    short_features = point_features(short, short_item, _vectors(matcher, short_item))
+    assert not short_features.long_point
+    assert short_features.conflicting_numbers == ("1865",)
+
+
+def _vectors(matcher: EmbeddedMatcher, item: MatchInput) -> dict[str, Any]:
+    texts = texts_to_embed(item)
+    return dict(zip(texts, matcher._get_encoder().embed(texts), strict=True))
 
 
 def test_evidence_is_the_best_matching_sentence(matcher: EmbeddedMatcher) -> None:
