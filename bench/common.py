@@ -1,0 +1,214 @@
+"""Shared pieces of the benchmarks: the workload, the machine's state, memory probes, JSON output.
+
+Every benchmark section is a module with a ``main(argv)`` that prints a table and, with
+``--json PATH``, writes its figures for :mod:`bench.run_all`, which runs each section in its own
+interpreter so that imports, caches and peak memory never leak from one section to the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_WORKLOAD",
+    "WORKLOAD_ENV",
+    "BenchError",
+    "Timer",
+    "dir_size_mb",
+    "load_requests",
+    "log",
+    "machine",
+    "peak_rss_mb",
+    "percentile",
+    "proc_peak_rss_mb",
+    "process_tree",
+    "quiet_litellm",
+    "set_bench_env",
+    "workload_path",
+    "write_json",
+]
+
+WORKLOAD_ENV = "BONUSJUDGE_BENCH_WORKLOAD"
+"""Environment variable naming the workload JSONL (CharToM item format)."""
+
+DEFAULT_WORKLOAD = Path("/work/shared/bench/chartom_like_1035.jsonl")
+"""The 1,035-item workload used when ``BONUSJUDGE_BENCH_WORKLOAD`` is not set."""
+
+
+class BenchError(RuntimeError):
+    """A benchmark could not run (missing workload, a server that did not start...)."""
+
+
+def set_bench_env() -> None:
+    """Set the run environment: litellm's local cost map, no model hub, quiet tokenizers."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def quiet_litellm() -> None:
+    """Stop litellm printing its help banner (a print per error would skew the timings)."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+
+
+def workload_path() -> Path:
+    """The workload file: ``$BONUSJUDGE_BENCH_WORKLOAD`` or :data:`DEFAULT_WORKLOAD`.
+
+    Raises:
+        BenchError: The file does not exist.
+    """
+    path = Path(os.environ.get(WORKLOAD_ENV) or DEFAULT_WORKLOAD)
+    if not path.is_file():
+        raise BenchError(f"workload not found: {path} (set {WORKLOAD_ENV} to a CharToM JSONL file)")
+    return path
+
+
+def load_requests(
+    path: Path | None = None, *, limit: int | None = None, repeat: int = 1
+) -> list[tuple[str, Any]]:
+    """The workload as ``(item_id, GradeRequest)`` pairs, read with the product's own reader.
+
+    Args:
+        path: The JSONL file (default: :func:`workload_path`).
+        limit: Keep only the first ``limit`` items (before repeating).
+        repeat: Copies of the workload. Copy ``k >= 1`` gets new ids (``<id>~k``) and a response
+            ending in `` (copy k)``, so that its judge calls have new cache keys: a repeat must
+            cost what a new item costs, not be a cache hit.
+
+    Raises:
+        BenchError: A line of the workload is invalid (named by its line number), or ``repeat``
+            is below 1.
+    """
+    from judge.io import InputProblem, read_items
+
+    if repeat < 1:
+        raise BenchError(f"repeat must be at least 1, got {repeat}")
+    source = path or workload_path()
+    base: list[tuple[str, Any]] = []
+    for entry in read_items(source):
+        if isinstance(entry, InputProblem):
+            raise BenchError(f"{source}: {entry}")
+        base.append(entry)
+        if limit is not None and len(base) >= limit:
+            break
+    out = list(base)
+    for copy in range(1, repeat):
+        for item_id, request in base:
+            changed = request.model_copy(
+                update={"id": None, "response": f"{request.response} (copy {copy})"}
+            )
+            out.append((f"{item_id}~{copy}", changed))
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """Where and under what load the figures were taken (cores, load average, versions)."""
+    load1, load5, load15 = os.getloadavg()
+    return {
+        "cores": os.cpu_count(),
+        "load_avg": [round(load1, 2), round(load5, 2), round(load15, 2)],
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def proc_peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory (``VmHWM``) of a live process, in MiB; None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its live descendants (from ``/proc/*/task/*/children``)."""
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            stack.extend(int(child) for child in children)
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear interpolation (numpy's default).
+
+    Raises:
+        BenchError: ``values`` is empty.
+    """
+    if not values:
+        raise BenchError("percentile of no values")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class Timer:
+    """Wall and CPU time of a block: ``with Timer() as t: ...; t.wall, t.cpu``."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+    _wall0: float = 0.0
+    _cpu0: float = 0.0
+
+    def __enter__(self) -> Timer:
+        self._wall0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._wall0
+        self.cpu = time.process_time() - self._cpu0
+
+
+def dir_size_mb(path: Path) -> float:
+    """Bytes under ``path`` (recursively), in MiB."""
+    return sum(f.stat().st_size for f in _files(path)) / 2**20
+
+
+def _files(path: Path) -> Iterator[Path]:
+    for child in path.rglob("*"):
+        if child.is_file():
+            yield child
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    """Write a section's figures for :mod:`bench.run_all` (nothing when ``path`` is None)."""
+    if path is None:
+        return
+    Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so that stdout carries only the tables."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

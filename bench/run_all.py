@@ -1,0 +1,432 @@
+"""Run every benchmark section and regenerate the table in ``bench/README.md``.
+
+``.venv/bin/python -m bench.run_all`` (from the project root) runs each section in its own
+interpreter (fresh imports, its own peak memory), collects the JSON each one writes, stores them
+in ``bench/results.json`` and rewrites the part of ``bench/README.md`` between the
+``<!-- bench:results -->`` markers. ``--only`` picks sections, ``--render`` only re-renders the
+README from ``bench/results.json``, ``--quick`` runs every section with small sizes (a smoke test
+of the scripts; its figures are not the reference ones).
+
+The load average (``uptime``) is taken before and after each section and printed next to its
+figures: on a shared 2-core machine, CPU-bound figures scale with the share of the CPU we get.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchError, log, machine, set_bench_env, workload_path
+
+__all__ = ["SECTIONS", "Section", "main", "render"]
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS = BENCH_DIR / "results.json"
+README = BENCH_DIR / "README.md"
+BEGIN = "<!-- bench:results:begin -->"
+END = "<!-- bench:results:end -->"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One benchmark subprocess.
+
+    Attributes:
+        key: Name in ``results.json`` and for ``--only``.
+        module: The ``bench`` module to run with ``-m``.
+        args: Its arguments (reference run).
+        quick_args: Its arguments for ``--quick``.
+        timeout: Seconds before the section is killed.
+    """
+
+    key: str
+    module: str
+    args: tuple[str, ...] = ()
+    quick_args: tuple[str, ...] = ()
+    timeout: float = 900.0
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
+        "throughput", "bench.throughput",
+        quick_args=("--concurrency", "8", "64", "--subset", "8=40", "64=80",
+                    "--public-items", "4", "--latency", "0.05"),
+        timeout=1200,
+    ),
+    Section("layers", "bench.layers", ("--calls", "200"), ("--calls", "40"), timeout=300),
+    Section("metrics", "bench.metrics_cost", (), ("--chunked-pairs", "100"), timeout=600),
+    Section("memory", "bench.memory", (), (), timeout=700),
+    Section("scaling_x1", "bench.scaling", ("--repeat", "1", "--base", "256"),
+            ("--repeat", "1", "--base", "32"), timeout=300),
+    Section("scaling_x4", "bench.scaling", ("--repeat", "4", "--base", "256"),
+            ("--repeat", "4", "--base", "32"), timeout=600),
+    Section("scaling_x16", "bench.scaling", ("--repeat", "16", "--base", "256"),
+            ("--repeat", "16", "--base", "32"), timeout=1200),
+    Section("service", "bench.service", (),
+            ("--cold", "24", "--cached", "100", "--workers", "1"), timeout=600),
+)
+
+
+def _run_section(section: Section, quick: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-") as folder:
+        out = Path(folder) / "result.json"
+        args = section.quick_args if quick else section.args
+        command = [sys.executable, "-m", section.module, *args, "--json", str(out)]
+        load_before = os.getloadavg()
+        started = time.perf_counter()
+        log(f"section {section.key}: {' '.join(command[1:])}")
+        try:
+            completed = subprocess.run(
+                command, cwd=BENCH_DIR.parent, timeout=section.timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {section.timeout:g} s"}
+        if completed.returncode != 0 or not out.is_file():
+            return {"error": f"exited {completed.returncode}"}
+        payload: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+        payload["section_wall_s"] = round(time.perf_counter() - started, 1)
+        payload["load_before"] = [round(x, 2) for x in load_before]
+        payload["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        return payload
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def _load(payload: dict[str, Any]) -> str:
+    before = payload.get("load_before") or ["?"]
+    after = payload.get("load_after") or ["?"]
+    return f"load {before[0]} -> {after[0]}"
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("yes" if ok else "**no**")
+
+
+def _summary_rows(results: dict[str, Any]) -> list[str]:
+    rows = ["| # | Measure | Figure | Target | Met |", "|---|---|---|---|---|"]
+    throughput = results.get("throughput", {})
+    cold = {row["concurrency"]: row for row in throughput.get("cold", [])}
+    c64 = cold.get(64)
+    if c64:
+        rows.append(
+            f"| 1 | Cold throughput at c=64 ({c64['items']} items, {c64['latency_s']:g} s/call) | "
+            f"{c64['items_per_s']} items/s = {c64['pct_of_ideal']}% of ideal "
+            f"{c64['ideal_items_per_s']} | >= 90% of ideal | {_met(c64['pct_of_ideal'] >= 90)} |"
+        )
+    public = throughput.get("public_scorer")
+    if c64 and public:
+        ratio = c64["items_per_s"] / public["items_per_s"]
+        rows.append(
+            f"| 2 | vs the public scorer's sequential loop ({public['items_per_s']} items/s) | "
+            f"{ratio:.1f}x | >= 50x | {_met(ratio >= 50)} |"
+        )
+    warm = throughput.get("warm")
+    if warm:
+        rows.append(
+            f"| 3 | Warm re-grade of {warm['items']} items | {warm['server_requests']} provider "
+            f"calls, {warm['wall_s']} s, cache {warm['cache_mb']} MiB | 0 calls, < 5 s | "
+            f"{_met(warm['server_requests'] == 0 and warm['wall_s'] < 5)} |"
+        )
+    for row in results.get("service", {}).get("service", []):
+        cold_s, cached = row["cold"], row["cached"]
+        rows.append(
+            f"| 4 | Service, {row['workers']} worker(s): overhead over the judge p50/p95/p99 | "
+            f"{cold_s['p50_overhead_ms']} / {cold_s['p95_overhead_ms']} / "
+            f"{cold_s['p99_overhead_ms']} ms; cached {cached['requests_per_s']} req/s | "
+            "(no target) | n/a |"
+        )
+    metrics = results.get("metrics", {})
+    if "bertscore_batched_pairs_per_s" in metrics:
+        value = metrics["bertscore_batched_pairs_per_s"]
+        rows.append(
+            f"| 5 | BERTScore, batched ({metrics['pairs']} pairs); ROUGE-L | {value} pairs/s; "
+            f"ROUGE-L {metrics['rouge_l_pairs_per_s']} pairs/s | >= 60 pairs/s | "
+            f"{_met(value >= 60)} |"
+        )
+    memory = results.get("memory", {})
+    if "peak_rss_mb" in memory:
+        rows.append(
+            f"| 6 | Peak RSS, `bonusjudge grade` ({memory['metrics']}) | "
+            f"{memory['peak_rss_mb']} MiB | < 1536 MiB | {_met(memory['peak_rss_mb'] < 1536)} |"
+        )
+    for row in results.get("service", {}).get("service", []):
+        peak = row.get("peak_rss_mb_max")
+        if peak is not None:
+            rows.append(
+                f"| 6 | Peak RSS, service with {row['workers']} worker(s) under load "
+                f"(largest process) | {peak} MiB | < 1536 MiB | {_met(peak < 1536)} |"
+            )
+    scales = [results[k] for k in ("scaling_x1", "scaling_x4", "scaling_x16") if k in results]
+    scales = [s for s in scales if "items" in s]
+    if len(scales) >= 2:
+        first, last = scales[0], scales[-1]
+        # CPU per item, not wall per item: on a shared machine wall time follows the load.
+        cpu_ratio = _cpu_per_item(last) / _cpu_per_item(first)
+        growth = last["peak_rss_mb"] - first["peak_rss_mb"]
+        rows.append(
+            f"| 7 | Cost growth x{first['repeat']} -> x{last['repeat']} | CPU per item "
+            f"x{cpu_ratio:.2f} (wall per item x"
+            f"{last['s_per_1000_items'] / first['s_per_1000_items']:.2f}); peak RSS "
+            f"{first['peak_rss_mb']} -> {last['peak_rss_mb']} MiB | linear cost, flat memory "
+            f"(< +10% RSS) | {_met(cpu_ratio < 1.25 and growth < 0.10 * first['peak_rss_mb'])} |"
+        )
+    return rows
+
+
+def _cpu_per_item(scale: dict[str, Any]) -> float:
+    return float(scale["cpu_s"]) / max(1, int(scale["items"]))
+
+
+def _throughput_rows(results: dict[str, Any]) -> list[str]:
+    throughput = results.get("throughput", {})
+    if not throughput.get("cold"):
+        return []
+    rows = [
+        f"### 1-3. Throughput, public scorer, warm re-grade ({_load(throughput)})",
+        "",
+        "Ideal = concurrency / latency: an item's coverage and defect calls run concurrently, so "
+        "an item holds one concurrency slot for one latency (the stand-in saw up to 2 x "
+        "concurrency requests in flight). CPU ms/call is this process's CPU per judge call.",
+        "",
+        "| concurrency | items | latency s | items/s | ideal items/s | % of ideal | "
+        "max in flight | CPU ms/call |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in throughput["cold"]:
+        subset = " (first N)" if row["subset"] else ""
+        rows.append(
+            f"| {row['concurrency']} | {row['items']}{subset} | {row['latency_s']:g} | "
+            f"{row['items_per_s']} | {row['ideal_items_per_s']} | {row['pct_of_ideal']} | "
+            f"{row['max_in_flight']} | {row['cpu_ms_per_call']} |"
+        )
+    public = throughput.get("public_scorer")
+    if public:
+        ideal = 1 / (2 * public["latency_s"])
+        rows += [
+            "",
+            f"Public scorer's loop (2 plain `litellm.completion` calls per item, one after "
+            f"another, first {public['items']} items, {public['latency_s']:g} s/call): "
+            f"**{public['items_per_s']} items/s** (its own ideal {ideal:g} items/s; "
+            f"{public['parsed']}/{public['calls']} replies parsed).",
+        ]
+    warm = throughput.get("warm")
+    if warm:
+        rows += [
+            "",
+            f"Warm re-grade (c={warm['concurrency']}, same cache folder, new `Grader`): "
+            f"**{warm['server_requests']} provider requests**, {warm['cache_hits']} cache hits, "
+            f"{warm['wall_s']} s for {warm['items']} items ({warm['wall_with_open_s']} s "
+            f"including opening the cache), cache on disk {warm['cache_mb']} MiB.",
+        ]
+    return rows
+
+
+def _layer_rows(results: dict[str, Any]) -> list[str]:
+    layers = results.get("layers", {})
+    if not layers.get("layers"):
+        return []
+    rows = [
+        f"### What bounds cold throughput: CPU per judge call by layer ({_load(layers)})",
+        "",
+        f"The same coverage request, {layers['calls']} calls per layer at concurrency 16, "
+        "zero-latency stand-in. One process on one core serves at most 1000 / (CPU ms/call) "
+        "calls/s, half that in items/s.",
+        "",
+        "| layer | CPU ms/call | calls/s |",
+        "|---|---|---|",
+    ]
+    rows += [
+        f"| {row['layer']} | {row['cpu_ms_per_call']} | {row['calls_per_s']} |"
+        for row in layers["layers"]
+    ]
+    return rows
+
+
+def _other_rows(results: dict[str, Any]) -> list[str]:
+    rows: list[str] = []
+    service = results.get("service", {})
+    if service.get("service"):
+        rows += [
+            "",
+            f"### 4. Service (`bonusjudge serve`, {_load(service)})",
+            "",
+            f"`POST /v1/grade`, coverage + defects, stand-in at {service['latency_s']:g} s/call. "
+            f"Cold: distinct items, {service['cold_concurrency']} in flight, overhead = latency "
+            f"minus one judge latency. Cached: the same items again, "
+            f"{service['cached_concurrency']} in flight.",
+            "",
+            "| workers | cold requests | cold overhead p50 / p95 / p99 ms | cached requests | "
+            "cached req/s | cached p50 / p95 / p99 ms | errors | peak RSS MiB (largest / all) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in service["service"]:
+            cold, cached = row["cold"], row["cached"]
+            rows.append(
+                f"| {row['workers']} | {cold['requests']} | {cold['p50_overhead_ms']} / "
+                f"{cold['p95_overhead_ms']} / {cold['p99_overhead_ms']} | {cached['requests']} | "
+                f"{cached['requests_per_s']} | {cached['p50_ms']} / {cached['p95_ms']} / "
+                f"{cached['p99_ms']} | {cold['errors'] + cached['errors']} | "
+                f"{row['peak_rss_mb_max']} / {row['peak_rss_mb_sum']} |"
+            )
+    metrics = results.get("metrics", {})
+    if "pairs" in metrics:
+        rows += [
+            "",
+            f"### 5. Metric cost ({_load(metrics)}, torch threads {metrics['torch_threads']})",
+            "",
+            "| metric | pairs | pairs/s | CPU s |",
+            "|---|---|---|---|",
+            f"| ROUGE-L (per pair) | {metrics['pairs']} | {metrics['rouge_l_pairs_per_s']} | "
+            f"{round(metrics['pairs'] / metrics['rouge_l_pairs_per_cpu_s'], 2)} |",
+            f"| BERTScore, all pairs in one call | {metrics['pairs']} | "
+            f"{metrics['bertscore_batched_pairs_per_s']} | {metrics['bertscore_batched_cpu_s']} |",
+            f"| BERTScore, {metrics['bertscore_chunk']} pairs per call | "
+            f"{metrics['bertscore_chunked_pairs']} | {metrics['bertscore_chunked_pairs_per_s']} | "
+            f"{metrics['bertscore_chunked_cpu_s']} |",
+            "",
+            f"Encoder load + warm-up (not in the rates): {metrics['encoder_load_s']} s.",
+        ]
+    memory = results.get("memory", {})
+    if "peak_rss_mb" in memory:
+        rows += [
+            "",
+            f"### 6. Memory of the CLI ({_load(memory)})",
+            "",
+            f"`bonusjudge grade` on the {memory['items']} items, `--metrics {memory['metrics']}`, "
+            f"`--concurrency {memory['concurrency']}`, stand-in at {memory['latency_s']:g} s: "
+            f"**peak RSS {memory['peak_rss_mb']} MiB** (the child's own `ru_maxrss`), "
+            f"{memory['wall_s']} s wall including start-up and encoder load, "
+            f"{memory['cpu_s']} s CPU.",
+        ]
+    scales = [results[k] for k in ("scaling_x1", "scaling_x4", "scaling_x16") if k in results]
+    scales = [s for s in scales if "items" in s]
+    if scales:
+        first = scales[0]
+        rows += [
+            "",
+            f"### 7. Cost growth (stand-in {first['latency_s']:g} s/call, "
+            f"c={first['concurrency']}, base {first['base_items']} items repeated with new ids "
+            "and responses)",
+            "",
+            "| scale | items | wall s | items/s | wall s per 1000 items | CPU ms per item | "
+            "peak RSS MiB (after warm-up -> end) | load |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        rows += [
+            f"| x{s['repeat']} | {s['items']} | {s['wall_s']} | {s['items_per_s']} | "
+            f"{s['s_per_1000_items']} | {1000 * _cpu_per_item(s):.1f} | "
+            f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']} | {_load(s)} |"
+            for s in scales
+        ]
+    errors = [f"- {key}: {value['error']}" for key, value in results.items()
+              if isinstance(value, dict) and "error" in value]
+    if errors:
+        rows += ["", "Sections that failed in this run:", "", *errors]
+    return rows
+
+
+def render(results: dict[str, Any]) -> str:
+    """The README's results block (between the markers) for a ``results.json`` payload."""
+    info = results.get("machine", {})
+    lines = [
+        BEGIN,
+        "",
+        f"Run {info.get('time', '?')} on {info.get('cores', '?')} cores "
+        f"({info.get('platform', '?')}, Python {info.get('python', '?')}), "
+        f"load average at start {info.get('load_avg', '?')}"
+        f"{' — QUICK smoke run, not reference figures' if results.get('quick') else ''}.",
+        "",
+        *_summary_rows(results),
+        "",
+        *_throughput_rows(results),
+        "",
+        *_layer_rows(results),
+        *_other_rows(results),
+        "",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def write_readme(results: dict[str, Any]) -> None:
+    """Replace the results block of ``bench/README.md`` (append one if it has none).
+
+    Raises:
+        BenchError: The README has a begin marker without an end marker.
+    """
+    block = render(results)
+    text = README.read_text(encoding="utf-8") if README.is_file() else "# Benchmarks\n"
+    if BEGIN in text:
+        head, _, rest = text.partition(BEGIN)
+        if END not in rest:
+            raise BenchError(f"{README}: {BEGIN} without {END}")
+        _, _, tail = rest.partition(END)
+        text = head + block + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    README.write_text(text, encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sections, store ``bench/results.json`` and regenerate the README table.
+
+    Args:
+        argv: Command-line arguments (see ``--help``).
+
+    Returns:
+        The exit status: 0 when every section ran, 1 otherwise.
+    """
+    parser = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__)
+    keys = [section.key for section in SECTIONS]
+    parser.add_argument("--only", nargs="+", choices=keys, help="run only these sections")
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--render", action="store_true", help="only re-render the README")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="results file (default bench/results.json)"
+    )
+    args = parser.parse_args(argv)
+    set_bench_env()
+    if args.render:
+        write_readme(json.loads(args.results.read_text(encoding="utf-8")))
+        return 0
+    try:
+        workload_path()
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    previous: dict[str, Any] = {}
+    if args.only and args.results.is_file():
+        # A partial run keeps the other sections' figures.
+        previous = json.loads(args.results.read_text(encoding="utf-8"))
+    results: dict[str, Any] = {**previous, "machine": machine(), "quick": args.quick}
+    failed = 0
+    started = time.perf_counter()
+    for section in SECTIONS:
+        if args.only and section.key not in args.only:
+            continue
+        results[section.key] = _run_section(section, args.quick)
+        if "error" in results[section.key]:
+            failed += 1
+            log(f"section {section.key} failed: {results[section.key]['error']}")
+        # Saved after every section, so an interrupted run keeps what it measured.
+        args.results.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    results["total_wall_s"] = round(time.perf_counter() - started, 1)
+    args.results.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_readme(results)
+    print(render(results))
+    log(f"done in {results['total_wall_s']} s; README updated")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
