@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JobManager, JobStore
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
-from api.routes import grade, health, jobs, metrics, rubrics
+from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
 from judge.cache import JudgeCache
 from judge.config import Settings, load_settings
 from judge.engine import BONUSJUDGE_VERSION, Grader
@@ -35,6 +35,8 @@ JOBS_DB = "jobs.sqlite3"
 _DESCRIPTION = """\
 LLM-as-judge grading with the CharToM-QA bonus-point protocol: bonus-point coverage (BPC),
 defects (penalty rate), ROUGE-L and BERTScore, for one item, a batch, or a persisted job.
+Multiple-choice scoring (`/v1/mcq`) and calibration against human ratings (`/v1/calibrate`,
+`/v1/reports`) run on the same job machinery.
 
 Errors always have the body `{"error": {"type", "message", "field"}}`. When API keys are
 configured, every route but `/healthz` and `/readyz` needs `Authorization: Bearer <key>`.
@@ -141,6 +143,9 @@ def create_app(
         store, engine, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
         drain_timeout=drain_timeout,
     )
+    # Other job kinds share the store and the leases; this process runs them too.
+    manager.register(mcq.MCQ, mcq.run_mcq_job)
+    manager.register(calibration.CALIBRATE, calibration.make_runner(settings))
     observability = Observability(engine, store.status_counts)
     default = engine.config
     # The embedded matcher reads the encoder only for coverage; BERTScore always does.
@@ -179,7 +184,7 @@ def create_app(
     app.state.observability = observability
     app.state.warmup = warmup
     install_error_handlers(app)
-    for module in (grade, jobs, metrics, rubrics, health):
+    for module in (grade, jobs, mcq, calibration, metrics, rubrics, health):
         app.include_router(module.router)
     # add_middleware prepends: the last added is the outermost.
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)

@@ -16,7 +16,14 @@ whose answers are cached and deterministic per item) are retried on connection e
 429/503 answers, with full-jitter exponential backoff floored at the service's ``Retry-After``.
 ``submit_job`` creates state on the server, so it is retried only when the request never left
 (the connection could not be opened); a lost answer is never resent, which could start the job
-twice. Read and write timeouts are not retried: the timeout is the caller's stated patience.
+twice. The same holds for ``submit_mcq_job`` and ``calibrate``; ``mcq`` (pure scoring) is
+retried like grading. Read and write timeouts are not retried: the timeout is the caller's stated
+patience.
+
+Beyond grading: multiple-choice scoring (``mcq``, ``submit_mcq_job`` then
+``wait(id, kind="mcq")``, ``mcq_results``, ``mcq_summary``) and calibration (``calibrate``,
+``calibration_status``, ``wait_calibration``, ``reports``, ``report``, ``report_markdown``,
+``report_file``).
 
 Errors, one tree::
 
@@ -63,18 +70,26 @@ from tqdm import tqdm
 
 from api.schemas import (
     BatchEntry,
+    CalibrateBody,
+    CalibrationJob,
+    CalibrationMetric,
     Health,
     ItemError,
     JobStatus,
+    McqEntry,
+    McqResponse,
     MetricPair,
     MetricsEntry,
     Readiness,
+    ReportInfo,
+    ReportList,
     RubricDetail,
     RubricList,
     RubricSummary,
 )
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
+from judge.mcq.types import McqItem, McqSummary
 from judge.types import ExtractRequest, ExtractResult, GradeRequest, GradeResult
 
 __all__ = [
@@ -87,6 +102,7 @@ __all__ = [
     "AsyncHTTPClient",
     "AsyncJudgeClient",
     "BatchEntry",
+    "CalibrationJob",
     "ClientConnectionError",
     "ClientHTTPError",
     "ClientInputError",
@@ -96,13 +112,18 @@ __all__ = [
     "Health",
     "ItemError",
     "ItemInput",
+    "JobKind",
     "JobStatus",
     "JudgeClient",
     "JudgeClientError",
     "JudgeInput",
+    "McqEntry",
+    "McqInput",
+    "McqResponse",
     "MetricPair",
     "MetricsEntry",
     "Readiness",
+    "ReportInfo",
     "RetryPolicy",
     "RubricDetail",
     "RubricList",
@@ -141,6 +162,13 @@ ItemInput = GradeRequest | Mapping[str, Any]
 
 JudgeInput = JudgeOverrides | Mapping[str, Any] | None
 """Per-request judge selection: ``JudgeOverrides`` or a mapping of its fields."""
+
+McqInput = McqItem | Mapping[str, Any]
+"""One multiple-choice item: an ``McqItem``, or a mapping of its fields (sent as it is: the
+service validates items one by one and reports a bad one as an error entry)."""
+
+JobKind = Literal["grade", "mcq"]
+"""Which job routes a job lives under: ``/v1/jobs`` (grading) or ``/v1/mcq/jobs``."""
 
 
 # -- injected HTTP clients ----------------------------------------------------------------------
@@ -513,6 +541,75 @@ def _job_path(job_id: str) -> str:
     return f"/v1/jobs/{quote(job_id, safe='')}"
 
 
+def _mcq_job_path(job_id: str) -> str:
+    _job_path(job_id)  # the same check of the id
+    return f"/v1/mcq/jobs/{quote(job_id, safe='')}"
+
+
+def _kind_path(job_id: str, kind: JobKind) -> str:
+    if kind == "grade":
+        return _job_path(job_id)
+    if kind == "mcq":
+        return _mcq_job_path(job_id)
+    raise ClientInputError(f"kind must be 'grade' or 'mcq', not {kind!r}", field="kind")
+
+
+def _id_path(prefix: str, value: str, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ClientInputError(f"{field} must be a non-empty string", field=field)
+    return f"{prefix}/{quote(value, safe='')}"
+
+
+def _mcq_item(item: Any, index: int) -> dict[str, Any]:
+    if isinstance(item, McqItem):
+        return item.model_dump(mode="json", exclude_none=True)
+    if isinstance(item, Mapping):
+        return dict(item)
+    raise ClientInputError(
+        f"items.{index} must be an McqItem or a mapping, not {type(item).__name__}",
+        field=f"items.{index}",
+    )
+
+
+def _mcq_options(
+    aggregate: str, group_by: Sequence[str] | None, llm_extract: bool,
+    fuzzy_threshold: float | None,
+) -> dict[str, Any]:
+    """The scoring options of a multiple-choice call, checked before anything is sent."""
+    if aggregate not in ("mean", "majority"):
+        raise ClientInputError(
+            f"aggregate must be 'mean' or 'majority', not {aggregate!r}", field="aggregate"
+        )
+    options: dict[str, Any] = {"aggregate": aggregate}
+    if group_by is not None:
+        fields = [group_by] if isinstance(group_by, str) else list(group_by)
+        if not all(isinstance(f, str) and f.strip() for f in fields):
+            raise ClientInputError("group_by must hold non-empty field names", field="group_by")
+        options["group_by"] = fields
+    if llm_extract:
+        options["llm_extract"] = True
+    if fuzzy_threshold is not None:
+        if not 0 <= fuzzy_threshold <= 101:
+            raise ClientInputError(
+                "fuzzy_threshold must be between 0 and 101", field="fuzzy_threshold"
+            )
+        options["fuzzy_threshold"] = fuzzy_threshold
+    return options
+
+
+def _file_bytes(file: str | os.PathLike[str] | bytes, what: str) -> tuple[bytes, str]:
+    if isinstance(file, bytes):
+        content, name = file, "items.jsonl"
+    else:
+        try:
+            content, name = Path(file).read_bytes(), Path(file).name
+        except OSError as exc:
+            raise ClientInputError(f"cannot read {what} {file}: {exc}", field="file") from None
+    if not content.strip():
+        raise ClientInputError(f"the {what} is empty", field="file")
+    return content, name
+
+
 def _chunks(
     items: Iterable[ItemInput], batch_size: int
 ) -> Iterator[tuple[int, list[GradeRequest]]]:
@@ -719,13 +816,32 @@ class _Base:
         ]
 
     def _result_line(self, line: str, number: int, url: str) -> BatchEntry:
+        return self._line_model(line, number, url, BatchEntry)
+
+    def _line_model(self, line: str, number: int, url: str, model: type[_M]) -> _M:
         try:
             data = json.loads(line)
         except ValueError as exc:
             raise ClientResponseError(
                 f"{url}: result line {number} is not JSON: {exc}", url=url, field=f"line {number}"
             ) from None
-        return self._model(BatchEntry, data, url, f"result line {number}")
+        return self._model(model, data, url, f"result line {number}")
+
+    def _mcq_response(self, data: Any, url: str, size: int) -> McqResponse:
+        answer = self._model(McqResponse, data, url)
+        if sorted(entry.index for entry in answer.results) != list(range(size)):
+            raise ClientResponseError(
+                f"{url} answered {len(answer.results)} entries for {size} items",
+                url=url, field="results",
+            )
+        answer.results.sort(key=lambda entry: entry.index)
+        return answer
+
+    @staticmethod
+    def _report_dict(data: Any, url: str) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise ClientResponseError(f"{url} answered a report that is not an object", url=url)
+        return data
 
     # -- call builders (pure: the same bytes for every attempt) --------------------------------
 
@@ -828,6 +944,95 @@ class _Base:
         if encoder is not None:
             body["encoder"] = encoder
         return _Call("POST", "/v1/metrics", _dumps(body), _JSON), len(checked)
+
+    @staticmethod
+    def _mcq_call(
+        items: Iterable[McqInput],
+        aggregate: str,
+        group_by: Sequence[str] | None,
+        llm_extract: bool,
+        fuzzy_threshold: float | None,
+        path: str = "/v1/mcq",
+    ) -> tuple[_Call, int]:
+        options = _mcq_options(aggregate, group_by, llm_extract, fuzzy_threshold)
+        payload = [_mcq_item(item, i) for i, item in enumerate(items)]
+        if not payload:
+            raise ClientInputError("items must hold at least one item", field="items")
+        body = {"items": payload, **options}
+        # Scoring is deterministic (and judge readings are cached): safe to resend; a job is not.
+        return _Call("POST", path, _dumps(body), _JSON, idempotent=path == "/v1/mcq"), len(payload)
+
+    @classmethod
+    def _mcq_job_call(
+        cls,
+        items: Iterable[McqInput] | None,
+        file: str | os.PathLike[str] | bytes | None,
+        aggregate: str,
+        group_by: Sequence[str] | None,
+        llm_extract: bool,
+        fuzzy_threshold: float | None,
+    ) -> _Call:
+        if (items is None) == (file is None):
+            raise ClientInputError("give exactly one of items or file", field="items")
+        if items is not None:
+            call, _ = cls._mcq_call(
+                items, aggregate, group_by, llm_extract, fuzzy_threshold, path="/v1/mcq/jobs"
+            )
+            return call
+        assert file is not None  # checked above; spelled out for the type checker
+        content, _ = _file_bytes(file, "job file")
+        # A JSONL body carries only items: the options travel as query parameters.
+        options = _mcq_options(aggregate, group_by, llm_extract, fuzzy_threshold)
+        params = {
+            key: ",".join(value) if key == "group_by" else (
+                "true" if value is True else value
+            )
+            for key, value in options.items()
+        }
+        return _Call("POST", "/v1/mcq/jobs", content, _NDJSON, params=params, idempotent=False)
+
+    @staticmethod
+    def _calibrate_call(
+        dataset: str | None,
+        items: Iterable[Mapping[str, Any]] | None,
+        *,
+        name: str | None,
+        scale: str | None,
+        judges: Sequence[str] | None,
+        metrics: Sequence[CalibrationMetric] | None,
+        limit: int | None,
+        seed: int,
+        resamples: int,
+        retest: bool,
+    ) -> _Call:
+        if (dataset is None) == (items is None):
+            raise ClientInputError("give exactly one of dataset (a set's name) or items",
+                                   field="set")
+        body: dict[str, Any] = {"seed": seed, "resamples": resamples}
+        if dataset is not None:
+            body["set"] = dataset
+        else:
+            assert items is not None
+            body["items"] = [
+                dict(item) if isinstance(item, Mapping) else item for item in items
+            ]
+            if not body["items"]:
+                raise ClientInputError("items must hold at least one line", field="items")
+        optional = {"name": name, "scale": scale, "limit": limit}
+        body.update({key: value for key, value in optional.items() if value is not None})
+        if judges is not None:
+            body["judges"] = [judges] if isinstance(judges, str) else list(judges)
+        if metrics is not None:
+            body["metrics"] = [metrics] if isinstance(metrics, str) else list(metrics)
+        if retest:
+            body["retest"] = True
+        try:
+            CalibrateBody.model_validate(body)  # the service's own model: fail before sending
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = _loc(first["loc"]) or "body"
+            raise ClientInputError(f"invalid {where}: {first['msg']}", field=where) from None
+        return _Call("POST", "/v1/calibrate", _dumps(body), _JSON, idempotent=False)
 
     def _readiness(self, response: httpx.Response, call: _Call, url: str) -> Readiness:
         # 503 with a readiness body is an answer ("not ready, because..."), not a failure.
@@ -1165,6 +1370,7 @@ class JudgeClient(_Base):
         poll_interval: float = 1.0,
         timeout: float | None = None,
         progress: bool = False,
+        kind: JobKind = "grade",
     ) -> JobStatus:
         """Poll the job until it is done, cancelled or failed; returns the final status.
 
@@ -1175,12 +1381,14 @@ class JudgeClient(_Base):
             poll_interval: Seconds between polls.
             timeout: Give up after this many seconds (``ClientTimeout``); None waits forever.
             progress: Show a progress bar of finished items.
+            kind: ``grade`` for a grading job, ``mcq`` for a multiple-choice job.
         """
         self._check_poll(poll_interval, timeout)
+        path = _kind_path(job_id, kind)
         deadline = None if timeout is None else self._clock() + timeout
         with _progress_bar(None, progress, f"job {job_id}") as bar:
             while True:
-                status = self.job(job_id)
+                status = self._get(path, JobStatus)
                 bar.total = status.total
                 bar.update(status.done - bar.n)
                 if status.status in TERMINAL_STATUSES:
@@ -1190,7 +1398,7 @@ class JudgeClient(_Base):
                     raise ClientTimeout(
                         f"job {job_id} not finished after {timeout} s: {status.status}, "
                         f"{status.done}/{status.total} items done",
-                        url=self._url(_job_path(job_id)),
+                        url=self._url(path),
                     )
                 delay = poll_interval if deadline is None else min(poll_interval, deadline - now)
                 self._sleep(delay)
@@ -1211,6 +1419,9 @@ class JudgeClient(_Base):
         return self._stream_results(path, offset)
 
     def _stream_results(self, path: str, offset: int) -> Iterator[BatchEntry]:
+        return self._stream_lines(path, offset, BatchEntry)
+
+    def _stream_lines(self, path: str, offset: int, model: type[_M]) -> Iterator[_M]:
         url = self._url(path)
         received = 0
         attempt = 0
@@ -1238,7 +1449,7 @@ class JudgeClient(_Base):
                     for line in response.iter_lines():
                         if not line.strip():
                             continue
-                        entry = self._result_line(line, offset + received + 1, url)
+                        entry = self._line_model(line, offset + received + 1, url, model)
                         received += 1
                         yield entry
                 return
@@ -1259,6 +1470,162 @@ class JudgeClient(_Base):
         path = _job_path(job_id)
         call = _Call("DELETE", path)
         return self._model(JobStatus, self._call_json(call), self._url(path))
+
+    # -- multiple choice -----------------------------------------------------------------------
+
+    def mcq(
+        self,
+        items: Iterable[McqInput],
+        *,
+        aggregate: Literal["mean", "majority"] = "mean",
+        group_by: Sequence[str] | None = None,
+        llm_extract: bool = False,
+        fuzzy_threshold: float | None = None,
+    ) -> McqResponse:
+        """Score multiple-choice answers in one call (``POST /v1/mcq``).
+
+        A bad item does not fail the call: its entry carries ``error`` (and it is listed in the
+        summary's ``bad_lines``); the others are scored.
+
+        Args:
+            items: ``McqItem``s or mappings of their fields (up to the service's
+                ``max_job_items``).
+            aggregate: How permuted runs of a question combine: ``mean`` or ``majority``.
+            group_by: Breakdown fields; default task, ability, tom_dimension, language, tags.
+            llm_extract: Let the service's judge read the answers the rules cannot parse.
+            fuzzy_threshold: rapidfuzz threshold (0-100; 101 disables); default the service's.
+
+        Returns:
+            One entry per item, in input order, and the summary.
+        """
+        call, size = self._mcq_call(items, aggregate, group_by, llm_extract, fuzzy_threshold)
+        url = self._url(call.path)
+        return self._mcq_response(self._call_json(call), url, size)
+
+    def submit_mcq_job(
+        self,
+        items: Iterable[McqInput] | None = None,
+        *,
+        file: str | os.PathLike[str] | bytes | None = None,
+        aggregate: Literal["mean", "majority"] = "mean",
+        group_by: Sequence[str] | None = None,
+        llm_extract: bool = False,
+        fuzzy_threshold: float | None = None,
+    ) -> JobStatus:
+        """Start a multiple-choice job (``POST /v1/mcq/jobs``); returns its status (202).
+
+        Give ``items`` (sent as JSON) or ``file`` (a JSONL path or its bytes, sent as an
+        ``application/x-ndjson`` body with the options as query parameters). Follow it with
+        ``wait(job_id, kind="mcq")``, ``mcq_results`` and ``mcq_summary``. Never resent once the
+        request may have reached the service.
+        """
+        call = self._mcq_job_call(items, file, aggregate, group_by, llm_extract, fuzzy_threshold)
+        return self._model(JobStatus, self._call_json(call), self._url(call.path))
+
+    def mcq_job(self, job_id: str) -> JobStatus:
+        """A multiple-choice job's status (``GET /v1/mcq/jobs/{id}``)."""
+        return self._get(_mcq_job_path(job_id), JobStatus)
+
+    def mcq_results(self, job_id: str, *, offset: int = 0) -> Iterator[McqEntry]:
+        """Stream a multiple-choice job's finished lines (NDJSON); resumes like ``results``."""
+        if offset < 0:
+            raise ClientInputError("offset must be >= 0", field="offset")
+        return self._stream_lines(_mcq_job_path(job_id) + "/results", offset, McqEntry)
+
+    def mcq_summary(self, job_id: str) -> McqSummary:
+        """Summary of a multiple-choice job's results so far, with its skipped lines."""
+        return self._get(_mcq_job_path(job_id) + "/summary", McqSummary)
+
+    def cancel_mcq_job(self, job_id: str) -> JobStatus:
+        """Cancel a multiple-choice job (``DELETE /v1/mcq/jobs/{id}``)."""
+        path = _mcq_job_path(job_id)
+        return self._model(JobStatus, self._call_json(_Call("DELETE", path)), self._url(path))
+
+    # -- calibration ---------------------------------------------------------------------------
+
+    def calibrate(
+        self,
+        dataset: str | None = None,
+        *,
+        items: Iterable[Mapping[str, Any]] | None = None,
+        name: str | None = None,
+        scale: str | None = None,
+        judges: Sequence[str] | None = None,
+        metrics: Sequence[CalibrationMetric] | None = None,
+        limit: int | None = None,
+        seed: int = 0,
+        resamples: int = 1000,
+        retest: bool = False,
+    ) -> CalibrationJob:
+        """Start a calibration run (``POST /v1/calibrate``); returns its job (202).
+
+        Args:
+            dataset: A shared set's name or a bundled one (``example``...): the body's ``set``.
+            items: Instead of ``dataset``, an uploaded set (calibration or CharToM lines).
+            name: Name of an uploaded set in the report.
+            scale: Score scale of an uploaded set whose lines lack ``score_scale``.
+            judges: Judge models to calibrate (allow-listed); default the service's judge.
+            metrics: Any of rouge_l, bertscore, coverage; default all three.
+            limit: Use only the first ``limit`` items.
+            seed: Seed of the bootstraps and folds.
+            resamples: Bootstrap resamples (100 to 2000).
+            retest: Grade each judge twice with the cache off (test-retest).
+        """
+        call = self._calibrate_call(
+            dataset, items, name=name, scale=scale, judges=judges, metrics=metrics, limit=limit,
+            seed=seed, resamples=resamples, retest=retest,
+        )
+        return self._model(CalibrationJob, self._call_json(call), self._url(call.path))
+
+    def calibration_status(self, job_id: str) -> CalibrationJob:
+        """A calibration run's status (``GET /v1/calibrate/{id}``)."""
+        return self._get(_id_path("/v1/calibrate", job_id, "job_id"), CalibrationJob)
+
+    def wait_calibration(
+        self, job_id: str, *, poll_interval: float = 2.0, timeout: float | None = None
+    ) -> CalibrationJob:
+        """Poll a calibration run until it ends; a failed run is returned, not raised."""
+        self._check_poll(poll_interval, timeout)
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            status = self.calibration_status(job_id)
+            if status.status in TERMINAL_STATUSES:
+                return status
+            now = self._clock()
+            if deadline is not None and now >= deadline:
+                raise ClientTimeout(
+                    f"calibration {job_id} not finished after {timeout} s: {status.status}",
+                    url=self._url(_id_path("/v1/calibrate", job_id, "job_id")),
+                )
+            self._sleep(poll_interval if deadline is None else min(poll_interval, deadline - now))
+
+    def reports(self) -> list[ReportInfo]:
+        """The caller's stored calibration reports, newest first (``GET /v1/reports``)."""
+        return self._get("/v1/reports", ReportList).reports
+
+    def report(self, report_id: str) -> dict[str, Any]:
+        """A report's ``report.json`` (``GET /v1/reports/{id}``)."""
+        path = _id_path("/v1/reports", report_id, "report_id")
+        return self._report_dict(self._call_json(_Call("GET", path)), self._url(path))
+
+    def report_markdown(self, report_id: str) -> str:
+        """A report as Markdown (``GET /v1/reports/{id}/report.md``)."""
+        return self._raw(_id_path("/v1/reports", report_id, "report_id") + "/report.md",
+                         "text/markdown").text
+
+    def report_file(self, report_id: str, name: str) -> bytes:
+        """A file of a report (a PNG plot, ``mappings/<metric>.json``...) as bytes."""
+        if not isinstance(name, str) or not name.strip():
+            raise ClientInputError("name must be a non-empty string", field="name")
+        path = _id_path("/v1/reports", report_id, "report_id") + "/files/" + quote(name, safe="/")
+        return self._raw(path, "*/*").content
+
+    def _raw(self, path: str, accept: str) -> httpx.Response:
+        call = _Call("GET", path, accept=accept)
+        response = self._send(call)
+        if response.is_error:
+            raise self._http_error(response, call, self._url(path))
+        return response
 
     # -- service -------------------------------------------------------------------------------
 
@@ -1581,13 +1948,15 @@ class AsyncJudgeClient(_Base):
         poll_interval: float = 1.0,
         timeout: float | None = None,
         progress: bool = False,
+        kind: JobKind = "grade",
     ) -> JobStatus:
         """Poll until the job is done, cancelled or failed; see ``JudgeClient.wait``."""
         self._check_poll(poll_interval, timeout)
+        path = _kind_path(job_id, kind)
         deadline = None if timeout is None else self._clock() + timeout
         with _progress_bar(None, progress, f"job {job_id}") as bar:
             while True:
-                status = await self.job(job_id)
+                status = await self._get(path, JobStatus)
                 bar.total = status.total
                 bar.update(status.done - bar.n)
                 if status.status in TERMINAL_STATUSES:
@@ -1597,7 +1966,7 @@ class AsyncJudgeClient(_Base):
                     raise ClientTimeout(
                         f"job {job_id} not finished after {timeout} s: {status.status}, "
                         f"{status.done}/{status.total} items done",
-                        url=self._url(_job_path(job_id)),
+                        url=self._url(path),
                     )
                 delay = poll_interval if deadline is None else min(poll_interval, deadline - now)
                 await self._sleep(delay)
@@ -1611,7 +1980,10 @@ class AsyncJudgeClient(_Base):
             raise ClientInputError("offset must be >= 0", field="offset")
         return self._stream_results(_job_path(job_id) + "/results", offset)
 
-    async def _stream_results(self, path: str, offset: int) -> AsyncIterator[BatchEntry]:
+    def _stream_results(self, path: str, offset: int) -> AsyncIterator[BatchEntry]:
+        return self._stream_lines(path, offset, BatchEntry)
+
+    async def _stream_lines(self, path: str, offset: int, model: type[_M]) -> AsyncIterator[_M]:
         url = self._url(path)
         received = 0
         attempt = 0
@@ -1639,7 +2011,7 @@ class AsyncJudgeClient(_Base):
                     async for line in response.aiter_lines():
                         if not line.strip():
                             continue
-                        entry = self._result_line(line, offset + received + 1, url)
+                        entry = self._line_model(line, offset + received + 1, url, model)
                         received += 1
                         yield entry
                 return
@@ -1660,6 +2032,131 @@ class AsyncJudgeClient(_Base):
         path = _job_path(job_id)
         call = _Call("DELETE", path)
         return self._model(JobStatus, await self._call_json(call), self._url(path))
+
+    # -- multiple choice -----------------------------------------------------------------------
+
+    async def mcq(
+        self,
+        items: Iterable[McqInput],
+        *,
+        aggregate: Literal["mean", "majority"] = "mean",
+        group_by: Sequence[str] | None = None,
+        llm_extract: bool = False,
+        fuzzy_threshold: float | None = None,
+    ) -> McqResponse:
+        """Score multiple-choice answers in one call; see ``JudgeClient.mcq``."""
+        call, size = self._mcq_call(items, aggregate, group_by, llm_extract, fuzzy_threshold)
+        url = self._url(call.path)
+        return self._mcq_response(await self._call_json(call), url, size)
+
+    async def submit_mcq_job(
+        self,
+        items: Iterable[McqInput] | None = None,
+        *,
+        file: str | os.PathLike[str] | bytes | None = None,
+        aggregate: Literal["mean", "majority"] = "mean",
+        group_by: Sequence[str] | None = None,
+        llm_extract: bool = False,
+        fuzzy_threshold: float | None = None,
+    ) -> JobStatus:
+        """Start a multiple-choice job; see ``JudgeClient.submit_mcq_job``."""
+        call = self._mcq_job_call(items, file, aggregate, group_by, llm_extract, fuzzy_threshold)
+        return self._model(JobStatus, await self._call_json(call), self._url(call.path))
+
+    async def mcq_job(self, job_id: str) -> JobStatus:
+        """A multiple-choice job's status (``GET /v1/mcq/jobs/{id}``)."""
+        return await self._get(_mcq_job_path(job_id), JobStatus)
+
+    def mcq_results(self, job_id: str, *, offset: int = 0) -> AsyncIterator[McqEntry]:
+        """Stream a multiple-choice job's finished lines; use with ``async for``."""
+        if offset < 0:
+            raise ClientInputError("offset must be >= 0", field="offset")
+        return self._stream_lines(_mcq_job_path(job_id) + "/results", offset, McqEntry)
+
+    async def mcq_summary(self, job_id: str) -> McqSummary:
+        """Summary of a multiple-choice job's results so far, with its skipped lines."""
+        return await self._get(_mcq_job_path(job_id) + "/summary", McqSummary)
+
+    async def cancel_mcq_job(self, job_id: str) -> JobStatus:
+        """Cancel a multiple-choice job (``DELETE /v1/mcq/jobs/{id}``)."""
+        path = _mcq_job_path(job_id)
+        data = await self._call_json(_Call("DELETE", path))
+        return self._model(JobStatus, data, self._url(path))
+
+    # -- calibration ---------------------------------------------------------------------------
+
+    async def calibrate(
+        self,
+        dataset: str | None = None,
+        *,
+        items: Iterable[Mapping[str, Any]] | None = None,
+        name: str | None = None,
+        scale: str | None = None,
+        judges: Sequence[str] | None = None,
+        metrics: Sequence[CalibrationMetric] | None = None,
+        limit: int | None = None,
+        seed: int = 0,
+        resamples: int = 1000,
+        retest: bool = False,
+    ) -> CalibrationJob:
+        """Start a calibration run; see ``JudgeClient.calibrate``."""
+        call = self._calibrate_call(
+            dataset, items, name=name, scale=scale, judges=judges, metrics=metrics, limit=limit,
+            seed=seed, resamples=resamples, retest=retest,
+        )
+        return self._model(CalibrationJob, await self._call_json(call), self._url(call.path))
+
+    async def calibration_status(self, job_id: str) -> CalibrationJob:
+        """A calibration run's status (``GET /v1/calibrate/{id}``)."""
+        return await self._get(_id_path("/v1/calibrate", job_id, "job_id"), CalibrationJob)
+
+    async def wait_calibration(
+        self, job_id: str, *, poll_interval: float = 2.0, timeout: float | None = None
+    ) -> CalibrationJob:
+        """Poll a calibration run until it ends; see ``JudgeClient.wait_calibration``."""
+        self._check_poll(poll_interval, timeout)
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            status = await self.calibration_status(job_id)
+            if status.status in TERMINAL_STATUSES:
+                return status
+            now = self._clock()
+            if deadline is not None and now >= deadline:
+                raise ClientTimeout(
+                    f"calibration {job_id} not finished after {timeout} s: {status.status}",
+                    url=self._url(_id_path("/v1/calibrate", job_id, "job_id")),
+                )
+            await self._sleep(
+                poll_interval if deadline is None else min(poll_interval, deadline - now)
+            )
+
+    async def reports(self) -> list[ReportInfo]:
+        """The caller's stored calibration reports, newest first (``GET /v1/reports``)."""
+        return (await self._get("/v1/reports", ReportList)).reports
+
+    async def report(self, report_id: str) -> dict[str, Any]:
+        """A report's ``report.json`` (``GET /v1/reports/{id}``)."""
+        path = _id_path("/v1/reports", report_id, "report_id")
+        return self._report_dict(await self._call_json(_Call("GET", path)), self._url(path))
+
+    async def report_markdown(self, report_id: str) -> str:
+        """A report as Markdown (``GET /v1/reports/{id}/report.md``)."""
+        path = _id_path("/v1/reports", report_id, "report_id") + "/report.md"
+        return (await self._raw(path, "text/markdown")).text
+
+    async def report_file(self, report_id: str, name: str) -> bytes:
+        """A file of a report (a PNG plot, ``mappings/<metric>.json``...) as bytes."""
+        if not isinstance(name, str) or not name.strip():
+            raise ClientInputError("name must be a non-empty string", field="name")
+        path = _id_path("/v1/reports", report_id, "report_id") + "/files/" + quote(name, safe="/")
+        return (await self._raw(path, "*/*")).content
+
+    async def _raw(self, path: str, accept: str) -> httpx.Response:
+        call = _Call("GET", path, accept=accept)
+        response = await self._send(call)
+        if response.is_error:
+            raise self._http_error(response, call, self._url(path))
+        return response
 
     # -- service -------------------------------------------------------------------------------
 

@@ -13,9 +13,16 @@ is thrown away.
 
 Tables::
 
-    jobs   id, owner (API-key digest), status, counts, judge overrides + config hash,
-           lease_owner, lease_expires, next_seq (results are numbered in finishing order)
+    jobs   id, kind, owner (API-key digest), status, counts, judge overrides + config hash,
+           options (kind-specific JSON), lease_owner, lease_expires, next_seq (results are
+           numbered in finishing order)
     items  (job_id, idx) -> item id, request JSON or input error, result JSON, seq
+
+Job kinds share the store, the leases and the result stream: ``grade`` (this module grades them),
+``mcq`` (multiple-choice scoring) and ``calibrate`` (a calibration run writing a report folder;
+it has no item rows). The runners of other kinds are registered on the ``JobManager`` by the app
+(``JobManager.register``); a process claims only the kinds it has a runner for, so an older
+worker sharing the database never runs a job it does not understand.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from api.errors import NotFound, UnsupportedMediaType, field_of
 from api.schemas import ItemError, JobBody, JobState, JobStatus
@@ -49,7 +56,7 @@ from judge.types import GradeRequest, GradeResult
 
 log = logging.getLogger("bonusjudge.jobs")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 JSONL_TYPES = frozenset(
     {
         "application/x-ndjson",
@@ -63,6 +70,8 @@ JSONL_TYPES = frozenset(
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL DEFAULT 'grade',
+    options TEXT NOT NULL DEFAULT '{}',
     owner TEXT NOT NULL,
     status TEXT NOT NULL,
     total INTEGER NOT NULL,
@@ -100,6 +109,15 @@ CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT 
 
 _ACTIVE = ("queued", "running")
 
+# Columns added after version 1; a version-1 database gains them on open (existing jobs: grade).
+_ADDED_COLUMNS = (
+    ("kind", "TEXT NOT NULL DEFAULT 'grade'"),
+    ("options", "TEXT NOT NULL DEFAULT '{}'"),
+)
+
+GRADE = "grade"
+"""Kind of the grading jobs of ``POST /v1/jobs``."""
+
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
@@ -116,14 +134,15 @@ class JobItem:
         index: 0-based position in the submission.
         item_id: The item's id (its ``id``, else its 1-based line or position).
         line: 1-based line number for JSONL uploads.
-        request: The validated request, or None when the item is invalid.
+        request: The validated request (a ``GradeRequest`` for grading jobs, the kind's own
+            item model otherwise), or None when the item is invalid.
         error: Why the item is invalid, or None.
     """
 
     index: int
     item_id: str | None
     line: int | None
-    request: GradeRequest | None
+    request: BaseModel | None
     error: ItemError | None
 
 
@@ -140,17 +159,28 @@ class JobUpload:
     judge: JudgeOverrides | None
 
 
-def _media_type(request: Request) -> str:
+def media_type(request: Request) -> str:
+    """The request's content type without parameters, lower-cased ("" when absent)."""
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-def _jsonl(data: bytes, *, field: str) -> list[tuple[int | None, Any, str | None]]:
+def parse_jsonl(data: bytes, *, field: str) -> list[tuple[int | None, Any, str | None]]:
+    """Split a JSONL upload into ``(line, parsed JSON or None, JSON error or None)`` per line.
+
+    Blank lines are skipped; a line that is not JSON is kept with its error, so the caller can
+    report it by number and go on with the rest.
+
+    Raises:
+        InputError: (``field``) the bytes are not UTF-8 text.
+    """
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{field}: not UTF-8 text ({exc.reason})", field=field) from None
     out: list[tuple[int | None, Any, str | None]] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks at U+2028, \x85 and other characters that
+    # JSON allows raw inside strings, which would cut one item into two invalid lines.
+    for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         try:
@@ -178,7 +208,7 @@ async def read_job_upload(request: Request) -> JobUpload:
         InputError: unreadable JSON, a bad ``judge``, a missing ``file`` (field named).
         UnsupportedMediaType: another content type.
     """
-    media = _media_type(request)
+    media = media_type(request)
     if media == "application/json" or media.endswith("+json"):
         try:
             body = JobBody.model_validate_json(await request.body())
@@ -190,14 +220,14 @@ async def read_job_upload(request: Request) -> JobUpload:
             raise InputError(f"{field}: {first['msg']}", field=field) from None
         return JobUpload([(None, item, None) for item in body.items], body.judge)
     if media in JSONL_TYPES:
-        return JobUpload(_jsonl(await request.body(), field="body"), None)
+        return JobUpload(parse_jsonl(await request.body(), field="body"), None)
     if media == "multipart/form-data":
         form = await request.form()
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InputError("file: upload the JSONL file in the form field `file`", field="file")
         data = await upload.read()
-        return JobUpload(_jsonl(data, field="file"), _judge_field(form.get("judge")))
+        return JobUpload(parse_jsonl(data, field="file"), _judge_field(form.get("judge")))
     raise UnsupportedMediaType(
         f"content type {media or '(none)'!r} is not accepted: send application/json, "
         "application/x-ndjson (one item per line) or multipart/form-data with a `file` field",
@@ -237,7 +267,7 @@ def build_items(
                 )
             except InputError as exc:
                 error = ItemError(
-                    type="invalid_input", message=_with_line(str(exc), line), field=exc.field,
+                    type="invalid_input", message=with_line(str(exc), line), field=exc.field,
                     line=line,
                 )
         item_id = (request.id if request is not None else declared_id) or str(position)
@@ -245,7 +275,7 @@ def build_items(
             if item_id in seen:
                 request = None
                 error = ItemError(
-                    type="invalid_input", message=_with_line(f"id: duplicate id {item_id!r}", line),
+                    type="invalid_input", message=with_line(f"id: duplicate id {item_id!r}", line),
                     field="id", line=line,
                 )
             seen.add(item_id)
@@ -253,7 +283,8 @@ def build_items(
     return out
 
 
-def _with_line(message: str, line: int | None) -> str:
+def with_line(message: str, line: int | None) -> str:
+    """Prefix ``message`` with its 1-based line number when it came from an uploaded file."""
     return message if line is None or message.startswith("line ") else f"line {line}: {message}"
 
 
@@ -294,7 +325,22 @@ class JobStore:
         self._connections: list[sqlite3.Connection] = []
         conn = self._conn()
         conn.executescript(_SCHEMA)
+        self._migrate(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Add the columns a version-1 database lacks (several workers may race to do it)."""
+        for name, definition in _ADDED_COLUMNS:
+            present = {str(r["name"]) for r in conn.execute("PRAGMA table_info(jobs)")}
+            if name in present:
+                continue
+            try:
+                conn.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
+            except sqlite3.OperationalError as exc:
+                # Another process added it between the check and the ALTER: fine.
+                if "duplicate column" not in str(exc).lower():
+                    raise
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -339,13 +385,40 @@ class JobStore:
         owner: str,
         items: Sequence[JobItem],
         overrides: JudgeOverrides | None,
-        config: JudgeConfig,
+        config: JudgeConfig | None,
         lease_owner: str | None,
         lease_seconds: float,
+        kind: str = GRADE,
+        options: Mapping[str, Any] | None = None,
+        total: int | None = None,
+        model: str | None = None,
+        config_hash: str | None = None,
     ) -> None:
-        """Store a new job and its items; invalid items are recorded as finished entries."""
+        """Store a new job and its items; invalid items are recorded as finished entries.
+
+        Args:
+            job_id: The new job's id.
+            owner: The API-key digest that owns it.
+            items: Its items (none for a ``calibrate`` job).
+            overrides: The judge selection of a grading job (stored to rebuild its config).
+            config: The judge configuration; gives ``model`` and ``config_hash`` unless those are
+                given.
+            lease_owner: Token of the process that runs it at once, or None to leave it queued.
+            lease_seconds: Length of that lease.
+            kind: The job kind (``grade``, ``mcq``, ``calibrate``).
+            options: Kind-specific options, stored as JSON.
+            total: Units of work when the job has no item rows (default: the valid items).
+            model: The judge model shown in the status (default ``config.model``).
+            config_hash: The configuration hash shown in the status (default ``config``'s).
+        """
         now = time.time()
         valid = sum(1 for item in items if item.request is not None)
+        if total is not None:
+            valid = total
+        shown_model = model if model is not None else (config.model if config else "")
+        shown_hash = config_hash if config_hash is not None else (
+            config.config_hash() if config else ""
+        )
         invalid = len(items) - valid
         status: JobState = "queued" if valid else "done"
         holder = lease_owner if valid else None
@@ -362,11 +435,12 @@ class JobStore:
         overrides_json = overrides.model_dump_json(exclude_none=True) if overrides else "{}"
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO jobs (id, owner, status, total, invalid, next_seq, overrides, model,"
-                " config_hash, created_at, updated_at, lease_owner, lease_expires)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, owner, status, valid, invalid, seq, overrides_json, config.model,
-                 config.config_hash(), now, now, holder, now + lease_seconds if holder else 0.0),
+                "INSERT INTO jobs (id, kind, options, owner, status, total, invalid, next_seq,"
+                " overrides, model, config_hash, created_at, updated_at, lease_owner,"
+                " lease_expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, kind, json.dumps(dict(options or {})), owner, status, valid, invalid,
+                 seq, overrides_json, shown_model, shown_hash, now, now, holder,
+                 now + lease_seconds if holder else 0.0),
             )
             conn.executemany(
                 "INSERT INTO items (job_id, idx, item_id, line, request, error, seq)"
@@ -374,20 +448,26 @@ class JobStore:
                 rows,
             )
 
-    def claim(self, token: str, lease_seconds: float, limit: int) -> list[str]:
+    def claim(
+        self, token: str, lease_seconds: float, limit: int, kinds: Sequence[str] = (GRADE,)
+    ) -> list[str]:
         """Take the leases of up to ``limit`` unfinished jobs nobody holds (oldest first).
 
         A job whose lease ``token`` itself holds is never claimed again, even when that lease
         has lapsed (an event loop blocked for a while): its runner is still alive here, and the
-        next renewal revives the lease.
+        next renewal revives the lease. Only jobs of ``kinds`` are claimed.
         """
         now = time.time()
         claimed: list[str] = []
+        if not kinds:
+            return claimed
         conn = self._conn()
+        marks = ", ".join("?" for _ in kinds)
         candidates = conn.execute(
             "SELECT id FROM jobs WHERE status IN (?, ?) AND (lease_owner IS NULL OR"
-            " (lease_expires < ? AND lease_owner != ?)) ORDER BY created_at LIMIT ?",
-            (*_ACTIVE, now, token, limit),
+            f" (lease_expires < ? AND lease_owner != ?)) AND kind IN ({marks})"
+            " ORDER BY created_at LIMIT ?",
+            (*_ACTIVE, now, token, *kinds, limit),
         ).fetchall()
         for row in candidates:
             with self._tx() as tx:
@@ -425,26 +505,46 @@ class JobStore:
 
     def save_result(self, job_id: str, index: int, result: GradeResult) -> bool:
         """Store one item's result in its own transaction; False if it already had one."""
-        payload = result.model_dump_json()
-        scored = int(result.status == "scored")
+        return self.save_results(
+            job_id, [(index, result.model_dump_json(), result.status, result.status == "scored")]
+        ) == 1
+
+    def save_results(
+        self, job_id: str, results: Sequence[tuple[int, str, str, bool]]
+    ) -> int:
+        """Store several results in one transaction; returns how many were new.
+
+        Args:
+            job_id: The job.
+            results: ``(index, result JSON, status label, scored)`` per item. An item that
+                already has a result is left alone (never counted twice).
+        """
+        if not results:
+            return 0
+        saved = 0
+        scored_count = 0
         with self._tx() as conn:
             row = conn.execute("SELECT next_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
-                return False
-            seq = int(row["next_seq"]) + 1
-            cursor = conn.execute(
-                "UPDATE items SET result = ?, status = ?, seq = ? WHERE job_id = ? AND idx = ?"
-                " AND result IS NULL AND request IS NOT NULL",
-                (payload, result.status, seq, job_id, index),
-            )
-            if cursor.rowcount != 1:
-                return False  # never count an item twice
-            conn.execute(
-                "UPDATE jobs SET next_seq = ?, done = done + 1, scored = scored + ?,"
-                " unscored = unscored + ?, updated_at = ? WHERE id = ?",
-                (seq, scored, 1 - scored, time.time(), job_id),
-            )
-        return True
+                return 0
+            seq = int(row["next_seq"])
+            for index, payload, status, scored in results:
+                cursor = conn.execute(
+                    "UPDATE items SET result = ?, status = ?, seq = ? WHERE job_id = ? AND"
+                    " idx = ? AND result IS NULL AND request IS NOT NULL",
+                    (payload, status, seq + 1, job_id, index),
+                )
+                if cursor.rowcount == 1:
+                    seq += 1
+                    saved += 1
+                    scored_count += int(scored)
+            if saved:
+                conn.execute(
+                    "UPDATE jobs SET next_seq = ?, done = done + ?, scored = scored + ?,"
+                    " unscored = unscored + ?, updated_at = ? WHERE id = ?",
+                    (seq, saved, scored_count, saved - scored_count, time.time(), job_id),
+                )
+        return saved
 
     def complete_if_finished(self, job_id: str, token: str) -> bool:
         """Mark a running job done when every valid item has a result."""
@@ -477,12 +577,27 @@ class JobStore:
                 (job_id, token),
             )
 
-    def cancel(self, job_id: str, owner: str) -> bool:
+    def set_progress(self, job_id: str, token: str, done: int, scored: int) -> bool:
+        """Record the progress of a job without item rows (a calibration run) run here.
+
+        ``done`` units are finished, ``scored`` of them scored. False when the lease is lost.
+        """
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "UPDATE jobs SET done = ?, scored = ?, unscored = ?, updated_at = ? WHERE id = ?"
+                " AND lease_owner = ? AND status IN (?, ?)",
+                (done, scored, max(done - scored, 0), time.time(), job_id, token, *_ACTIVE),
+            )
+        return cursor.rowcount == 1
+
+    def cancel(self, job_id: str, owner: str, kind: str | None = None) -> bool:
         """Cancel an active job of ``owner``; False when unknown. Finished results are kept."""
         with self._tx() as conn:
             row = conn.execute(
-                "SELECT status FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+                "SELECT status, kind FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
             ).fetchone()
+            if row is not None and kind is not None and row["kind"] != kind:
+                row = None
             if row is None:
                 return False
             if row["status"] in _ACTIVE:
@@ -495,14 +610,43 @@ class JobStore:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def get(self, job_id: str, owner: str | None = None) -> sqlite3.Row | None:
-        """The job's row (restricted to ``owner`` unless None)."""
+    def get(
+        self, job_id: str, owner: str | None = None, kind: str | None = None
+    ) -> sqlite3.Row | None:
+        """The job's row (restricted to ``owner`` and to ``kind`` unless None)."""
         conn = self._conn()
         if owner is None:
-            return conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()  # type: ignore[no-any-return]
-        return conn.execute(  # type: ignore[no-any-return]
-            "SELECT * FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
-        ).fetchone()
+            row: sqlite3.Row | None = conn.execute(
+                "SELECT * FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        else:
+            row = conn.execute(
+                "SELECT * FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+            ).fetchone()
+        if row is not None and kind is not None and row["kind"] != kind:
+            return None  # another kind's job is not visible through this route family
+        return row
+
+    def list_jobs(self, owner: str, kind: str, status: str | None = None) -> list[sqlite3.Row]:
+        """Jobs of ``owner`` and ``kind`` (optionally of one status), newest first."""
+        query = "SELECT * FROM jobs WHERE owner = ? AND kind = ?"
+        params: list[Any] = [owner, kind]
+        if status is not None:
+            query += " AND status = ?"
+            params.append(status)
+        return self._conn().execute(query + " ORDER BY created_at DESC", params).fetchall()
+
+    def item_errors(self, job_id: str) -> list[tuple[int, int | None, str]]:
+        """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""
+        rows = self._conn().execute(
+            "SELECT idx, line, error FROM items WHERE job_id = ? AND error IS NOT NULL"
+            " ORDER BY idx",
+            (job_id,),
+        ).fetchall()
+        return [
+            (int(r["idx"]), None if r["line"] is None else int(r["line"]), str(r["error"]))
+            for r in rows
+        ]
 
     def pending(self, job_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
         """Valid items without a result, with index above ``after``: (index, item id, JSON)."""
@@ -532,6 +676,11 @@ class JobStore:
 
     def results(self, job_id: str) -> Iterator[GradeResult]:
         """Every stored result of a job, in finishing order, read in pages."""
+        for payload in self.raw_results(job_id):
+            yield GradeResult.model_validate_json(payload)
+
+    def raw_results(self, job_id: str) -> Iterator[str]:
+        """Every stored result of a job as its JSON text, in finishing order, read in pages."""
         after = 0
         while True:
             rows = self._conn().execute(
@@ -542,7 +691,7 @@ class JobStore:
             if not rows:
                 return
             for row in rows:
-                yield GradeResult.model_validate_json(row["result"])
+                yield str(row["result"])
             after = int(rows[-1]["seq"])
 
     def status_counts(self) -> dict[str, int]:
@@ -564,6 +713,7 @@ def job_status(row: sqlite3.Row, *, now: float | None = None) -> JobStatus:
         rate = round(rate, 3)
     return JobStatus(
         id=row["id"],
+        kind=row["kind"],
         status=row["status"],
         total=row["total"],
         done=row["done"],
@@ -598,6 +748,15 @@ def _summarize(store: JobStore, job_id: str) -> Summary:
 
 
 # -- the runner ----------------------------------------------------------------------------------
+
+JobRunner = Callable[["JobManager", str, sqlite3.Row], Awaitable[None]]
+"""Runs one claimed job of a kind: ``runner(manager, job_id, row)``.
+
+It holds the job's lease while it runs: it stores results (``manager.store``), stops feeding work
+when ``manager.stopping`` is set, and leaves the job ``queued`` (just returning) when it could not
+finish, or marks it done with ``store.complete_if_finished``. An exception marks the job failed
+(a ``JudgeError``'s message is shown as the job's ``detail``).
+"""
 
 
 class JobManager:
@@ -635,6 +794,16 @@ class JobManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
+        self._runners: dict[str, JobRunner] = {GRADE: JobManager._run_grade}
+
+    def register(self, kind: str, runner: JobRunner) -> None:
+        """Run jobs of ``kind`` with ``runner`` (this process then claims that kind too)."""
+        self._runners[kind] = runner
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set when the service shuts down: runners stop feeding new work."""
+        return self._stopping
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -674,7 +843,7 @@ class JobManager:
         free = self.max_running - len(self._tasks)
         if free > 0 and not self._stopping.is_set():
             claimed = await asyncio.to_thread(
-                self.store.claim, self.token, self.lease_seconds, free
+                self.store.claim, self.token, self.lease_seconds, free, tuple(self._runners)
             )
             for job_id in claimed:
                 self._launch(job_id)
@@ -694,15 +863,30 @@ class JobManager:
         owner: str,
         items: Sequence[JobItem],
         overrides: JudgeOverrides | None,
-        config: JudgeConfig,
+        config: JudgeConfig | None,
+        kind: str = GRADE,
+        options: Mapping[str, Any] | None = None,
+        total: int | None = None,
+        model: str | None = None,
+        config_hash: str | None = None,
+        job_id: str | None = None,
     ) -> JobStatus:
-        """Store a job and start grading it here when this process has room."""
-        job_id = uuid.uuid4().hex
-        run_here = not self._stopping.is_set() and len(self._tasks) < self.max_running
+        """Store a job and start running it here when this process has room.
+
+        The keyword arguments after ``config`` are those of ``JobStore.create``; ``job_id`` is
+        generated unless given (a caller that prepares files under the id first passes it).
+        """
+        job_id = job_id or uuid.uuid4().hex
+        run_here = (
+            not self._stopping.is_set()
+            and len(self._tasks) < self.max_running
+            and kind in self._runners
+        )
         await asyncio.to_thread(
             lambda: self.store.create(
                 job_id=job_id, owner=owner, items=items, overrides=overrides, config=config,
                 lease_owner=self.token if run_here else None, lease_seconds=self.lease_seconds,
+                kind=kind, options=options, total=total, model=model, config_hash=config_hash,
             )
         )
         row = await asyncio.to_thread(self.store.get, job_id)
@@ -711,40 +895,48 @@ class JobManager:
             self._launch(job_id)
         return job_status(row)
 
-    async def status(self, job_id: str, owner: str) -> JobStatus:
+    async def row(self, job_id: str, owner: str, kind: str = GRADE) -> sqlite3.Row:
+        """The job's database row.
+
+        Raises:
+            NotFound: no such job of this kind for this owner.
+        """
+        row = await asyncio.to_thread(self.store.get, job_id, owner, kind)
+        if row is None:
+            raise NotFound(f"no job {job_id!r}")
+        return row
+
+    async def status(self, job_id: str, owner: str, kind: str = GRADE) -> JobStatus:
         """The job's status.
 
         Raises:
-            NotFound: no such job for this owner.
+            NotFound: no such job of this kind for this owner.
         """
-        row = await asyncio.to_thread(self.store.get, job_id, owner)
-        if row is None:
-            raise NotFound(f"no job {job_id!r}")
-        return job_status(row)
+        return job_status(await self.row(job_id, owner, kind))
 
-    async def cancel(self, job_id: str, owner: str) -> JobStatus:
+    async def cancel(self, job_id: str, owner: str, kind: str = GRADE) -> JobStatus:
         """Cancel a job (a no-op on a finished one); finished results are kept.
 
         Raises:
-            NotFound: no such job for this owner.
+            NotFound: no such job of this kind for this owner.
         """
-        if not await asyncio.to_thread(self.store.cancel, job_id, owner):
+        if not await asyncio.to_thread(self.store.cancel, job_id, owner, kind):
             raise NotFound(f"no job {job_id!r}")
         task = self._tasks.get(job_id)
         if task is not None:
             task.cancel()
         # Another worker running it sees the cancellation when it next renews its lease.
-        return await self.status(job_id, owner)
+        return await self.status(job_id, owner, kind)
 
-    async def entries(self, job_id: str, owner: str, offset: int) -> AsyncIterator[str]:
+    async def entries(
+        self, job_id: str, owner: str, offset: int, kind: str = GRADE
+    ) -> AsyncIterator[str]:
         """NDJSON lines of the entries finished so far, skipping the first ``offset``.
 
         Raises:
-            NotFound: no such job for this owner (raised before the first line).
+            NotFound: no such job of this kind for this owner (raised before the first line).
         """
-        row = await asyncio.to_thread(self.store.get, job_id, owner)
-        if row is None:
-            raise NotFound(f"no job {job_id!r}")
+        row = await self.row(job_id, owner, kind)
         # A snapshot: the stream ends at what was finished when it was requested.
         return self._entry_lines(job_id, offset, int(row["next_seq"]))
 
@@ -770,7 +962,10 @@ class JobManager:
 
     async def _run(self, job_id: str) -> None:
         try:
-            await self._grade_job(job_id)
+            row = await asyncio.to_thread(self.store.get, job_id)
+            runner = self._runners.get(row["kind"]) if row is not None else None
+            if row is not None and runner is not None:
+                await runner(self, job_id, row)
         except asyncio.CancelledError:
             log.info("job %s: stopped in this process", job_id)
             raise
@@ -789,10 +984,11 @@ class JobManager:
             except sqlite3.Error:
                 log.exception("job %s: could not release its lease", job_id)
 
-    async def _grade_job(self, job_id: str) -> None:
-        row = await asyncio.to_thread(self.store.get, job_id)
-        if row is None:
-            return
+    @staticmethod
+    async def _run_grade(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+        await manager._grade_job(job_id, row)
+
+    async def _grade_job(self, job_id: str, row: sqlite3.Row) -> None:
         config = self.grader.resolve(JudgeOverrides.model_validate_json(row["overrides"]))
         if config.config_hash() != row["config_hash"]:
             # Mixing two judge configurations in one job would make its aggregates meaningless.

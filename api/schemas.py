@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from judge.config import JudgeOverrides
+from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
+from judge.mcq.types import Aggregate, McqResult, McqSummary
 from judge.metrics import BertScore, RougeScore
 from judge.text import Language
 from judge.types import ExtractRequest, GradeRequest, GradeResult
@@ -188,6 +190,10 @@ JOB_EXAMPLE: dict[str, Any] = {"items": [_ITEM_EXAMPLE], "judge": _JUDGE_EXAMPLE
 JobState = Literal["queued", "running", "done", "cancelled", "failed"]
 """Life cycle of a job: queued -> running -> done | cancelled | failed."""
 
+JobKind = Literal["grade", "mcq", "calibrate"]
+"""What a job does: grading (``/v1/jobs``), multiple-choice scoring (``/v1/mcq/jobs``), or a
+calibration run (``/v1/calibrate``)."""
+
 
 class JobBody(BaseModel):
     """JSON body of ``POST /v1/jobs`` (JSONL and multipart uploads are accepted too)."""
@@ -235,6 +241,9 @@ class JobStatus(BaseModel):
     )
 
     id: str = Field(description="Job id.")
+    kind: JobKind = Field(
+        default="grade", description="grade (`/v1/jobs`) or mcq (`/v1/mcq/jobs`)."
+    )
     status: JobState = Field(description="queued, running, done, cancelled or failed.")
     total: int = Field(description="Valid items to grade (invalid lines are counted apart).")
     done: int = Field(description="Items graded so far (scored + unscored).")
@@ -399,3 +408,212 @@ class Readiness(BaseModel):
 
     ready: bool = Field(description="True when every check passes.")
     checks: dict[str, ReadyCheck] = Field(description="`encoder`, `cache` and `judge` checks.")
+
+
+# -- multiple choice -----------------------------------------------------------------------------
+
+_MCQ_ITEM_EXAMPLE: dict[str, Any] = {
+    "id": "ct-en-002",
+    "language": "en",
+    "tom_dimension": "intention",
+    "question": "Why does Anna travel to Moscow at the start of the novel?",
+    "choices": ["To see Vronsky", "To reconcile her brother and his wife", "To buy a house",
+                "To escape Karenin"],
+    "labels": ["1", "2", "3", "4"],
+    "answer": "2",
+    "response": "Anna comes at Stiva's request. Answer: (2)",
+}
+
+MCQ_JOB_EXAMPLE: dict[str, Any] = {"items": [_MCQ_ITEM_EXAMPLE], "aggregate": "mean"}
+"""Example JSON body of ``POST /v1/mcq`` and ``POST /v1/mcq/jobs``."""
+
+
+class McqBody(BaseModel):
+    """Body of ``POST /v1/mcq`` and the JSON body of ``POST /v1/mcq/jobs``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [MCQ_JOB_EXAMPLE]})
+
+    items: list[Any] = Field(
+        min_length=1,
+        description="Multiple-choice items (`McqItem`: id, choices, labels?, answer, response, "
+        "task/ability/tom_dimension/language/story_id/slot_group/tags, permutation?). Items are "
+        "validated one by one: a bad item gets an error entry and the others are scored. At most "
+        "`max_job_items` (a service setting).",
+    )
+    aggregate: Aggregate = Field(
+        default="mean",
+        description="How runs of one question over permuted options combine: `mean` accuracy "
+        "(CogToM) or `majority` answer (ToMBench).",
+    )
+    group_by: list[str] | None = Field(
+        default=None,
+        description="Breakdown fields (task, ability, tom_dimension, language, story_id, "
+        "slot_group, tags.<key>); default task, ability, tom_dimension, language and every tag.",
+    )
+    llm_extract: bool = Field(
+        default=False,
+        description="Let the service's default judge read the answers the rules cannot parse "
+        "(recorded as method `llm`). Needs an LLM judge: not the embedded matcher.",
+    )
+    fuzzy_threshold: float = Field(
+        default=DEFAULT_FUZZY_THRESHOLD,
+        ge=0,
+        le=101,
+        description="rapidfuzz score (0-100) an option text must reach; 101 disables fuzzy "
+        "matching.",
+    )
+
+
+class McqEntry(BaseModel):
+    """The outcome of one multiple-choice item: a result or an error, never both."""
+
+    index: int = Field(ge=0, description="0-based position of the item in the input.")
+    id: str | None = Field(
+        default=None, description="The item's id (its `id`, else its 1-based position or line)."
+    )
+    result: McqResult | None = Field(default=None, description="The score; null on error.")
+    error: ItemError | None = Field(default=None, description="Why it was not scored; else null.")
+
+
+class McqResponse(BaseModel):
+    """Response of ``POST /v1/mcq``."""
+
+    results: list[McqEntry] = Field(description="One entry per input item, in input order.")
+    summary: McqSummary = Field(
+        description="Accuracy and breakdowns over the scored items; invalid items are listed in "
+        "`bad_lines` (line = 1-based position for a JSON body)."
+    )
+
+
+# -- calibration ---------------------------------------------------------------------------------
+
+CalibrationMetric = Literal["rouge_l", "bertscore", "coverage"]
+"""What a calibration run correlates with the human ratings."""
+
+CALIBRATION_METRICS: tuple[CalibrationMetric, ...] = ("rouge_l", "bertscore", "coverage")
+"""Every calibration metric (the default of ``POST /v1/calibrate``)."""
+
+_CALIBRATE_EXAMPLE: dict[str, Any] = {
+    "set": "example",
+    "metrics": ["rouge_l", "coverage"],
+    "judges": ["openai/gpt-4o"],
+    "limit": 200,
+    "seed": 0,
+    "resamples": 1000,
+}
+
+
+class CalibrateBody(BaseModel):
+    """Body of ``POST /v1/calibrate``: a set (by name, or uploaded) and what to calibrate."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra={"examples": [_CALIBRATE_EXAMPLE]},
+    )
+
+    dataset: str | None = Field(
+        default=None,
+        alias="set",
+        description="A shared set's name (kpqa_nrqa_mhpgm, evouna_tq, kqa_nli_keypoints, ...) or a "
+        "bundled one (example, example_binary, example_keypoints). Never a server path. Give "
+        "this or `items`.",
+    )
+    items: list[Any] | None = Field(
+        default=None,
+        min_length=1,
+        description="An uploaded set: calibration lines (id, source, question, reference, "
+        "candidate, human_score, score_scale, ...) or CharToM lines with a human_score. Bad "
+        "lines are left out and listed in the job's `problems`.",
+    )
+    name: str | None = Field(
+        default=None,
+        max_length=100,
+        description="Name of an uploaded set in the report (default `uploaded`).",
+    )
+    scale: str | None = Field(
+        default=None,
+        max_length=200,
+        description="Score scale of an uploaded set when its lines lack `score_scale` "
+        "(e.g. `1-5`, `binary 0/1`).",
+    )
+    judges: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Judge models to calibrate (each the default judge or allow-listed); default: "
+        "the service's judge. Used by the `coverage` metric.",
+    )
+    metrics: list[CalibrationMetric] = Field(
+        default_factory=lambda: list(CALIBRATION_METRICS),
+        min_length=1,
+        description="Metrics to correlate with the human scores.",
+    )
+    limit: int | None = Field(default=None, ge=1, description="Use only the first N items.")
+    seed: int = Field(default=0, ge=0, description="Seed of the bootstraps and folds.")
+    resamples: int = Field(
+        default=1000, ge=100, le=2000, description="Bootstrap resamples (100 to 2000)."
+    )
+    retest: bool = Field(
+        default=False,
+        description="Grade each judge a second time with the cache off (test-retest; doubles "
+        "the judge calls).",
+    )
+
+
+class SetProblem(BaseModel):
+    """A line of the calibration set that did not load."""
+
+    line: int = Field(description="1-based line (position in `items` for an upload).")
+    reason: str = Field(description="What is wrong, naming the field.")
+    id: str | None = Field(default=None, description="The line's id, when it could be read.")
+
+
+class CalibrationJob(BaseModel):
+    """Status of a calibration run (``POST /v1/calibrate``, ``GET /v1/calibrate/{id}``)."""
+
+    id: str = Field(description="Job id; also the id of its report.")
+    status: JobState = Field(description="queued, running, done, cancelled or failed.")
+    set: str = Field(description="Name of the calibration set.")
+    source: Literal["shared", "example", "upload"] = Field(
+        description="Where the set comes from."
+    )
+    items: int = Field(description="Items calibrated (after `limit`).")
+    problems: int = Field(description="Lines of the set that did not load (left out).")
+    problem_lines: list[SetProblem] = Field(
+        default_factory=list, description="The first 100 of those lines."
+    )
+    metrics: list[CalibrationMetric] = Field(description="Metrics calibrated.")
+    judges: list[str] = Field(description="Judge models calibrated (for `coverage`).")
+    limit: int | None = Field(default=None, description="Item limit, when one was given.")
+    seed: int = Field(description="Seed of the bootstraps and folds.")
+    resamples: int = Field(description="Bootstrap resamples.")
+    retest: bool = Field(description="Whether each judge is graded twice (test-retest).")
+    created_at: datetime = Field(description="When the run was submitted (UTC).")
+    updated_at: datetime = Field(description="When its status last changed (UTC).")
+    detail: str | None = Field(default=None, description="Why the run failed, when it did.")
+    report: str | None = Field(
+        default=None, description="Path of the report (`/v1/reports/{id}`) once done."
+    )
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="Seconds spent per configuration, once done."
+    )
+
+
+class ReportInfo(BaseModel):
+    """One stored calibration report."""
+
+    id: str = Field(description="Report id (the id of the calibration job that wrote it).")
+    set: str = Field(description="Name of the calibration set.")
+    set_hash: str | None = Field(default=None, description="sha256 of the set's file.")
+    items: int | None = Field(default=None, description="Items in the report.")
+    created_at: datetime = Field(description="When the calibration was submitted (UTC).")
+    metrics: list[str] = Field(description="Metrics in the report (e.g. `coverage@<judge>`).")
+    files: list[str] = Field(
+        description="Files of the report folder served by `/v1/reports/{id}/files/{name}`."
+    )
+
+
+class ReportList(BaseModel):
+    """Response of ``GET /v1/reports``."""
+
+    reports: list[ReportInfo] = Field(description="Finished reports of the caller, newest first.")

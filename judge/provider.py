@@ -210,6 +210,12 @@ def _usage(completion: Any) -> tuple[int | None, int | None]:
 
 
 def _cost(completion: Any) -> float | None:
+    # litellm already priced the response when it knows the model; pricing it again costs ~2 ms
+    # per call, and for an unknown model it only raises.
+    hidden = getattr(completion, "_hidden_params", None) or {}
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        value = hidden.get("response_cost")
+        return float(value) if value else None
     import litellm
 
     try:

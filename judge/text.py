@@ -30,14 +30,14 @@ _CJK_RANGES = (
 _CJK_CLASS = "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _CJK_RANGES)
 # One token = a CJK character, or a run of letters/digits (accents kept).
 _WORD_RE = re.compile(rf"[{_CJK_CLASS}]|[^\s{_CJK_CLASS}]+")
+_CJK_CHAR_RE = re.compile(f"[{_CJK_CLASS}]")
 _IDEOGRAPH_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LETTER_RE = re.compile(r"[^\W\d_]", re.UNICODE)
 
 
 def is_cjk(char: str) -> bool:
     """Return whether a single character belongs to a CJK block (ideograph, kana, full-width)."""
-    code = ord(char)
-    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+    return _CJK_CHAR_RE.match(char) is not None
 
 
 def cjk_share(text: str) -> float:

@@ -246,12 +246,6 @@ def test_bad_job_lines_are_per_line_errors_never_a_500(client: TestClient) -> No
     assert graded == ["ok-1", "ok-2"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api/jobs.py splits JSONL with str.splitlines(), which also breaks lines at U+2028, "
-    "U+2029, \\x0b, \\x0c, \\x1c-\\x1e and \\x85: JSON allows these raw inside strings, so such an "
-    "item is reported as two invalid lines (should split on \\n only)",
-)
 def test_jsonl_job_keeps_a_line_with_a_raw_line_separator(client: TestClient) -> None:
     line = json.dumps({**ITEM, "id": "sep", "response": "Pride\u2028and humiliation."},
                       ensure_ascii=False)  # fmt: skip
