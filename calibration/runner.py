@@ -1,8 +1,8 @@
 """The calibration runner: grade a human-rated set with each judge configuration, then report.
 
 Every item goes through the engine (cached, concurrent), and each configuration's results are
-written to ``REPORT_DIR/grades-<config hash>.jsonl`` as they complete, so an interrupted run
-resumes where it stopped. Scores are then keyed by item id and handed to
+written to ``REPORT_DIR/grades-<config hash>-<metrics>.jsonl`` as they complete, so an
+interrupted run resumes where it stopped. Scores are then keyed by item id and handed to
 ``calibration.report.build_report``, which joins them with the human scores on that id (never two
 lists filtered separately) and computes every statistic.
 
@@ -192,7 +192,10 @@ def run_calibration(
 
     for label, cfg, names in plans:
         grader = Grader(cfg, cache=cache)
-        writer = ResultWriter(folder / f"grades-{cfg.config_hash()}.jsonl").open()
+        # The metrics are part of the name: a metrics-only plan and a judge plan may share a
+        # config hash (it leaves metrics out), and must not read each other's results as done.
+        grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
+        writer = ResultWriter(grades).open()
         started = time.monotonic()
         try:
             results = asyncio.run(_grade_all(grader, cfg, items, writer))

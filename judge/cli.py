@@ -67,6 +67,7 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     group.add_argument("--timeout", type=float, help="seconds per judge call")
     group.add_argument("--cache-dir", type=Path, help="judge-call cache folder")
     group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    group.add_argument("--calibration", help="calibrated mapping JSON (from calibrate) to apply")
     group.add_argument("--settings", type=Path, help="JSON settings file")
 
 
@@ -87,6 +88,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ("concurrency", "concurrency"),
         ("timeout", "timeout"),
         ("context", "context_window"),
+        ("calibration", "calibration"),
     ):
         value = getattr(args, option, None)
         if value is not None:

@@ -116,6 +116,12 @@ class JudgeConfig(BaseModel):
     timeout: float = Field(default=120.0, gt=0, description="Seconds per provider call.")
     concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
     cache: bool = Field(default=True, description="Read and write the judge-call cache.")
+    calibration: str | None = Field(
+        default=None,
+        description="Calibrated mapping file (from `bonusjudge calibrate`, REPORT/mappings/*.json) "
+        "for this judge configuration: results then carry `calibrated_score`, the coverage "
+        "mapped to the human scale. Refused if made for another configuration.",
+    )
 
     @field_validator("metrics", mode="before")
     @classmethod

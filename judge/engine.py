@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from judge.batching import AsyncBatcher
 from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, JudgeOverrides
-from judge.errors import JudgeError, JudgeOutputError, ProviderError, UnscoredReason
+from judge.errors import ConfigError, JudgeError, JudgeOutputError, ProviderError, UnscoredReason
 from judge.metrics import BertScore, RougeScore, rouge_l
 from judge.provider import Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
@@ -148,8 +148,10 @@ class Grader:
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
         self._matcher_batcher: AsyncBatcher[Any, Any] | None = None
-        # Validate the default rubric family now: a bad setting fails at start, not per item.
+        self._mappings: dict[tuple[str, str], Any] = {}
+        # Validate the default rubric family and mapping now: a bad setting fails at start.
         self._rubrics_for(self.config)
+        self._mapping_for(self.config)
 
     # -- public API ------------------------------------------------------------------------
 
@@ -304,6 +306,27 @@ class Grader:
 
     # -- one item ----------------------------------------------------------------------------
 
+    def _mapping_for(self, config: JudgeConfig) -> Any:
+        """The calibrated mapping of ``config`` (loaded once), or None when none is configured.
+
+        Raises:
+            ConfigError: the file is unreadable, or was fitted for another configuration.
+        """
+        if not config.calibration:
+            return None
+        key = (config.calibration, config.config_hash())
+        if key not in self._mappings:
+            # Lazy: calibration pulls in scikit-learn, which plain grading never needs.
+            from calibration.mapping import load_mapping
+
+            try:
+                self._mappings[key] = load_mapping(
+                    config.calibration, judge_config_hash=config.config_hash()
+                )
+            except JudgeError as exc:
+                raise ConfigError(f"calibration: {exc}", field="calibration") from exc
+        return self._mappings[key]
+
     def _rubrics_for(self, config: JudgeConfig) -> dict[str, Rubric]:
         return {
             task: self.library.for_task(config.rubric, task)
@@ -352,6 +375,10 @@ class Grader:
             if part is not None and part.status == "unscored"
         ]
         ref_words = count_words(request.reference)
+        mapping = self._mapping_for(config)
+        calibrated = None
+        if mapping is not None and coverage is not None and coverage.coverage is not None:
+            calibrated = round(float(mapping.apply(coverage.coverage)), 6)
         result = GradeResult(
             id=request.id or item_id or "",
             status="unscored" if unscored else "scored",
@@ -362,6 +389,7 @@ class Grader:
             rouge_l=rouge,
             bertscore=bert,
             length_ratio=round(count_words(response) / ref_words, 4) if ref_words else None,
+            calibrated_score=calibrated,
             tom_dimension=request.tom_dimension,
             context_window=request.context_window,
             respondent=request.respondent,

@@ -1,0 +1,81 @@
+"""The calibration runner end to end, and applying its calibrated mapping when grading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.runner import run_calibration
+from calibration.sets import load_example_set
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.errors import ConfigError
+from judge.types import GradeRequest
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("cal")
+    settings = Settings(cache_dir=folder / "cache")
+    dataset = load_example_set()
+    return (
+        run_calibration(
+            dataset,
+            settings=settings,
+            judges=["embedded-matcher"],
+            metrics=["rouge_l", "coverage"],
+            out_dir=folder / "report",
+            n_resamples=100,
+        ),
+        folder,
+        settings,
+    )
+
+
+def test_report_is_complete_and_resumable(run):
+    result, folder, settings = run
+    data = json.loads(result.files.json.read_text())
+    text = json.dumps(data)
+    assert "rouge_l" in text and "coverage@embedded-matcher" in text
+    assert result.files.markdown.read_text().count("|") > 10
+    assert result.files.plots and all(p.exists() for p in result.files.plots)
+    grades = sorted((folder / "report").glob("grades-*.jsonl"))
+    assert len(grades) == 2
+    n_lines = [len(p.read_text().splitlines()) for p in grades]
+    # Re-running resumes: every item is already in the grade files, nothing is added.
+    run_calibration(
+        load_example_set(),
+        settings=settings,
+        judges=["embedded-matcher"],
+        metrics=["rouge_l", "coverage"],
+        out_dir=folder / "report",
+        n_resamples=100,
+    )
+    assert [len(p.read_text().splitlines()) for p in grades] == n_lines
+
+
+def test_calibrated_score_applied_for_the_matching_configuration(run):
+    result, _, _ = run
+    mapping = next(p for p in result.files.mappings if "coverage" in p.name)
+    config = JudgeConfig(metrics=("coverage",), calibration=str(mapping))
+    grader = Grader(config, cache=JudgeCache(None))
+    request = GradeRequest(
+        question="Why did she leave?",
+        reference="She was afraid of him.",
+        response="Because she feared him.",
+    )
+    graded = asyncio.run(grader.grade(request))
+    assert graded.coverage is not None and graded.coverage.coverage is not None
+    assert graded.calibrated_score is not None and 0.0 <= graded.calibrated_score <= 1.0
+    with pytest.raises(ConfigError, match="calibration"):
+        Grader(config.model_copy(update={"temperature": 0.7}), cache=JudgeCache(None))
+
+
+def test_mapping_file_names_its_configuration(run):
+    result, _, _ = run
+    mapping = next(p for p in result.files.mappings if "coverage" in p.name)
+    assert JudgeConfig(metrics=("coverage",)).config_hash() in Path(mapping).read_text()
