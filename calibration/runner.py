@@ -55,6 +55,8 @@ def item_request(item: CalibrationItem) -> GradeRequest:
         id=item.id,
         question=item.question,
         reference=item.reference,
+        # Metrics take the best of the individual references (datasets with several).
+        references=item.references[:16] if len(item.references) > 1 else None,
         bonus_points=points or None,
         response=item.candidate,
         context=item.context,

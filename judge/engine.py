@@ -361,13 +361,14 @@ class Grader:
             if "defects" in wanted
             else _none()
         )
+        references = [request.reference, *(request.references or [])]
         bert_task = (
-            self._bertscore(response, request.reference, language, config)
+            self._best_bertscore(response, references, language, config)
             if ("bertscore" in wanted)
             else _none()
         )
         coverage, defects, bert = await asyncio.gather(coverage_task, defects_task, bert_task)
-        rouge = self._rouge(response, request.reference, config) if "rouge_l" in wanted else None
+        rouge = self._best_rouge(response, references, config) if "rouge_l" in wanted else None
 
         unscored = [
             f"{name}: {part.reason}"
@@ -733,6 +734,23 @@ class Grader:
         return DefectsResult(status="scored", defects=found, penalized=bool(found))
 
     # -- metrics -----------------------------------------------------------------------------
+
+    def _best_rouge(
+        self, response: str, references: list[str], config: JudgeConfig
+    ) -> RougeScore:
+        """ROUGE-L against the best-matching reference (by F1)."""
+        unique = list(dict.fromkeys(references))
+        return max((self._rouge(response, ref, config) for ref in unique), key=lambda s: s.f1)
+
+    async def _best_bertscore(
+        self, response: str, references: list[str], language: Language, config: JudgeConfig
+    ) -> BertScore:
+        """BERTScore against the best-matching reference (by F1; unavailable ones last)."""
+        unique = list(dict.fromkeys(references))
+        scores = await asyncio.gather(
+            *(self._bertscore(response, ref, language, config) for ref in unique)
+        )
+        return max(scores, key=lambda s: -1.0 if s.f1 is None else s.f1)
 
     def _rouge(self, response: str, reference: str, config: JudgeConfig) -> RougeScore:
         key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)

@@ -54,6 +54,12 @@ class GradeRequest(BaseModel):
         validation_alias=AliasChoices("reference", "answer"),
         description="The reference answer (CharToM-QA's `answer`).",
     )
+    references: list[str] | None = Field(
+        default=None,
+        max_length=16,
+        description="Further reference answers (datasets with several): ROUGE-L and BERTScore "
+        "take the best match over `reference` and these; the judge reads `reference` only.",
+    )
     bonus_points: list[str] | None = Field(
         default=None,
         max_length=MAX_BONUS_POINTS,

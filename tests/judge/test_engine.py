@@ -280,3 +280,13 @@ async def test_chinese_items_use_the_chinese_rubric():
     assert result.language == "zh"
     assert result.provenance.rubrics["coverage"].language == "zh"
     assert "[得分点]" in fake.calls[0].user or "[得分点]" in fake.calls[1].user
+
+
+async def test_metrics_take_the_best_of_several_references():
+    cfg = JudgeConfig(model="fake/judge", metrics=("rouge_l",))
+    g = grader(FakeProvider(outputs=[]), cfg)
+    one = await g.grade(request(response="in the trunk of her car", reference="under the bed"))
+    several = await g.grade(request(response="in the trunk of her car", reference="under the bed",
+                                    references=["in her car trunk", "the car"]))
+    assert one.rouge_l.f1 < 0.3
+    assert several.rouge_l.f1 > 0.5  # "in her car trunk" matches best
