@@ -108,6 +108,9 @@ def _metric_scores(
             if isinstance(result, str):
                 bucket[item_id] = None
                 reasons.setdefault(name, {})[item_id] = result
+                if metric == "coverage" and judge_label == "embedded-matcher":
+                    scores.setdefault(f"expected_coverage@{judge_label}", {})[item_id] = None
+                    reasons.setdefault(f"expected_coverage@{judge_label}", {})[item_id] = result
                 continue
             value: float | None = None
             reason: str | None = None
@@ -127,6 +130,14 @@ def _metric_scores(
             bucket[item_id] = value
             if value is None:
                 reasons.setdefault(name, {})[item_id] = reason or "unscored"
+            if metric == "coverage" and judge_label == "embedded-matcher":
+                # The matcher's graded score (mean point probability) next to its thresholded
+                # coverage: with one point per item, coverage is 0 or 1 and ranks coarsely.
+                expected = f"expected_coverage@{judge_label}"
+                ec = result.coverage.expected_coverage if result.coverage else None
+                scores.setdefault(expected, {})[item_id] = ec
+                if ec is None:
+                    reasons.setdefault(expected, {})[item_id] = reason or "unscored"
     return scores, reasons, points, defects
 
 

@@ -664,6 +664,7 @@ class Grader:
             covered=covered,
             total=len(points),
             coverage=covered / len(points),
+            expected_coverage=round(sum(m.probability for m in matches) / len(points), 4),
             points_source=source,  # type: ignore[arg-type]
         )
 

@@ -176,6 +176,14 @@ class CoverageResult(TaskOutcome):
     coverage: float | None = Field(
         default=None, ge=0.0, le=1.0, description="covered / total; null when unscored."
     )
+    expected_coverage: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Mean of the per-point confidences: the expected share of points covered "
+        "(embedded matcher). A graded score that ranks responses finer than the thresholded "
+        "`coverage`; null for LLM judges and when unscored.",
+    )
     points_source: Literal["request", "extracted", "reference"] = Field(
         default="request",
         description="Where the points came from: the request, extraction by the judge, or the "
@@ -193,7 +201,11 @@ class CoverageResult(TaskOutcome):
                 raise ValueError("covered must lie in 0..total and total match the verdicts")
             if self.covered != sum(1 for v in self.verdicts if v.covered):
                 raise ValueError("covered must equal the number of covered verdicts")
-        elif self.covered is not None or self.coverage is not None:
+        elif (
+            self.covered is not None
+            or self.coverage is not None
+            or self.expected_coverage is not None
+        ):
             raise ValueError("an unscored coverage carries no numbers")
         return self
 

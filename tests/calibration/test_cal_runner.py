@@ -79,3 +79,22 @@ def test_mapping_file_names_its_configuration(run):
     result, _, _ = run
     mapping = next(p for p in result.files.mappings if "coverage" in p.name)
     assert JudgeConfig(metrics=("coverage",)).config_hash() in Path(mapping).read_text()
+
+
+def test_matcher_graded_score_is_reported_next_to_its_coverage(run):
+    # The embedded matcher's expected coverage (mean point probability) gets its own column,
+    # joined on item id, equal to what the grade file holds for each item.
+    result, folder, _ = run
+    metrics = json.loads(result.files.json.read_text())["metrics"]
+    expected = metrics["expected_coverage@embedded-matcher"]["agreement"]
+    assert expected["n"] == metrics["coverage@embedded-matcher"]["agreement"]["n"] > 0
+    grades = next((folder / "report").glob("grades-*-coverage.jsonl"))
+    values = []
+    for line in grades.read_text().splitlines():
+        coverage = json.loads(line)["coverage"]
+        confidences = [v["confidence"] for v in coverage["verdicts"]]
+        assert coverage["expected_coverage"] == pytest.approx(
+            sum(confidences) / len(confidences), abs=1e-3
+        )
+        values.append(coverage["expected_coverage"])
+    assert expected["mean_judge"] == pytest.approx(sum(values) / len(values), abs=1e-6)
