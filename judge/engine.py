@@ -628,14 +628,26 @@ class Grader:
         if self._matcher_batcher is None:
             matcher = get_matcher()
             self._matcher_batcher = AsyncBatcher(matcher.match, batch_size=64, max_wait=0.005)
+        # With no bonus points the whole reference is the one point; a dataset that lists
+        # several acceptable references (TriviaQA aliases, NarrativeQA's two) is judged against
+        # each, keeping the best match, as a reader would and as the weights were fitted.
+        alternatives = [points]
+        if source == "reference" and request.references:
+            alternatives = [[r] for r in dict.fromkeys([points[0], *request.references])]
+        batcher = self._matcher_batcher
         try:
-            matches = await self._matcher_batcher.submit(
-                MatchInput(
-                    question=request.question,
-                    reference=request.reference,
-                    points=points,
-                    response=response,
-                    language=language,
+            answers = await asyncio.gather(
+                *(
+                    batcher.submit(
+                        MatchInput(
+                            question=request.question,
+                            reference=request.reference,
+                            points=candidate,
+                            response=response,
+                            language=language,
+                        )
+                    )
+                    for candidate in alternatives
                 )
             )
         except JudgeError as exc:
@@ -646,6 +658,9 @@ class Grader:
                 total=len(points),
                 points_source=source,
             )  # type: ignore[arg-type]
+        best = max(range(len(answers)), key=lambda i: answers[i][0].probability)
+        matches = answers[best]
+        points = alternatives[best]
         verdicts = [
             PointVerdict(
                 index=i,

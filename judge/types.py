@@ -58,7 +58,9 @@ class GradeRequest(BaseModel):
         default=None,
         max_length=16,
         description="Further reference answers (datasets with several): ROUGE-L and BERTScore "
-        "take the best match over `reference` and these; the judge reads `reference` only.",
+        "take the best match over `reference` and these; with no bonus points the embedded "
+        "matcher judges the response against each and keeps the best match; an LLM judge reads "
+        "`reference` only.",
     )
     bonus_points: list[str] | None = Field(
         default=None,

@@ -385,3 +385,32 @@ def test_split_sentences_handles_both_scripts() -> None:
 def test_params_path_is_inside_the_package() -> None:
     assert Path(PARAMS_PATH).parent.name == "data"
     assert Path(PARAMS_PATH).parent.parent.name == "judge"
+
+
+def test_engine_judges_each_alternative_reference_and_keeps_the_best() -> None:
+    """With several references and no points, the matcher keeps the best-matching reference."""
+    import asyncio
+
+    from judge.config import JudgeConfig
+    from judge.engine import Grader
+    from judge.types import GradeRequest
+
+    async def grade(references: list[str] | None) -> Any:
+        grader = Grader(JudgeConfig(model="embedded-matcher", metrics=("coverage",), cache=False))
+        try:
+            request = GradeRequest(
+                question="Which author wrote Nineteen Eighty-Four?",
+                reference="Eric Arthur Blair",
+                references=references,
+                response="It was written by George Orwell.",
+            )
+            return (await grader.grade(request, item_id="q1")).coverage
+        finally:
+            await grader.aclose()
+
+    only_first = asyncio.run(grade(None))
+    with_aliases = asyncio.run(grade(["Orwell", "George Orwell"]))
+    assert only_first.expected_coverage < 0.5 and only_first.covered == 0
+    assert with_aliases.covered == 1 and with_aliases.total == 1
+    assert with_aliases.verdicts[0].text == "George Orwell"
+    assert with_aliases.expected_coverage > 0.5
