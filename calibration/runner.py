@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from rapidfuzz import fuzz
 
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
@@ -56,13 +57,38 @@ def item_request(item: CalibrationItem) -> GradeRequest:
         question=item.question,
         reference=item.reference,
         # Metrics take the best of the individual references (datasets with several).
-        references=item.references[:16] if len(item.references) > 1 else None,
+        references=_closest_references(item) if len(item.references) > 1 else None,
         bonus_points=points or None,
         response=item.candidate,
         context=item.context,
         tom_dimension=item.dimension,
         respondent=item.system,
     )
+
+
+MAX_REFERENCES = 16
+"""References a grading request carries (the request model's limit)."""
+
+
+def _closest_references(item: CalibrationItem) -> list[str]:
+    """The item's references, cut to :data:`MAX_REFERENCES`: the first, then the closest others.
+
+    EVOUNA lists up to 80 answer aliases; keeping the first 16 in file order dropped the alias
+    the candidate used for about one correct answer in twenty, which then scored as wrong. The
+    others are ranked by how lexically close they are to the candidate (rapidfuzz), so the
+    best-of metrics and the matcher see the alias a reader would match.
+    """
+    refs = list(dict.fromkeys(item.references))
+    if len(refs) <= MAX_REFERENCES:
+        return refs
+    candidate = item.candidate.lower()
+
+    def closeness(ref: str) -> float:
+        text = ref.lower()
+        return fuzz.token_set_ratio(text, candidate) + fuzz.partial_ratio(text, candidate)
+
+    ranked = sorted(refs[1:], key=closeness, reverse=True)
+    return [refs[0], *ranked[: MAX_REFERENCES - 1]]
 
 
 async def _grade_all(

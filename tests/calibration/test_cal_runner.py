@@ -98,3 +98,21 @@ def test_matcher_graded_score_is_reported_next_to_its_coverage(run):
         )
         values.append(coverage["expected_coverage"])
     assert expected["mean_judge"] == pytest.approx(sum(values) / len(values), abs=1e-6)
+
+
+def test_long_reference_lists_keep_the_first_and_the_closest_to_the_candidate():
+    from calibration.runner import MAX_REFERENCES, item_request
+    aliases = ["Eric Blair", *[f"alias number {i}" for i in range(40)], "George Orwell"]
+    item = load_example_set().items[0].model_copy(
+        update={
+            "reference": aliases[0],
+            "references": aliases,
+            "candidate": "George Orwell wrote it.",
+            "bonus_points": None,
+            "key_point": None,
+        }
+    )
+    request = item_request(item)
+    assert request.reference == "Eric Blair"
+    assert request.references is not None and len(request.references) == MAX_REFERENCES
+    assert request.references[0] == "Eric Blair" and "George Orwell" in request.references
