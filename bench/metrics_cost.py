@@ -5,6 +5,11 @@
   sorts texts by length and batches them), and the same pairs scored 100 at a time, the way a
   caller without batching would. The encoder is loaded (and warmed on 8 pairs) before timing;
   the load time is reported separately.
+* Embedded matcher (issue target: 100 short items/s on 2 cores once the encoder is loaded):
+  ``Grader.grade_many`` with the ``embedded-matcher`` judge, coverage only, no cache, on the
+  workload's CharToM items (several bonus points each) and on short answers (the first 1,000
+  EVOUNA TriviaQA rows of the shared calibration sets, read in place, the reference as the one
+  point), after a warm-up batch.
 """
 
 from __future__ import annotations
@@ -51,7 +56,10 @@ def _run(chunk: int, chunked_pairs: int) -> dict[str, Any]:
             bertscore(responses[start:stop], references[start:stop])
     log(f"BERTScore {chunk} at a time: {subset} pairs in {chunked.wall:.2f} s")
 
+    matcher_rows = _matcher_speed(items)
+
     return {
+        "matcher": matcher_rows,
         "pairs": pairs,
         "torch_threads": torch.get_num_threads(),
         "rouge_l_pairs_per_s": round(pairs / rouge_timer.wall, 1),
@@ -65,6 +73,69 @@ def _run(chunk: int, chunked_pairs: int) -> dict[str, Any]:
         "bertscore_chunked_cpu_s": round(chunked.cpu, 2),
         "scored": sum(1 for s in scores if s.f1 is not None),
     }
+
+
+def _short_requests(limit: int) -> list[tuple[str, Any]]:
+    """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here."""
+    from calibration.runner import item_request
+    from calibration.sets import load_shared_set
+    from judge.errors import JudgeError
+
+    try:
+        dataset = load_shared_set("evouna_tq")
+    except (JudgeError, OSError) as exc:
+        log(f"short-answer set unavailable ({exc}); matcher measured on the workload only")
+        return []
+    return [(item.id, item_request(item)) for item in dataset.items[:limit]]
+
+
+def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Items/s of the embedded matcher through the engine, coverage only, cache off."""
+    import asyncio
+
+    from judge.config import JudgeConfig
+    from judge.engine import Grader
+
+    config = JudgeConfig(
+        model="embedded-matcher", metrics=("coverage",), cache=False, concurrency=64
+    )
+
+    async def grade(requests: list[tuple[str, Any]]) -> tuple[int, int]:
+        grader = Grader(config)
+        scored = points = 0
+        try:
+            async for result in grader.grade_many(requests):
+                if result.coverage is not None and result.coverage.status == "scored":
+                    scored += 1
+                    points += result.coverage.total
+        finally:
+            await grader.aclose()
+        return scored, points
+
+    rows: list[dict[str, Any]] = []
+    sets = [
+        ("CharToM workload (bonus points)", workload),
+        ("EVOUNA TQ short answers", _short_requests(1000)),
+    ]
+    for name, requests in sets:
+        if not requests:
+            continue
+        asyncio.run(grade(requests[:32]))  # warm-up: encoder load, parameter file, imports
+        with Timer() as timer:
+            scored, points = asyncio.run(grade(requests))
+        log(f"matcher, {name}: {len(requests)} items in {timer.wall:.2f} s")
+        rows.append(
+            {
+                "set": name,
+                "items": len(requests),
+                "scored": scored,
+                "points": points,
+                "items_per_s": round(len(requests) / timer.wall, 1),
+                "points_per_s": round(points / timer.wall, 1),
+                "cpu_s": round(timer.cpu, 2),
+            }
+        )
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

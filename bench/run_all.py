@@ -153,6 +153,13 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             f"ROUGE-L {metrics['rouge_l_pairs_per_s']} pairs/s | >= 60 pairs/s | "
             f"{_met(value >= 60)} |"
         )
+    for row in metrics.get("matcher", []):
+        if row["set"].startswith("EVOUNA"):
+            rows.append(
+                f"| 5 | Embedded matcher, short answers ({row['items']} EVOUNA items) | "
+                f"{row['items_per_s']} items/s | >= 100 items/s | "
+                f"{_met(row['items_per_s'] >= 100)} |"
+            )
     memory = results.get("memory", {})
     if "peak_rss_mb" in memory:
         rows.append(
@@ -296,6 +303,20 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             "",
             f"Encoder load + warm-up (not in the rates): {metrics['encoder_load_s']} s.",
         ]
+        if metrics.get("matcher"):
+            rows += [
+                "",
+                "Embedded matcher through `Grader.grade_many` (coverage only, cache off, "
+                "concurrency 64, after a warm-up batch):",
+                "",
+                "| set | items | points | items/s | points/s | CPU s |",
+                "|---|---|---|---|---|---|",
+            ]
+            rows += [
+                f"| {r['set']} | {r['items']} | {r['points']} | {r['items_per_s']} | "
+                f"{r['points_per_s']} | {r['cpu_s']} |"
+                for r in metrics["matcher"]
+            ]
     memory = results.get("memory", {})
     if "peak_rss_mb" in memory:
         rows += [
