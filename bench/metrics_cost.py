@@ -8,8 +8,9 @@
 * Embedded matcher (issue target: 100 short items/s on 2 cores once the encoder is loaded):
   ``Grader.grade_many`` with the ``embedded-matcher`` judge, coverage only, no cache, on the
   workload's CharToM items (several bonus points each) and on short answers (the first 1,000
-  EVOUNA TriviaQA rows of the shared calibration sets, read in place, the reference as the one
-  point), after a warm-up batch.
+  EVOUNA TriviaQA rows of the shared calibration sets, read in place, the first reference as the
+  one point; and 200 rows with every alias judged, which costs one match per alias), after a
+  warm-up batch.
 """
 
 from __future__ import annotations
@@ -75,8 +76,12 @@ def _run(chunk: int, chunked_pairs: int) -> dict[str, Any]:
     }
 
 
-def _short_requests(limit: int) -> list[tuple[str, Any]]:
-    """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here."""
+def _short_requests(limit: int, *, aliases: bool) -> list[tuple[str, Any]]:
+    """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here.
+
+    Without ``aliases`` each request keeps its first reference only (one short point); with
+    them, up to 16 answer aliases that the matcher judges one by one, keeping the best.
+    """
     from calibration.runner import item_request
     from calibration.sets import load_shared_set
     from judge.errors import JudgeError
@@ -86,7 +91,10 @@ def _short_requests(limit: int) -> list[tuple[str, Any]]:
     except (JudgeError, OSError) as exc:
         log(f"short-answer set unavailable ({exc}); matcher measured on the workload only")
         return []
-    return [(item.id, item_request(item)) for item in dataset.items[:limit]]
+    requests = [(item.id, item_request(item)) for item in dataset.items[:limit]]
+    if aliases:
+        return requests
+    return [(i, r.model_copy(update={"references": None})) for i, r in requests]
 
 
 def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
@@ -115,7 +123,8 @@ def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sets = [
         ("CharToM workload (bonus points)", workload),
-        ("EVOUNA TQ short answers", _short_requests(1000)),
+        ("EVOUNA TQ short answers", _short_requests(1000, aliases=False)),
+        ("EVOUNA TQ, each alias judged (up to 16)", _short_requests(200, aliases=True)),
     ]
     for name, requests in sets:
         if not requests:

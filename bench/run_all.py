@@ -154,7 +154,7 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             f"{_met(value >= 60)} |"
         )
     for row in metrics.get("matcher", []):
-        if row["set"].startswith("EVOUNA"):
+        if row["set"] == "EVOUNA TQ short answers":
             rows.append(
                 f"| 5 | Embedded matcher, short answers ({row['items']} EVOUNA items) | "
                 f"{row['items_per_s']} items/s | >= 100 items/s | "
