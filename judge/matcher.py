@@ -874,7 +874,9 @@ class EmbeddedMatcher:
         texts = list(dict.fromkeys(t for item in items for t in texts_to_embed(item)))
         vectors: dict[str, npt.NDArray[np.float32]] = {}
         if texts:
-            matrix = self._get_encoder().embed(texts, batch_size=64)
+            # The token budget of `embed` sizes the batches; the count cap only bounds a batch
+            # of very short texts.
+            matrix = self._get_encoder().embed(texts, batch_size=256)
             vectors = dict(zip(texts, matrix, strict=True))
 
         results: list[list[PointMatch]] = []

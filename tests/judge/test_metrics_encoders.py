@@ -219,3 +219,20 @@ def test_get_encoder_caches_per_spec_and_shares_weights() -> None:
     # One model in memory per folder, whatever the layer or the Encoder object.
     assert layer4.model is default.model
     assert Encoder(resolve_encoder()).model is default.model
+
+
+def test_token_batches_bound_count_and_padded_tokens() -> None:
+    from judge.metrics.encoders import BATCH_TOKENS, _token_batches
+
+    lengths = [8] * 300 + [200] * 10 + [BATCH_TOKENS + 5]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches = _token_batches(order, lengths, batch_size=64)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) <= 64
+        # A text longer than the budget travels alone; otherwise the padded size is bounded.
+        assert len(batch) == 1 or len(batch) * longest <= BATCH_TOKENS
+    # Short texts fill batches to the count cap; long ones share a batch only within budget.
+    assert [len(b) for b in batches[:4]] == [64, 64, 64, 64]
+    assert batches[-1] == [len(lengths) - 1]
