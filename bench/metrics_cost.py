@@ -76,12 +76,8 @@ def _run(chunk: int, chunked_pairs: int) -> dict[str, Any]:
     }
 
 
-def _short_requests(limit: int, *, aliases: bool) -> list[tuple[str, Any]]:
-    """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here.
-
-    Without ``aliases`` each request keeps its first reference only (one short point); with
-    them, up to 16 answer aliases that the matcher judges one by one, keeping the best.
-    """
+def _evouna_requests(limit: int) -> list[tuple[str, Any]]:
+    """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here."""
     from calibration.runner import item_request
     from calibration.sets import load_shared_set
     from judge.errors import JudgeError
@@ -91,10 +87,7 @@ def _short_requests(limit: int, *, aliases: bool) -> list[tuple[str, Any]]:
     except (JudgeError, OSError) as exc:
         log(f"short-answer set unavailable ({exc}); matcher measured on the workload only")
         return []
-    requests = [(item.id, item_request(item)) for item in dataset.items[:limit]]
-    if aliases:
-        return requests
-    return [(i, r.model_copy(update={"references": None})) for i, r in requests]
+    return [(item.id, item_request(item)) for item in dataset.items[:limit]]
 
 
 def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
@@ -121,10 +114,13 @@ def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         return scored, points
 
     rows: list[dict[str, Any]] = []
+    evouna = _evouna_requests(1000)
+    # Short answers: the first reference as the one point; with aliases, each is one match.
+    first_only = [(i, r.model_copy(update={"references": None})) for i, r in evouna]
     sets = [
         ("CharToM workload (bonus points)", workload),
-        ("EVOUNA TQ short answers", _short_requests(1000, aliases=False)),
-        ("EVOUNA TQ, each alias judged (up to 16)", _short_requests(200, aliases=True)),
+        ("EVOUNA TQ short answers", first_only),
+        ("EVOUNA TQ, each alias judged (up to 16)", evouna[:200]),
     ]
     for name, requests in sets:
         if not requests:

@@ -27,10 +27,10 @@ from rapidfuzz import fuzz
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
 from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
-from judge.types import GradeRequest, GradeResult, MetricName
+from judge.types import MAX_REFERENCES, GradeRequest, GradeResult, MetricName
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
 
@@ -64,10 +64,6 @@ def item_request(item: CalibrationItem) -> GradeRequest:
         tom_dimension=item.dimension,
         respondent=item.system,
     )
-
-
-MAX_REFERENCES = 16
-"""References a grading request carries (the request model's limit)."""
 
 
 def _closest_references(item: CalibrationItem) -> list[str]:
@@ -127,6 +123,10 @@ def _metric_scores(
     reasons: dict[str, dict[str, str]] = {}
     points: dict[str, dict[str, bool | None]] = {}
     defects: dict[str, dict[str, bool | None]] = {}
+    if judge_label == EMBEDDED_JUDGE and "coverage" in metrics:
+        # The matcher's graded score (mean point probability) next to its thresholded coverage:
+        # with one point per item, coverage is 0 or 1 and ranks coarsely.
+        metrics = [*metrics, "expected_coverage"]
     for item_id, result in results.items():
         for metric in metrics:
             name = metric if metric in METRIC_ONLY else f"{metric}@{judge_label}"
@@ -134,9 +134,6 @@ def _metric_scores(
             if isinstance(result, str):
                 bucket[item_id] = None
                 reasons.setdefault(name, {})[item_id] = result
-                if metric == "coverage" and judge_label == "embedded-matcher":
-                    scores.setdefault(f"expected_coverage@{judge_label}", {})[item_id] = None
-                    reasons.setdefault(f"expected_coverage@{judge_label}", {})[item_id] = result
                 continue
             value: float | None = None
             reason: str | None = None
@@ -153,17 +150,12 @@ def _metric_scores(
                     points.setdefault(name, {})[item_id] = result.coverage.verdicts[0].covered
                 if result.defects is not None and result.defects.status == "scored":
                     defects.setdefault(name, {})[item_id] = result.defects.penalized
+            elif metric == "expected_coverage" and result.coverage is not None:
+                value = result.coverage.expected_coverage
+                reason = result.coverage.reason
             bucket[item_id] = value
             if value is None:
                 reasons.setdefault(name, {})[item_id] = reason or "unscored"
-            if metric == "coverage" and judge_label == "embedded-matcher":
-                # The matcher's graded score (mean point probability) next to its thresholded
-                # coverage: with one point per item, coverage is 0 or 1 and ranks coarsely.
-                expected = f"expected_coverage@{judge_label}"
-                ec = result.coverage.expected_coverage if result.coverage else None
-                scores.setdefault(expected, {})[item_id] = ec
-                if ec is None:
-                    reasons.setdefault(expected, {})[item_id] = reason or "unscored"
     return scores, reasons, points, defects
 
 

@@ -658,9 +658,9 @@ class Grader:
                 total=len(points),
                 points_source=source,
             )  # type: ignore[arg-type]
-        best = max(range(len(answers)), key=lambda i: answers[i][0].probability)
-        matches = answers[best]
-        points = alternatives[best]
+        matches, points = max(
+            zip(answers, alternatives, strict=True), key=lambda pair: pair[0][0].probability
+        )
         verdicts = [
             PointVerdict(
                 index=i,

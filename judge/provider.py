@@ -216,9 +216,10 @@ def _instructor_model(response_model: type[BaseModel]) -> type[BaseModel]:
 
     instructor wraps a plain model in a new subclass on every call, which defeats its own
     ``lru_cache`` of the tool schema: each call regenerated the JSON schema and built a class
-    (~3 ms of CPU per judge call, a quarter of the client stack's cost). A model that already
-    is an ``OpenAISchema`` is used as given. The wrapper subclasses ``response_model``, so the
-    parsed output is still an instance of it.
+    (~3 ms of CPU per judge call, a quarter of the client stack's cost). instructor uses a
+    model that already is an ``OpenAISchema`` as given, so wrapping once here keeps the class,
+    and with it the schema cache entry, the same across calls. The wrapper subclasses
+    ``response_model``, so the parsed output is still an instance of it.
     """
     import instructor
 

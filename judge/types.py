@@ -18,6 +18,9 @@ from judge.text import Language
 MAX_BONUS_POINTS = 32
 """Hard upper bound on bonus points per item; settings may lower it."""
 
+MAX_REFERENCES = 16
+"""Most further reference answers one request may carry."""
+
 TaskStatus = Literal["scored", "unscored", "not_assessed"]
 """How one judge task ended: ``not_assessed`` means the judge cannot do this task at all."""
 
@@ -56,7 +59,7 @@ class GradeRequest(BaseModel):
     )
     references: list[str] | None = Field(
         default=None,
-        max_length=16,
+        max_length=MAX_REFERENCES,
         description="Further reference answers (datasets with several): ROUGE-L and BERTScore "
         "take the best match over `reference` and these; with no bonus points the embedded "
         "matcher judges the response against each and keeps the best match; an LLM judge reads "
