@@ -131,7 +131,7 @@ async def _layers(base_url: str, count: int) -> list[dict[str, Any]]:
         await create(
             model="openai/standin", api_base=base_url, api_key="sk-bench", num_retries=0,
             messages=prompt.messages, response_model=model, max_retries=2,
-            validation_context={"n_points": len(points)}, temperature=0.0, max_tokens=1024,
+            context={"n_points": len(points)}, temperature=0.0, max_tokens=1024,
         )
 
     rows.append({"layer": "instructor + litellm", **await measure(structured, count)})

@@ -6,6 +6,16 @@ validated pydantic object (structured output) or plain text (the faithful mode).
 Caching, retries with backoff, the circuit breaker and concurrency live in the engine, outside
 providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm model through instructor;
 ``judge.fake.FakeProvider`` is the scripted stand-in for tests.
+
+What reaches the wire: OpenAI's API rejects any top-level request field it does not document
+(HTTP 400 "Unrecognized request argument supplied: <name>"), and litellm forwards every keyword
+it does not know into the request body. So only three kinds of keyword may reach
+``litellm.acompletion``: documented request fields (``model``, ``messages``, sampling, and what
+instructor adds: ``tools``/``tool_choice`` or ``response_format``), options litellm itself
+consumes (``api_base``, ``api_key``, ``timeout``, ``num_retries``, ``extra_body``), and the
+caller's ``extra_params``. instructor's own options (``context``, ``max_retries``, ``hooks``) are
+named parameters of ``create_with_completion``, which consumes them. The wire contract is pinned
+by ``tests/judge/test_wire_contract.py`` against the strict ``judge.testing.OpenAIStandIn``.
 """
 
 from __future__ import annotations
@@ -247,6 +257,11 @@ class LiteLLMProvider:
 
     litellm's own retries are off (``num_retries=0``): retries belong to the engine, which
     applies backoff with jitter, ``Retry-After`` and a per-run budget.
+
+    Args:
+        extra_params: Extra keywords for ``litellm.acompletion``. litellm sends the ones it does
+            not consume in the request body, so they must be fields the provider documents
+            (OpenAI answers any other with HTTP 400).
     """
 
     def __init__(self, *, extra_params: dict[str, Any] | None = None) -> None:
@@ -309,7 +324,9 @@ class LiteLLMProvider:
         params = self._params(config)
         if config.mode == "json_object_schema":
             # The OpenAI client merges extra_body over the body instructor built, so the server
-            # sees the schema and constrains decoding with a grammar.
+            # sees the schema and constrains decoding with a grammar. The top-level fields stay
+            # documented ones; the nested ``response_format.schema`` is llama.cpp's dialect, which
+            # OpenAI does not document: this mode is for lenient local servers only.
             params["extra_body"] = {
                 "response_format": {
                     "type": "json_object",
@@ -321,7 +338,12 @@ class LiteLLMProvider:
                 messages=messages,
                 response_model=_instructor_model(response_model),
                 max_retries=config.reasks,
-                validation_context=validation_context,
+                # ``context=`` is instructor's parameter for the validators' context. The old
+                # ``validation_context=`` is no parameter of instructor 1.17's
+                # ``create_with_completion``: it fell into ``**kwargs``, litellm sent it in the
+                # request body, OpenAI rejected every call with HTTP 400, and the validators
+                # never saw it.
+                context=validation_context,
                 hooks=hooks,
                 **params,
             )

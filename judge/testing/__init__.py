@@ -1,5 +1,8 @@
 """Test doubles that ship with bonusjudge: an OpenAI-compatible stand-in judge server.
 
+The stand-in is strict like OpenAI's API: a request with a top-level field outside
+:data:`OPENAI_CHAT_PARAMS` gets HTTP 400 (``OpenAIStandIn(strict=False)`` for lenient servers).
+
 Tests, benchmarks (``bench/``) and the fault-injection suite import from here, so the stand-in
 is part of the package rather than of the test tree.
 
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from judge.testing.openai_server import (
         FAULT_KINDS,
+        OPENAI_CHAT_PARAMS,
         FaultKind,
         FaultPlan,
         Handler,
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAULT_KINDS",
+    "OPENAI_CHAT_PARAMS",
     "FaultKind",
     "FaultPlan",
     "Handler",

@@ -39,7 +39,7 @@ from judge.aggregate import Summary, summarize
 from judge.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.fake import FakeCall, FakeOutput, covering, defects
 from judge.io import InputProblem, read_items
-from judge.testing.openai_server import FaultKind, FaultPlan
+from judge.testing.openai_server import FaultKind, FaultPlan, _unknown_fields
 from judge.types import GradeRequest, GradeResult
 from judge.verdicts import DefectJudgement
 from rubrics.loader import fence_tag
@@ -267,9 +267,11 @@ def ledger_from_standin(requests: Sequence[Mapping[str, Any]], plan: FaultPlan) 
     The stand-in appends each body to its record and draws the request's fault in the same
     event-loop step, so the i-th recorded body got the i-th fault of the plan. Record every
     request (``OpenAIStandIn(record_requests=...)`` larger than the run), or the replay is off.
+    Bodies the strict stand-in rejected (unknown fields) drew no fault and are left out.
     """
     ledger = FaultLedger()
-    for body, fault in zip(requests, replay_faults(plan, len(requests)), strict=True):
+    drawn = [body for body in requests if _unknown_fields(body) is None]
+    for body, fault in zip(drawn, replay_faults(plan, len(drawn)), strict=True):
         ledger.record(item_of_text(_body_text(body)), task_of_request(body), fault or "ok")
     return ledger
 

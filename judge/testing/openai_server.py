@@ -15,6 +15,25 @@ runs exactly as in production. :class:`OpenAIStandIn` is that server: an aiohttp
 Endpoints: ``POST /v1/chat/completions`` (also streamed as SSE when ``stream: true``),
 ``GET /v1/models``, ``GET /health``. Only chat completions count in :meth:`OpenAIStandIn.stats`.
 
+Strict by default, like the real API
+------------------------------------
+OpenAI's API answers a chat-completions body with any top-level field it does not document with
+HTTP 400 and ``{"error": {"message": "Unrecognized request argument supplied: <name>", "type":
+"invalid_request_error", "param": null, "code": null}}`` (several unknown fields: "Unrecognized
+request arguments supplied: a, b"). The stand-in does the same, so a client that leaks a private
+keyword into the body (instructor's old ``validation_context``, a litellm-only option) fails here
+as it would in production. The documented fields are :data:`OPENAI_CHAT_PARAMS`, read from the
+installed ``openai`` package's ``CompletionCreateParams`` so the list follows the SDK. Only
+top-level names are checked: nested objects (``response_format``, ``tools``...) are checked only
+as far as the answer needs them, so llama.cpp's ``response_format: {"type": "json_object",
+"schema": ...}`` (the product's ``json_object_schema`` mode, meant for lenient local servers)
+passes. ``OpenAIStandIn(strict=False)`` (CLI ``--lenient``) accepts unknown top-level fields, as
+llama.cpp, vLLM and Ollama do; use it only to test that switch or a local-server dialect.
+
+Every chat-completions body that parses as a JSON object is recorded in
+:attr:`OpenAIStandIn.requests`, rejected ones included (their 400 messages are in
+:attr:`OpenAIStandIn.rejections`); a rejected body draws no fault from the :class:`FaultPlan`.
+
 Default answers (no ``handler``) are *valid* for the request's own schema:
 
 - ``tools`` present (``tool_choice`` naming a function, ``"required"``, ``"auto"`` or absent): one
@@ -113,6 +132,13 @@ response_model=M, max_retries=N, num_retries=0, timeout=T)``:
   litellm (use ``create_partial``); the product does not stream.
 - Set ``litellm.suppress_debug_info = True`` to stop litellm printing a help banner on stdout
   for every error.
+- instructor takes the validators' context as ``context=``; ``validation_context=`` is no
+  parameter of instructor 1.17's ``create``/``create_with_completion``, so it stays in the
+  completion kwargs, and litellm sends every keyword it does not consume in the request body.
+  The strict stand-in answers that with 400 -> ``litellm.BadRequestError`` (``status_code ==
+  400``), wrapped in ``InstructorRetryException`` like any HTTP failure. litellm's own options
+  (``api_base``, ``api_key``, ``timeout``, ``num_retries``, ``extra_body``) never reach the body;
+  ``extra_body`` is merged into it.
 """
 
 from __future__ import annotations
@@ -151,6 +177,7 @@ from judge.text import count_words
 
 __all__ = [
     "FAULT_KINDS",
+    "OPENAI_CHAT_PARAMS",
     "FaultKind",
     "FaultPlan",
     "Handler",
@@ -195,6 +222,31 @@ FaultKind = Literal[
 
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 """Every fault kind, in declaration order."""
+
+
+def _documented_chat_params() -> frozenset[str]:
+    """The top-level fields of OpenAI's chat-completions request, from the ``openai`` SDK."""
+    # The SDK's TypedDicts are generated from OpenAI's API spec, so reading them (rather than
+    # copying a list) keeps the stand-in in step with the installed SDK. Streaming and
+    # non-streaming variants differ only in ``stream``'s type; take both to be safe.
+    from openai.types.chat import completion_create_params as params
+
+    names: set[str] = set()
+    for typed in (
+        params.CompletionCreateParamsNonStreaming,
+        params.CompletionCreateParamsStreaming,
+    ):
+        names.update(typed.__required_keys__, typed.__optional_keys__)
+    return frozenset(names)
+
+
+OPENAI_CHAT_PARAMS: frozenset[str] = _documented_chat_params()
+"""Every top-level field OpenAI documents for ``POST /v1/chat/completions``.
+
+Derived from the installed ``openai`` package's ``CompletionCreateParams`` (``model``,
+``messages``, ``tools``, ``response_format``, ``temperature``, ``max_tokens``, ``seed``,
+``stream``...). The strict stand-in rejects any other top-level field with HTTP 400, as OpenAI does.
+"""
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 """OpenAI ``finish_reason`` values the stand-in emits."""
@@ -384,7 +436,8 @@ class StandInStats:
         in_flight: Requests being handled at the time of the snapshot.
         max_in_flight: The most requests handled at once since start (or the last reset).
         outcomes: Requests by outcome: ``ok``, each :data:`FaultKind`, ``bad_request`` (a body
-            the server rejected with 400) and ``handler_error`` (the handler raised or ran out).
+            the server rejected with 400: not JSON, malformed, or, when strict, carrying an
+            undocumented field) and ``handler_error`` (the handler raised or ran out).
         prompt_tokens: Sum of ``usage.prompt_tokens`` sent.
         completion_tokens: Sum of ``usage.completion_tokens`` sent.
     """
@@ -471,6 +524,18 @@ def _validate_body(body: Any) -> str | None:
         if not isinstance(spec, Mapping) or not isinstance(spec.get("schema", {}), Mapping):
             return "'response_format.json_schema.schema' must be an object"
     return None
+
+
+def _unknown_fields(body: Any) -> str | None:
+    """OpenAI's 400 message for a body with undocumented top-level fields, or None."""
+    if not isinstance(body, Mapping):
+        return None
+    unknown = [str(name) for name in body if name not in OPENAI_CHAT_PARAMS]
+    if not unknown:
+        return None
+    if len(unknown) == 1:
+        return f"Unrecognized request argument supplied: {unknown[0]}"
+    return f"Unrecognized request arguments supplied: {', '.join(unknown)}"
 
 
 def _analyse(body: Mapping[str, Any]) -> _Shape:
@@ -703,6 +768,9 @@ class OpenAIStandIn:
         models: Model ids listed by ``GET /v1/models``.
         seed: Seed of the jitter RNG.
         allow_remote: Allow binding a non-loopback address.
+        strict: Reject a body with a top-level field outside :data:`OPENAI_CHAT_PARAMS` with
+            OpenAI's HTTP 400 (the default, as the real API does); False accepts extras, as
+            lenient local servers (llama.cpp, vLLM, Ollama) do.
 
     Raises:
         ConfigError: If an option is out of range or the host is not loopback.
@@ -722,6 +790,7 @@ class OpenAIStandIn:
         models: Sequence[str] = ("standin",),
         seed: int = 0,
         allow_remote: bool = False,
+        strict: bool = True,
     ) -> None:
         if latency < 0:
             raise ConfigError("latency must be >= 0", field="latency")
@@ -738,6 +807,7 @@ class OpenAIStandIn:
         self.latency = latency
         self.jitter = jitter
         self.plain_reply = plain_reply
+        self.strict = strict
         self.host = host
         self.models = tuple(models)
         self._requested_port = port
@@ -752,6 +822,7 @@ class OpenAIStandIn:
         self._recorded: deque[dict[str, Any]] = deque(maxlen=record_requests or None)
         self._record = record_requests > 0
         self._handler_errors: list[str] = []
+        self._rejections: list[str] = []
         self._reset_counters()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -845,14 +916,25 @@ class OpenAIStandIn:
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """The latest request bodies (parsed JSON), oldest first (a copy)."""
+        """The latest chat-completion bodies (parsed JSON), oldest first (a copy).
+
+        Rejected bodies (HTTP 400) are included, so a test can see exactly what a client sent;
+        only a body that is not a JSON object cannot be recorded.
+        """
         with self._lock:
             return list(self._recorded)
 
     def clear_requests(self) -> None:
-        """Forget the recorded request bodies."""
+        """Forget the recorded request bodies and the rejection messages."""
         with self._lock:
             self._recorded.clear()
+            self._rejections.clear()
+
+    @property
+    def rejections(self) -> list[str]:
+        """The messages of the HTTP 400 answers to chat completions (a copy), oldest first."""
+        with self._lock:
+            return list(self._rejections)
 
     @property
     def handler_errors(self) -> list[str]:
@@ -1055,23 +1137,27 @@ class OpenAIStandIn:
             with self._lock:
                 self._in_flight -= 1
 
+    def _reject(self, message: str) -> web.Response:
+        with self._lock:
+            self._rejections.append(message)
+        self._count("bad_request")
+        return _json_response(_error_body(message, "invalid_request_error"), status=400)
+
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._count("bad_request")
-            return _json_response(
-                _error_body(f"request body is not valid JSON: {exc}", "invalid_request_error"),
-                status=400,
-            )
-        problem = _validate_body(body)
-        if problem is not None:
-            self._count("bad_request")
-            return _json_response(_error_body(problem, "invalid_request_error"), status=400)
-        if self._record:
+            return self._reject(f"request body is not valid JSON: {exc}")
+        # Recorded before any check, so tests see rejected bodies too (what the client sent).
+        if self._record and isinstance(body, dict):
             with self._lock:
                 self._recorded.append(body)
+        # The unknown-field check comes first, so its message names the field whatever else
+        # is wrong with the body.
+        problem = (_unknown_fields(body) if self.strict else None) or _validate_body(body)
+        if problem is not None:
+            return self._reject(problem)
 
         decider = self._decider
         fault = decider.next_fault() if decider is not None else None
@@ -1354,6 +1440,12 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--allow-remote", action="store_true", help="allow binding a non-loopback address"
     )
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="accept undocumented top-level request fields (as llama.cpp/vLLM do); by default "
+        "they get OpenAI's 400 'Unrecognized request argument supplied'",
+    )
     return parser
 
 
@@ -1405,6 +1497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             allow_remote=args.allow_remote,
+            strict=not args.lenient,
         )
         asyncio.run(_serve_forever(server))
     except ConfigError as exc:

@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from judge.errors import ConfigError
 from judge.testing import (
     FAULT_KINDS,
+    OPENAI_CHAT_PARAMS,
     FaultKind,
     FaultPlan,
     OpenAIStandIn,
@@ -260,6 +261,94 @@ def test_fault_probabilities_are_seeded_and_counted() -> None:
     assert outcomes[0] == outcomes[1]
     assert 0 < outcomes[0]["empty"] < 20
     assert outcomes[0]["empty"] + outcomes[0]["ok"] == 20
+
+
+# -- strict like OpenAI's API ---------------------------------------------------------------------
+
+# OpenAI's documented chat-completions request fields (its API reference); the SDK may add more.
+DOCUMENTED = {
+    "model", "messages", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities",
+    "n", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
+    "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
+    "top_p", "user", "verbosity", "web_search_options",
+}  # fmt: skip
+MESSAGES = [{"role": "user", "content": "x"}]
+
+
+def unrecognized(message: str) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+def test_documented_params_come_from_the_sdk() -> None:
+    assert DOCUMENTED <= OPENAI_CHAT_PARAMS
+    # Options litellm or instructor consume must never count as request fields.
+    private = {"validation_context", "context", "max_retries", "hooks", "strict", "api_base"}
+    private |= {"api_key", "base_url", "timeout", "num_retries", "extra_body", "drop_params"}
+    assert not private & OPENAI_CHAT_PARAMS
+
+
+def test_unknown_fields_get_openais_400_and_are_recorded(srv: OpenAIStandIn) -> None:
+    assert srv.strict
+    srv.faults = FaultPlan(sequence=["empty"])
+    with httpx.Client(base_url=srv.base_url, timeout=30) as client:
+        one = client.post(
+            "/chat/completions", json={"model": "standin", "messages": MESSAGES, "top_k": 5}
+        )
+        two = client.post(
+            "/chat/completions",
+            json={"messages": MESSAGES, "validation_context": {}, "num_retries": 0},
+        )
+        # Unknown fields are reported even when the rest of the body is broken too.
+        broken = client.post("/chat/completions", json={"messages": [], "api_base": "x"})
+        # Every documented field at once (null values: the stand-in only checks the names;
+        # the ones that change the answer's shape are left out).
+        shaping = {"messages", "stream", "stream_options", "tools", "tool_choice"}
+        shaping |= {"response_format", "functions", "function_call"}
+        nulls = dict.fromkeys(DOCUMENTED - shaping)
+        every = client.post("/chat/completions", json={"messages": MESSAGES, **nulls})
+    assert one.status_code == two.status_code == broken.status_code == 400
+    assert one.json() == unrecognized("Unrecognized request argument supplied: top_k")
+    assert two.json() == unrecognized(
+        "Unrecognized request arguments supplied: validation_context, num_retries"
+    )
+    assert broken.json() == unrecognized("Unrecognized request argument supplied: api_base")
+    # Documented fields pass, and the rejected requests drew no fault: this one gets "empty".
+    assert every.status_code == 200
+    assert every.json()["choices"][0]["message"]["content"] == ""
+    assert [sorted(body) for body in srv.requests[:3]] == [
+        ["messages", "model", "top_k"],
+        ["messages", "num_retries", "validation_context"],
+        ["api_base", "messages"],
+    ]
+    assert len(srv.requests) == 4
+    assert srv.rejections == [r.json()["error"]["message"] for r in (one, two, broken)]
+    assert srv.stats().outcomes == {"bad_request": 3, "empty": 1}
+
+
+def test_lenient_accepts_unknown_fields() -> None:
+    with OpenAIStandIn(strict=False) as srv:
+        reply = httpx.post(
+            f"{srv.base_url}/chat/completions",
+            json={"messages": MESSAGES, "validation_context": {"n_points": 2}, "top_k": 5},
+            timeout=30,
+        )
+        assert reply.status_code == 200
+        assert srv.rejections == []
+        assert srv.requests[-1]["top_k"] == 5
+
+
+async def test_the_real_client_sees_a_bad_request(srv: OpenAIStandIn) -> None:
+    with pytest.raises(litellm.BadRequestError, match="Unrecognized request argument"):
+        await plain(srv, validation_context={"n_points": 2})
 
 
 # -- round trips through the real client ---------------------------------------------------------
@@ -562,6 +651,33 @@ def test_cli_prints_its_url_and_stops_on_sigint() -> None:
             f"{base_url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
         )
         assert reply.json()["choices"][0]["message"]["content"] == ""
+        extra = httpx.post(
+            f"{base_url}/chat/completions", json={"messages": MESSAGES, "validation_context": {}}
+        )
+        assert extra.status_code == 400  # strict by default
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_cli_lenient_accepts_unknown_fields() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "judge.testing.openai_server", "--port", "0", "--lenient"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        base_url = process.stdout.readline().strip()
+        reply = httpx.post(
+            f"{base_url}/chat/completions", json={"messages": MESSAGES, "validation_context": {}}
+        )
+        assert reply.status_code == 200
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
     finally:
@@ -589,7 +705,12 @@ def test_cli_rejects_bad_options() -> None:
 def test_public_names_are_sorted_and_resolve() -> None:
     import judge.testing
 
-    assert judge.testing.__all__ == sorted(judge.testing.__all__)
+    def isort_style(name: str) -> tuple[int, str]:
+        # ruff's RUF022 order: CONSTANTS, then Classes, then functions, each alphabetical.
+        kind = 0 if name.isupper() else 1 if name[0].isupper() else 2
+        return kind, name
+
+    assert judge.testing.__all__ == sorted(judge.testing.__all__, key=isort_style)
     for name in judge.testing.__all__:
         value = getattr(judge.testing, name)
         assert not isinstance(value, type(judge.testing)), name  # a name, not a submodule
