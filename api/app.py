@@ -12,7 +12,7 @@ while the body streams in (chunked uploads have no length).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -24,7 +24,7 @@ from api.jobs import JobManager, JobStore
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
 from judge.cache import JudgeCache
-from judge.config import Settings, load_settings
+from judge.config import JudgeConfig, Settings, load_settings
 from judge.engine import BONUSJUDGE_VERSION, Grader
 
 log = logging.getLogger("bonusjudge.api")
@@ -118,6 +118,7 @@ def create_app(
     lease_seconds: float = 30.0,
     poll_seconds: float = 1.0,
     drain_timeout: float = 30.0,
+    warm_up: Callable[[JudgeConfig], None] | None = None,
 ) -> FastAPI:
     """Build the grading service.
 
@@ -130,6 +131,9 @@ def create_app(
             runner stopped renewing).
         poll_seconds: How often the job runner renews leases and looks for unclaimed jobs.
         drain_timeout: On shutdown, how long in-flight job items may take to finish.
+        warm_up: What the start-up warm-up runs on the default judge config (default:
+            ``judge.metrics.warm_up``, the loader ``Grader.prepare`` uses). Tests inject a slow
+            one to hold the service in its warm-up.
 
     Returns:
         The FastAPI app. Jobs start running in its lifespan.
@@ -148,12 +152,7 @@ def create_app(
     manager.register(calibration.CALIBRATE, calibration.make_runner(settings))
     observability = Observability(engine, store.status_counts)
     default = engine.config
-    # The embedded matcher reads the encoder only for coverage; BERTScore always does.
-    matcher = default.is_embedded and "coverage" in default.metrics
-    warmup = EncoderWarmup(
-        bertscore="bertscore" in default.metrics, embedded=matcher, encoder=default.encoder,
-        layer=default.encoder_layer, rouge="rouge_l" in default.metrics,
-    )
+    warmup = EncoderWarmup(default, loader=warm_up)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

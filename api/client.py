@@ -1261,8 +1261,40 @@ class JudgeClient(_Base):
             JudgeClientError: A batch request failed after retries; pending batches are
                 cancelled.
         """
-        _check_many_args(batch_size, concurrency)
         results: list[GradeResult | ClientItemError | None] = []
+        for position, outcome in self.grade_stream(
+            items, judge=judge, batch_size=batch_size, concurrency=concurrency, progress=progress
+        ):
+            if isinstance(outcome, ClientItemError) and not return_exceptions:
+                raise outcome
+            if position >= len(results):
+                results.extend([None] * (position + 1 - len(results)))
+            results[position] = outcome
+        if any(r is None for r in results):  # pragma: no cover - guarded by _place
+            raise ClientResponseError("some items got no answer", url=self._url("/v1/grade/batch"))
+        return results  # type: ignore[return-value]
+
+    def grade_stream(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        judge: JudgeInput = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        concurrency: int = 4,
+        progress: bool = True,
+    ) -> Iterator[tuple[int, GradeResult | ClientItemError]]:
+        """Grade any number of items, yielding each ``(position, outcome)`` as its batch ends.
+
+        For callers that must keep what is graded when a later batch fails (the CLI writes each
+        result as it arrives). An item the service failed comes as a ``ClientItemError``, never
+        raised, so one bad item is that item's problem. Arguments as for ``grade_many``.
+
+        Raises:
+            ClientInputError: An item is invalid; nothing more is sent once it is found.
+            JudgeClientError: A batch request failed after retries; pending batches are
+                cancelled (what was yielded before stands).
+        """
+        _check_many_args(batch_size, concurrency)
         unscored = 0
         with (
             _progress_bar(_total(items), progress, "grading") as bar,
@@ -1270,39 +1302,35 @@ class JudgeClient(_Base):
         ):
             pending: set[Future[_Placed]] = set()
 
-            def collect(done: set[Future[_Placed]]) -> None:
+            def collect(done: set[Future[_Placed]]) -> list[tuple[int, Any]]:
                 nonlocal unscored
+                out: list[tuple[int, Any]] = []
                 for future in done:
                     placed = future.result()  # re-raises the batch's error
                     for position, outcome in placed:
-                        if isinstance(outcome, ClientItemError) and not return_exceptions:
-                            raise outcome
                         if isinstance(outcome, GradeResult) and outcome.status != "scored":
                             unscored += 1
-                        results[position] = outcome
+                        out.append((position, outcome))
                     bar.update(len(placed))
                     if unscored:
                         bar.set_postfix(unscored=unscored, refresh=False)
+                return out
 
             try:
                 for start, chunk in _chunks(items, batch_size):
-                    results.extend([None] * len(chunk))
                     while len(pending) >= concurrency:
                         done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                        collect(done)
+                        yield from collect(done)
                     pending.add(pool.submit(self._grade_chunk, start, chunk, judge))
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    collect(done)
+                    yield from collect(done)
             except BaseException:
                 # Batches not started yet are dropped; running ones finish (threads cannot be
                 # interrupted) and their answers are discarded.
                 for future in pending:
                     future.cancel()
                 raise
-        if any(r is None for r in results):  # pragma: no cover - guarded by _place
-            raise ClientResponseError("some items got no answer", url=self._url("/v1/grade/batch"))
-        return results  # type: ignore[return-value]
 
     def extract_points(
         self, request: ExtractRequest | Mapping[str, Any], *, judge: JudgeInput = None
@@ -1469,6 +1497,16 @@ class JudgeClient(_Base):
         """Cancel the job (``DELETE /v1/jobs/{id}``); finished results are kept."""
         path = _job_path(job_id)
         call = _Call("DELETE", path)
+        return self._model(JobStatus, self._call_json(call), self._url(path))
+
+    def retry_unscored(self, job_id: str) -> JobStatus:
+        """Grade a finished job's unscored items again (``POST /v1/jobs/{id}/retry-unscored``).
+
+        Their results leave the stream until graded again: ``wait`` for the job, then read
+        ``results`` from offset 0.
+        """
+        path = _job_path(job_id) + "/retry-unscored"
+        call = _Call("POST", path, idempotent=False)
         return self._model(JobStatus, self._call_json(call), self._url(path))
 
     # -- multiple choice -----------------------------------------------------------------------
@@ -2031,6 +2069,16 @@ class AsyncJudgeClient(_Base):
         """Cancel the job (``DELETE /v1/jobs/{id}``); finished results are kept."""
         path = _job_path(job_id)
         call = _Call("DELETE", path)
+        return self._model(JobStatus, await self._call_json(call), self._url(path))
+
+    async def retry_unscored(self, job_id: str) -> JobStatus:
+        """Grade a finished job's unscored items again (``POST /v1/jobs/{id}/retry-unscored``).
+
+        Their results leave the stream until graded again: ``wait`` for the job, then read
+        ``results`` from offset 0.
+        """
+        path = _job_path(job_id) + "/retry-unscored"
+        call = _Call("POST", path, idempotent=False)
         return self._model(JobStatus, await self._call_json(call), self._url(path))
 
     # -- multiple choice -----------------------------------------------------------------------

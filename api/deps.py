@@ -4,6 +4,9 @@
 with ``app.dependency_overrides``. ``select_judge`` is the one policy for a request's ``judge``
 field: the model must be the default judge or allow-listed, the overrides must make a valid
 configuration, and a request that needs an LLM judge when none is configured gets a 503.
+``ReadyDep`` is the grading routes' readiness gate: while the start-up warm-up is still loading
+the encoder a request needs, the request gets 503 with ``Retry-After`` instead of loading it
+concurrently (or failing with a 500).
 """
 
 from __future__ import annotations
@@ -13,15 +16,19 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.auth import authenticate
-from api.errors import JudgeNotConfigured
+from api.errors import JudgeNotConfigured, Unavailable
 from api.jobs import JobManager
-from api.observability import Observability
+from api.observability import EncoderWarmup, Observability
 from judge.config import JudgeConfig, JudgeOverrides, Settings
 from judge.engine import Grader
 from judge.errors import ConfigError, InputError, RubricNotFound
+from judge.metrics import needs_encoder
 
 LLM_METRICS = frozenset({"coverage", "defects"})
 """Metrics that need a judge model; ROUGE-L and BERTScore do not."""
+
+WARMUP_RETRY_AFTER = 5
+"""Seconds a request refused during the encoder warm-up is told to wait (``Retry-After``)."""
 
 
 def get_settings(request: Request) -> Settings:
@@ -52,6 +59,66 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 GraderDep = Annotated[Grader, Depends(get_grader)]
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
 ObservabilityDep = Annotated[Observability, Depends(get_observability)]
+
+
+class EncoderLoading(Unavailable):
+    """The encoder a request needs is still loading at start-up (503 ``unavailable``).
+
+    Args:
+        name: What is loading (the warm-up's display name).
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the service is still loading {name}; retry in {WARMUP_RETRY_AFTER} s "
+            "(GET /readyz answers 200 once it is loaded)",
+            retry_after=WARMUP_RETRY_AFTER,
+        )
+
+
+class ReadyGate:
+    """The readiness gate of the grading routes (see :data:`ReadyDep`).
+
+    Args:
+        warmup: The app's start-up warm-up.
+    """
+
+    def __init__(self, warmup: EncoderWarmup) -> None:
+        self.warmup = warmup
+
+    def require(self, config: JudgeConfig) -> None:
+        """Refuse a request graded with ``config`` while an encoder it uses is still loading.
+
+        Raises:
+            EncoderLoading: (503, ``Retry-After``) the warm-up is still loading.
+        """
+        self.require_encoder(needs_encoder(config))
+
+    def require_encoder(self, needed: bool = True) -> None:
+        """Refuse a request that uses an encoder (``needed``) while the warm-up is loading one.
+
+        Any encoder counts, not only the one being loaded: loading another would wait for the
+        same load lock anyway, with the request held open meanwhile.
+
+        Args:
+            needed: Whether the request computes BERTScore or embedded-matcher coverage.
+
+        Raises:
+            EncoderLoading: (503, ``Retry-After``) the warm-up is still loading.
+        """
+        if needed and self.warmup.loading:
+            raise EncoderLoading(self.warmup.name)
+
+
+def get_ready_gate(request: Request) -> ReadyGate:
+    """The readiness gate over the app's encoder warm-up."""
+    warmup: EncoderWarmup = request.app.state.warmup
+    return ReadyGate(warmup)
+
+
+ReadyDep = Annotated[ReadyGate, Depends(get_ready_gate)]
+"""Readiness gate: a route calls ``require(config)`` (or ``require_encoder``) once it knows what
+the request computes; 503 with ``Retry-After`` while the encoder it needs is still loading."""
 
 
 def require_owner(request: Request, settings: SettingsDep) -> str:

@@ -24,6 +24,7 @@ and CacheError are the service's (503); ProviderError and JudgeOutputError are t
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,6 +73,28 @@ class UnsupportedMediaType(ServiceError):
     """A body in a format the route does not read."""
 
 
+class Unavailable(ServiceError):
+    """The service cannot do this now, but will: answered 503 with ``Retry-After``.
+
+    Args:
+        message: What is unavailable and why.
+        retry_after: Seconds after which trying again makes sense.
+        field: The input field concerned, if any.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
+class ProviderOutage(Unavailable):
+    """The judge provider keeps failing and its circuit breaker is open."""
+
+
+class Conflict(ServiceError):
+    """The request does not fit the resource's current state (e.g. a job still running)."""
+
+
 class JudgeNotConfigured(ServiceError):
     """The request needs an LLM judge, and the service has none configured."""
 
@@ -92,6 +115,9 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     NotFound: (404, "not_found"),
     Unauthorized: (401, "unauthorized"),
     UnsupportedMediaType: (415, "unsupported_media_type"),
+    Conflict: (409, "conflict"),
+    ProviderOutage: (503, "provider_outage"),
+    Unavailable: (503, "unavailable"),
     JudgeNotConfigured: (503, "judge_not_configured"),
     # The engine's tree. A RubricNotFound here comes from a request's judge selection or
     # language, so it is bad input (422); the rubrics route turns its own miss into NotFound.
@@ -174,6 +200,8 @@ async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
         # details in the log, out of the body.
         log.error("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    if isinstance(exc, Unavailable):
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     field = getattr(exc, "field", None)
     return error_response(status, type_, str(exc), field=field, headers=headers)
 

@@ -45,7 +45,7 @@ from typing import Any
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from api.errors import NotFound, UnsupportedMediaType, field_of
+from api.errors import Conflict, NotFound, UnsupportedMediaType, field_of
 from api.schemas import ItemError, JobBody, JobState, JobStatus
 from judge.aggregate import Aggregator, Summary
 from judge.config import JudgeConfig, JudgeOverrides, Settings
@@ -577,6 +577,46 @@ class JobStore:
                 (job_id, token),
             )
 
+    def reset_unscored(
+        self, job_id: str, owner: str, *, lease_owner: str | None, lease_seconds: float
+    ) -> int | None:
+        """Put a finished grading job's unscored items back in the queue; returns how many.
+
+        Their stored results are removed (the results stream then holds them only once they
+        are graded again) and the job is queued again, leased to ``lease_owner`` when given.
+        None when there is no such grading job of ``owner``.
+
+        Raises:
+            Conflict: the job is not ``done`` (still running, cancelled or failed).
+        """
+        now = time.time()
+        with self._tx() as conn:
+            row = conn.execute(
+                "SELECT status, kind FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
+            ).fetchone()
+            if row is None or row["kind"] != GRADE:
+                return None
+            if row["status"] != "done":
+                raise Conflict(
+                    f"job {job_id} is {row['status']}: only a finished (done) job's unscored "
+                    "items can be graded again",
+                    field="job_id",
+                )
+            reset = conn.execute(
+                "UPDATE items SET result = NULL, status = NULL, seq = NULL WHERE job_id = ? AND"
+                " status = 'unscored' AND request IS NOT NULL",
+                (job_id,),
+            ).rowcount
+            if reset:
+                conn.execute(
+                    "UPDATE jobs SET status = 'queued', detail = NULL, done = done - ?,"
+                    " unscored = unscored - ?, lease_owner = ?, lease_expires = ?,"
+                    " updated_at = ? WHERE id = ?",
+                    (reset, reset, lease_owner, now + lease_seconds if lease_owner else 0.0,
+                     now, job_id),
+                )
+        return reset
+
     def set_progress(self, job_id: str, token: str, done: int, scored: int) -> bool:
         """Record the progress of a job without item rows (a calibration run) run here.
 
@@ -928,6 +968,26 @@ class JobManager:
         # Another worker running it sees the cancellation when it next renews its lease.
         return await self.status(job_id, owner, kind)
 
+    async def retry_unscored(self, job_id: str, owner: str) -> JobStatus:
+        """Grade a finished job's unscored items again (as the CLI's ``--retry-unscored``).
+
+        Raises:
+            NotFound: no such grading job for this owner.
+            Conflict: the job is not done.
+        """
+        run_here = not self._stopping.is_set() and len(self._tasks) < self.max_running
+        reset = await asyncio.to_thread(
+            lambda: self.store.reset_unscored(
+                job_id, owner, lease_owner=self.token if run_here else None,
+                lease_seconds=self.lease_seconds,
+            )
+        )
+        if reset is None:
+            raise NotFound(f"no job {job_id!r}")
+        if reset and run_here:
+            self._launch(job_id)
+        return await self.status(job_id, owner)
+
     async def entries(
         self, job_id: str, owner: str, offset: int, kind: str = GRADE
     ) -> AsyncIterator[str]:
@@ -998,6 +1058,9 @@ class JobManager:
                 f"{row['config_hash']} -> {config.config_hash()}); submit it again",
             )
             return
+        # Wait for the warm-up (the same serialized loader): a job resumed at start-up would
+        # otherwise make its first heavy imports while the start-up thread is making them.
+        await self.grader.prepare(config)
         if not await asyncio.to_thread(self.store.start_run, job_id, self.token):
             return
         in_flight: dict[str, int] = {}

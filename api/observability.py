@@ -22,7 +22,9 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.schemas import ReadyCheck
+from judge.config import JudgeConfig
 from judge.engine import Grader
+from judge.metrics import DEFAULT_ENCODER, needs_encoder, warm_up
 
 log = logging.getLogger("bonusjudge.api")
 
@@ -155,83 +157,67 @@ class MetricsMiddleware:
 
 
 class EncoderWarmup:
-    """Loads the encoder in a background thread at start-up, for the readiness check.
+    """Loads what the default judge needs in a background thread at start-up, for readiness.
 
-    Loading takes seconds, so ``/readyz`` never loads it itself: it reports this object's state.
-    The warm-up is needed only when the default judge uses the encoder (the embedded matcher, or
-    BERTScore among the default metrics); otherwise the check passes as "not needed".
+    Loading takes seconds, so ``/readyz`` never loads anything itself: it reports this object's
+    state, and the grading routes answer 503 (``Retry-After``) while a request would need an
+    encoder that is still loading. The thread runs :func:`judge.metrics.warm_up`, the function
+    ``Grader.prepare`` runs too: one serialized warm-up path, so requests, job workers and this
+    thread never make first imports concurrently. ROUGE-L's import is warmed as well (seconds,
+    and the engine calls it on the event loop) but is not part of readiness.
 
     Args:
-        bertscore: Whether the default judge computes BERTScore (with ``encoder``/``layer``).
-        embedded: Whether the default judge is the embedded matcher grading coverage (it loads
-            the packaged encoder and its parameters itself).
-        encoder: BERTScore encoder name (None = the packaged default).
-        layer: BERTScore layer override.
-        rouge: Also warm ROUGE-L: its first call imports rouge-score and nltk (seconds), and the
-            engine calls it on the event loop. Not part of readiness.
+        config: The default judge configuration.
+        loader: The warm-up function (default :func:`judge.metrics.warm_up`; tests inject a slow
+            one to hold the service in its warm-up).
     """
 
     def __init__(
-        self,
-        *,
-        bertscore: bool,
-        embedded: bool,
-        encoder: str | None = None,
-        layer: int | None = None,
-        rouge: bool = False,
+        self, config: JudgeConfig, *, loader: Callable[[JudgeConfig], None] | None = None
     ) -> None:
-        self.bertscore = bertscore
-        self.needed = bertscore or embedded
-        self.rouge = rouge
-        self.encoder = encoder
-        self.layer = layer
-        self.embedded = embedded
+        self.config = config
+        self.bertscore = "bertscore" in config.metrics
+        # The embedded matcher reads the encoder only for coverage; BERTScore always does.
+        self.embedded = config.is_embedded and "coverage" in config.metrics
+        self.needed = needs_encoder(config)
+        self.encoder = config.encoder
         self.loaded = False
         self.error: str | None = None
+        self._loader = loader or warm_up
         self._thread: threading.Thread | None = None
+        self._finished = threading.Event()
 
     @property
     def name(self) -> str:
         """The display name of what is loaded."""
-        from judge.metrics import DEFAULT_ENCODER
-
         names = [self.encoder or DEFAULT_ENCODER] if self.bertscore else []
         if self.embedded:
             names.append(f"embedded-matcher ({DEFAULT_ENCODER})")
         return " + ".join(dict.fromkeys(names)) or DEFAULT_ENCODER
 
+    @property
+    def loading(self) -> bool:
+        """Whether the encoder warm-up has started and not finished (loaded or failed)."""
+        return self.needed and self._thread is not None and not self._finished.is_set()
+
     def start(self) -> None:
-        """Start loading in a daemon thread (a no-op when nothing needs it)."""
-        if not (self.needed or self.rouge) or self._thread is not None:
+        """Start loading in a daemon thread (once); a daemon, so a shutdown never waits for it."""
+        if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._load, name="bonusjudge-warmup", daemon=True)
         self._thread.start()
 
     def _load(self) -> None:
-        if self.rouge:
-            try:
-                from judge.metrics import rouge_l
-
-                rouge_l("warm up", "warm up")
-            except Exception:  # the first real call will report the problem
-                log.warning("ROUGE-L warm-up failed", exc_info=True)
-        if not self.needed:
-            return
         try:
-            if self.bertscore:
-                from judge.metrics import get_encoder
-
-                encoder = get_encoder(self.encoder, layer=self.layer)
-                encoder.model  # noqa: B018 -- touching the model loads the weights
-            if self.embedded:
-                from judge.matcher import get_matcher  # type: ignore[import-not-found,unused-ignore]
-
-                get_matcher()
+            self._loader(self.config)
             self.loaded = True
-            log.info("encoder %s loaded", self.name)
+            if self.needed:
+                log.info("encoder %s loaded", self.name)
         except Exception as exc:  # reported by /readyz; the service keeps answering
             self.error = f"{type(exc).__name__}: {exc}"[:300]
-            log.error("encoder %s failed to load: %s", self.name, self.error)
+            log.error("warm-up of %s failed: %s", self.name, self.error)
+        finally:
+            self._finished.set()
 
     def check(self) -> ReadyCheck:
         """The encoder's readiness check."""

@@ -35,9 +35,23 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         n_resamples=args.resamples,
     )
     print(run.files.markdown.read_text(encoding="utf-8"))
+    for label, figures in run.summaries.items():
+        if label == "metrics":
+            continue  # no judge: nothing is unscored
+        print(
+            f"{label}: {figures['items']} items, {figures['unscored']} unscored "
+            f"(rate {_pct(figures['unscored_rate'])}); BPC {_pct(figures['bpc'])} over scored "
+            f"items, bpc_all {_pct(figures['bpc_all'])} over all"
+        )
+        for warning in figures["warnings"]:
+            print(f"warning: {warning}")
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in run.timings.items())
     print(f"\nreport: {run.files.json} ({timings})")
     return 0
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def register(subparsers: Any) -> None:

@@ -26,6 +26,7 @@ from rapidfuzz import fuzz
 
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
+from judge.aggregate import summarize
 from judge.cache import JudgeCache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
@@ -42,6 +43,9 @@ class CalibrationRun:
     files: ReportFiles
     timings: dict[str, float] = field(default_factory=dict)
     graded: dict[str, int] = field(default_factory=dict)
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per configuration: bpc (scored items), bpc_all (unscored as not covered), the unscored
+    rate and its warnings, so a correlation over scored items is read with its coverage."""
 
 
 def item_request(item: CalibrationItem) -> GradeRequest:
@@ -93,18 +97,30 @@ async def _grade_all(
     items: Sequence[CalibrationItem],
     writer: ResultWriter,
 ) -> dict[str, GradeResult | str]:
-    """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason."""
+    """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason.
+
+    A stored grade of an item whose content has changed since (an edited set) is graded again.
+    """
     out: dict[str, GradeResult | str] = {}
     todo: list[tuple[str, GradeRequest]] = []
+    stale: list[dict[str, Any]] = []
     for item in items:
-        if item.id in writer.done:
-            out[item.id] = GradeResult.model_validate(writer.done[item.id])
-            continue
         try:
-            todo.append((item.id, item_request(item)))
+            request = item_request(item)
         except ValidationError as exc:
             error = exc.errors()[0]
             out[item.id] = f"invalid_item: {'.'.join(map(str, error['loc']))}: {error['msg']}"
+            continue
+        done = writer.done.get(item.id)
+        if done is not None and done.get("input_hash") == request.content_hash():
+            out[item.id] = GradeResult.model_validate(done)
+            continue
+        if done is not None:
+            stale.append(done)
+        todo.append((item.id, request))
+    if stale:
+        dropped = {id(obj) for obj in stale}
+        writer.rewrite([obj for obj in writer.done.values() if id(obj) not in dropped])
     async for result in grader.grade_many(todo, config=config):
         writer.write(result)
         out[result.id] = result
@@ -234,6 +250,15 @@ def run_calibration(
             writer.close()
         run.timings[label] = round(time.monotonic() - started, 2)
         run.graded[label] = len(results)
+        summary = summarize(r for r in results.values() if isinstance(r, GradeResult))
+        run.summaries[label] = {
+            "items": summary.items,
+            "unscored": summary.unscored,
+            "unscored_rate": summary.unscored_rate,
+            "bpc": summary.bpc,
+            "bpc_all": summary.bpc_all,
+            "warnings": summary.warnings,
+        }
         s, r, p, d = _metric_scores(results, names, label)
         for name in s:
             scores[name] = s[name]
@@ -252,6 +277,9 @@ def run_calibration(
             retests.update(s2)
         asyncio.run(grader.aclose())
     cache.close()
+    for label, figures in run.summaries.items():
+        if label in configs:
+            configs[label]["grading_summary"] = figures
     report = build_report(
         subset,
         configs=configs,

@@ -2,8 +2,14 @@
 
 BPC is micro-averaged (covered points / points) over the items whose coverage is *scored*; the
 penalty rate is the share of defect-scored items with at least one defect. Unscored items are
-counted and reported by reason, never averaged in as zero. Every group (overall, by ToM
-dimension, by context window, by respondent model) carries its own scored and unscored counts.
+counted and reported by reason, never averaged in as zero there.
+
+Scored-only BPC alone can flatter: a response that makes the judge fail (a refusal, a cut-off
+reply, text that breaks the output format) leaves the denominator. So every group also carries
+``bpc_all``, which counts each unscored item's points as not covered, and ``unscored_rate``; the
+summary warns when unscored items exceed 2% or their rate differs between respondents by more
+than 2 points. Every group (overall, by ToM dimension, by context window, by respondent model)
+carries its own scored and unscored counts.
 """
 
 from __future__ import annotations
@@ -27,7 +33,19 @@ class GroupSummary(BaseModel):
     coverage_unscored: int = Field(description="Items whose coverage is unscored.")
     points: int = Field(description="Bonus points judged (scored items only).")
     points_covered: int = Field(description="Bonus points covered.")
-    bpc: float | None = Field(description="Bonus Point Coverage: covered / points (micro).")
+    bpc: float | None = Field(
+        description="Bonus Point Coverage over items whose coverage is scored: covered / points "
+        "(micro)."
+    )
+    bpc_all: float | None = Field(
+        default=None,
+        description="Bonus Point Coverage over every item with coverage requested, an unscored "
+        "item's points counted as not covered (an item whose points are unknown, because their "
+        "extraction failed, counts as many points as the mean known item).",
+    )
+    unscored_rate: float | None = Field(
+        default=None, description="unscored / items: the share of results not fully scored."
+    )
     defects_scored: int = Field(description="Items whose defects were judged.")
     defects_unscored: int = Field(description="Items whose defect judgement is unscored.")
     penalized: int = Field(description="Items with at least one defect.")
@@ -62,6 +80,11 @@ class Summary(GroupSummary):
     breaker: dict[str, object] | None = Field(
         default=None, description="Circuit breaker state at the end (state, times opened)."
     )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What makes the headline figures less trustworthy (many unscored items, or "
+        "unscored rates that differ between respondents).",
+    )
 
 
 @dataclass
@@ -70,6 +93,8 @@ class _Acc:
     scored: int = 0
     cov_scored: int = 0
     cov_unscored: int = 0
+    unscored_points: int = 0
+    unscored_unknown: int = 0
     points: int = 0
     covered: int = 0
     def_scored: int = 0
@@ -96,6 +121,10 @@ class _Acc:
                 self.covered += r.coverage.covered
             elif r.coverage.status == "unscored":
                 self.cov_unscored += 1
+                if r.coverage.total:
+                    self.unscored_points += r.coverage.total
+                else:
+                    self.unscored_unknown += 1
         if r.defects is not None:
             if r.defects.status == "scored":
                 self.def_scored += 1
@@ -119,9 +148,13 @@ class _Acc:
         return GroupSummary(**self._fields())
 
     def _fields(self) -> dict[str, object]:
-        def mean(total: float, n: int) -> float | None:
+        def mean(total: float, n: float) -> float | None:
             return round(total / n, 6) if n else None
 
+        known = self.cov_scored + self.cov_unscored - self.unscored_unknown
+        known_points = self.points + self.unscored_points
+        # Items whose points are unknown (extraction failed) count as the mean known item.
+        guessed = self.unscored_unknown * (known_points / known if known else 1.0)
         return {
             "items": self.items,
             "scored": self.scored,
@@ -131,6 +164,8 @@ class _Acc:
             "points": self.points,
             "points_covered": self.covered,
             "bpc": mean(self.covered, self.points),
+            "bpc_all": mean(self.covered, known_points + guessed),
+            "unscored_rate": mean(self.items - self.scored, self.items),
             "defects_scored": self.def_scored,
             "defects_unscored": self.def_unscored,
             "penalized": self.penalized,
@@ -182,7 +217,38 @@ class Aggregator:
             name: {key: acc.summary() for key, acc in sorted(accs.items())}
             for name, accs in self._groups.items()
         }
-        return Summary(**self._all._fields(), **groups, judge=self.judge, **extra)  # type: ignore[arg-type]
+        summary = Summary(**self._all._fields(), **groups, judge=self.judge, **extra)  # type: ignore[arg-type]
+        summary.warnings = unscored_warnings(summary)
+        return summary
+
+
+UNSCORED_WARN_RATE = 0.02
+"""Above this share of unscored items, or this spread between respondents, a summary warns."""
+
+
+def unscored_warnings(summary: Summary) -> list[str]:
+    """Warnings about unscored items that could bias the headline figures."""
+    out: list[str] = []
+    rate = summary.unscored_rate
+    if rate is not None and rate > UNSCORED_WARN_RATE:
+        out.append(
+            f"{summary.unscored} of {summary.items} items ({100 * rate:.1f}%) are unscored: bpc "
+            f"counts scored items only ({_pct(summary.bpc)}%); bpc_all counts them as not "
+            f"covered ({_pct(summary.bpc_all)}%). See unscored_by_reason."
+        )
+    rates = {
+        name: group.unscored_rate
+        for name, group in summary.by_respondent.items()
+        if group.unscored_rate is not None
+    }
+    if len(rates) > 1:
+        low, high = min(rates, key=rates.__getitem__), max(rates, key=rates.__getitem__)
+        if rates[high] - rates[low] > UNSCORED_WARN_RATE:
+            out.append(
+                f"unscored rates differ between respondents: {high} {100 * rates[high]:.1f}% vs "
+                f"{low} {100 * rates[low]:.1f}%; compare them on bpc_all, not bpc."
+            )
+    return out
 
 
 def summarize(results: Iterable[GradeResult], **extra: object) -> Summary:
@@ -197,7 +263,7 @@ def _pct(value: float | None) -> str:
 def format_table(summary: Summary) -> str:
     """The per-dimension table the CLI prints (percentages, with scored/unscored counts)."""
     header = (
-        f"{'group':<14}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'PR%':>7}{'ROUGE-L':>9}"
+        f"{'group':<14}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'BPCall%':>8}{'PR%':>7}{'ROUGE-L':>9}"
         f"{'BERTSc.':>9}{'len':>6}"
     )
     lines = [header, "-" * len(header)]
@@ -205,8 +271,8 @@ def format_table(summary: Summary) -> str:
     def row(name: str, g: GroupSummary) -> str:
         ratio = "-" if g.length_ratio is None else f"{g.length_ratio:.2f}"
         return (
-            f"{name[:14]:<14}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.penalty_rate):>7}"
-            f"{_pct(g.rouge_l):>9}{_pct(g.bertscore_f1):>9}{ratio:>6}"
+            f"{name[:14]:<14}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.bpc_all):>8}"
+            f"{_pct(g.penalty_rate):>7}{_pct(g.rouge_l):>9}{_pct(g.bertscore_f1):>9}{ratio:>6}"
         )
 
     for key, group in summary.by_dimension.items():
@@ -225,4 +291,8 @@ def format_table(summary: Summary) -> str:
             lines.append("")
             for key, group in groups.items():
                 lines.append(row(f"{name}={key}", group))
+    lines.append(
+        "BPC% counts scored items only; BPCall% counts unscored items' points as not covered."
+    )
+    lines.extend(f"warning: {w}" for w in summary.warnings)
     return "\n".join(lines)

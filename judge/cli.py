@@ -65,6 +65,12 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     )
     group.add_argument("--concurrency", type=int, help="items graded at once (default 16)")
     group.add_argument("--timeout", type=float, help="seconds per judge call")
+    group.add_argument(
+        "--max-outage",
+        type=float,
+        help="seconds items wait out a provider outage (open circuit breaker) before ending "
+        "unscored circuit_open (default 600)",
+    )
     group.add_argument("--cache-dir", type=Path, help="judge-call cache folder")
     group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     group.add_argument("--calibration", help="calibrated mapping JSON (from calibrate) to apply")
@@ -87,6 +93,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ("length_control", "length_control"),
         ("concurrency", "concurrency"),
         ("timeout", "timeout"),
+        ("max_outage", "max_outage"),
         ("context", "context_window"),
         ("calibration", "calibration"),
     ):
@@ -119,6 +126,17 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     config = settings.judge
+    client = _server_client(args, config) if args.server else None
+    entries: list[tuple[str, Any]] = []
+    problems: list[InputProblem] = []
+    for entry in read_items(args.input, context_window=args.context):
+        if isinstance(entry, InputProblem):
+            problems.append(entry)
+            print(f"{args.input}: {entry}", file=sys.stderr)
+            continue
+        entries.append(entry)
+        if args.limit is not None and len(entries) >= args.limit:
+            break
     writer = ResultWriter(args.out).open()
     if writer.recovered_tail:
         print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
@@ -128,47 +146,35 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             "are graded again",
             file=sys.stderr,
         )
-    if args.retry_unscored:
-        keep = [o for o in writer.done.values() if o.get("status") == "scored"]
-        dropped = len(writer.done) - len(keep)
-        writer.rewrite(keep)
-        print(f"--retry-unscored: grading {dropped} unscored item(s) again", file=sys.stderr)
-    aggregator = Aggregator()
-    for obj in writer.done.values():
-        aggregator.add(GradeResult.model_validate(obj))
-    todo = []
-    problems: list[InputProblem] = []
-    skipped = 0
-    for entry in read_items(args.input, context_window=args.context):
-        if isinstance(entry, InputProblem):
-            problems.append(entry)
-            print(f"{args.input}: {entry}", file=sys.stderr)
-            continue
-        if entry[0] in writer.done:
-            skipped += 1
-            continue
-        todo.append(entry)
-        if args.limit is not None and len(todo) + skipped >= args.limit:
-            break
-    if skipped:
-        print(f"resuming: {skipped} item(s) already graded in {args.out}", file=sys.stderr)
     started = time.monotonic()
     try:
-        if args.server:
-            extra = _grade_via_server(args, todo, writer, aggregator)
+        if client is not None:
+            # The service's configuration hash is known only from its answer: grade one item
+            # first, then judge what the file holds against it.
+            config_hash = _probe_server(client, entries, writer, _server_overrides(args))
+        else:
+            config_hash = config.config_hash()
+        todo = _resume(args, entries, writer, config_hash, list(config.metrics))
+        aggregator = Aggregator()
+        for obj in writer.done.values():
+            aggregator.add(GradeResult.model_validate(obj))
+        if client is not None:
+            extra = _grade_via_server(client, todo, writer, aggregator, args)
         else:
             extra = asyncio.run(
                 _grade_local(config, settings, todo, writer, aggregator, progress=not args.quiet)
             )
     finally:
         writer.close()
+        if client is not None:
+            client.close()
     summary = aggregator.summary(**extra)
     payload = summary.model_dump(mode="json")
     payload["invalid_lines"] = [
         {"line": p.line, "field": p.field, "message": p.message} for p in problems
     ]
     payload["elapsed_s"] = round(time.monotonic() - started, 3)
-    payload["config_hash"] = config.config_hash()
+    payload["config_hash"] = config_hash
     if args.summary:
         Path(args.summary).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
     print(format_table(summary))
@@ -177,13 +183,66 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         f"judge {summary.judge}; {extra.get('judge_calls', 0)} judge call(s), "
         f"{extra.get('cache_hits', 0)} cache hit(s); {payload['elapsed_s']} s"
     )
-    if config.is_embedded and not args.quiet:
+    if config.is_embedded and not args.server and not args.quiet:
         print(
             "judge: embedded-matcher (offline, coverage only; defects not assessed). For an LLM "
             "judge pass --model openai/gpt-4o (OPENAI_API_KEY) or --model openai/NAME "
             "--api-base http://127.0.0.1:8080/v1 for a local server.",
         )
     return 0
+
+
+def _resume(
+    args: argparse.Namespace,
+    entries: list[tuple[str, Any]],
+    writer: Any,
+    config_hash: str,
+    metrics: list[str],
+) -> list[tuple[str, Any]]:
+    """The items still to grade, after dropping the output lines that no longer hold.
+
+    A line is kept only when it grades the same content (input hash) with the same judge
+    configuration and metrics; otherwise the item is graded again, so one file never mixes
+    judges or holds a grade of an answer that has since been edited. ``--retry-unscored`` also
+    drops unscored lines.
+    """
+    keep: list[dict[str, Any]] = []
+    stale: dict[str, int] = {}
+    wanted = {item_id: request for item_id, request in entries}
+    for item_id, obj in writer.done.items():
+        reason = _stale_reason(obj, wanted.get(item_id), config_hash, metrics)
+        if reason is None and args.retry_unscored and obj.get("status") != "scored":
+            reason = "unscored (--retry-unscored)"
+        if reason is None:
+            keep.append(obj)
+        else:
+            stale[reason] = stale.get(reason, 0) + 1
+    if stale:
+        writer.rewrite(keep)
+        detail = ", ".join(f"{n} {why}" for why, n in sorted(stale.items()))
+        print(f"{args.out}: grading {sum(stale.values())} item(s) again: {detail}",
+              file=sys.stderr)
+    todo = [(item_id, req) for item_id, req in entries if item_id not in writer.done]
+    kept = len(entries) - len(todo)
+    if kept:
+        print(f"resuming: {kept} item(s) already graded in {args.out}", file=sys.stderr)
+    return todo
+
+
+def _stale_reason(
+    obj: dict[str, Any], request: Any, config_hash: str, metrics: list[str]
+) -> str | None:
+    """Why an output line cannot stand for its input item under this run, or None."""
+    if request is None:
+        return None  # not in this input (or beyond --limit): left as it is
+    provenance = obj.get("provenance") or {}
+    if obj.get("input_hash") != request.content_hash():
+        return "with changed content"
+    if provenance.get("config_hash") != config_hash:
+        return "graded by another judge configuration"
+    if sorted(provenance.get("metrics") or []) != sorted(metrics):
+        return "graded with other metrics"
+    return None
 
 
 async def _grade_local(
@@ -207,6 +266,9 @@ async def _grade_local(
     grader = Grader(config, cache=cache, retry_budget=budget)
     bar = tqdm(total=len(todo), disable=not progress, unit="item", dynamic_ncols=True)
     try:
+        # Heavy imports and model loads before grading: the metric batch threads would
+        # otherwise make their first imports concurrently, which crashes on a cold start.
+        await grader.prepare(config)
         async for result in grader.grade_many(todo, config=config):
             writer.write(result)
             aggregator.add(result)
@@ -228,19 +290,96 @@ async def _grade_local(
     }
 
 
-def _grade_via_server(
-    args: argparse.Namespace, todo: list[Any], writer: Any, aggregator: Any
-) -> dict[str, Any]:
+_SERVER_OPTIONS = ("model", "temperature", "rubric", "metrics", "length_control")
+"""Judge options a service honours per request (``JudgeOverrides``); ``--context`` also passes."""
+
+_LOCAL_ONLY_OPTIONS = (
+    "api_base", "api_key_env", "mode", "max_tokens", "encoder", "encoder_layer", "timeout",
+    "max_outage", "cache_dir", "no_cache", "calibration", "settings",
+)
+"""Options that configure this process's judge; with ``--server`` the service has its own."""
+
+
+def _server_client(args: argparse.Namespace, config: JudgeConfig) -> Any:
+    """The client for ``--server``; refuses options the service would silently ignore.
+
+    Raises:
+        ConfigError: a local-only option was given with ``--server``.
+    """
     from api.client import JudgeClient
 
-    with JudgeClient(args.server) as client:
-        requests = [
-            req if req.id else req.model_copy(update={"id": item_id}) for item_id, req in todo
-        ]
-        for result in client.grade_many(requests, progress=not args.quiet):
-            writer.write(result)
-            aggregator.add(result)
-    return {"judge_calls": 0, "cache_hits": 0}
+    ignored = [
+        name for name in _LOCAL_ONLY_OPTIONS if getattr(args, name, None) not in (None, False)
+    ]
+    if ignored:
+        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
+        raise ConfigError(
+            f"{flags}: not honoured with --server (the service grades with its own provider, "
+            f"encoder and cache); drop them or grade locally",
+            field=ignored[0],
+        )
+    return JudgeClient(args.server)
+
+
+def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The judge options given on the command line, as the service's per-request overrides."""
+    judge = {name: getattr(args, name) for name in _SERVER_OPTIONS if getattr(args, name, None)
+             is not None}
+    if getattr(args, "context", None) is not None:
+        judge["context_window"] = args.context
+    return judge or None
+
+
+def _probe_server(
+    client: Any, entries: list[tuple[str, Any]], writer: Any, overrides: dict[str, Any] | None
+) -> str:
+    """Grade the first item through the service to learn its configuration hash.
+
+    The item's result is written when it was not graded yet; otherwise it only costs the
+    service a cache hit.
+    """
+    from api.client import JudgeClientError
+
+    if not entries:
+        return ""
+    item_id, request = entries[0]
+    try:
+        result = client.grade(_with_id(item_id, request), judge=overrides)
+    except JudgeClientError as exc:
+        raise ConfigError(f"--server: {exc}", field="server") from exc
+    if item_id not in writer.done:
+        writer.write(result)
+    return str(result.provenance.config_hash)
+
+
+def _with_id(item_id: str, request: Any) -> Any:
+    return request if request.id else request.model_copy(update={"id": item_id})
+
+
+def _grade_via_server(
+    client: Any, todo: list[Any], writer: Any, aggregator: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Grade through a service, writing each result as its batch arrives.
+
+    An item the service fails is reported on stderr and left for the next run; it never stops
+    the others.
+    """
+    from api.client import ClientItemError
+
+    failed = 0
+    requests = [_with_id(item_id, req) for item_id, req in todo]
+    for _, outcome in client.grade_stream(
+        requests, judge=_server_overrides(args), progress=not args.quiet
+    ):
+        if isinstance(outcome, ClientItemError):
+            failed += 1
+            print(f"item {outcome}: not graded (the next run tries it again)", file=sys.stderr)
+            continue
+        writer.write(outcome)
+        aggregator.add(outcome)
+    if failed:
+        print(f"{failed} item(s) failed at the service and were not written", file=sys.stderr)
+    return {}
 
 
 # -- serve ------------------------------------------------------------------------------------

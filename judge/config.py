@@ -114,6 +114,12 @@ class JudgeConfig(BaseModel):
         default=4, ge=0, le=10, description="Retries of provider errors (429, 5xx, timeouts)."
     )
     timeout: float = Field(default=120.0, gt=0, description="Seconds per provider call.")
+    max_outage: float = Field(
+        default=600.0,
+        ge=0,
+        description="Seconds items wait while the provider's circuit breaker is open (an "
+        "outage) before they end unscored `circuit_open`. Waiting spends no retries.",
+    )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
     cache: bool = Field(default=True, description="Read and write the judge-call cache.")
     calibration: str | None = Field(

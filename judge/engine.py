@@ -73,6 +73,7 @@ class EngineStats:
     provider_calls: int = 0
     cache_hits: int = 0
     retries: int = 0
+    outage_waits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
@@ -87,6 +88,7 @@ class EngineStats:
             "judge_calls": self.provider_calls,
             "cache_hits": self.cache_hits,
             "retries": self.retries,
+            "outage_waits": self.outage_waits,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": round(self.cost_usd, 6),
@@ -115,7 +117,8 @@ class Grader:
         cache: The judge-call cache (default: none; the CLI and service pass an on-disk one).
         library: The rubric library (default: the shipped one).
         retry_budget: Retries allowed for the whole life of this grader (a run).
-        breaker: Circuit breaker for the provider.
+        breaker: Circuit breaker of the default judge (model, base URL); every other judge a
+            request selects gets its own, with the same settings.
         rng: Random source for backoff jitter (seedable for tests).
         sleep: The sleep used between retries (tests inject a fast one).
     """
@@ -141,7 +144,10 @@ class Grader:
         self.cache = cache if cache is not None else JudgeCache(None)
         self.library = library or load_library()
         self.retry_budget = retry_budget or RetryBudget()
-        self.breaker = breaker or CircuitBreaker()
+        self._breaker_template = breaker or CircuitBreaker()
+        self.breakers: dict[tuple[str, str | None], CircuitBreaker] = {
+            _breaker_key(self.config): self._breaker_template
+        }
         self.stats = EngineStats()
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -154,6 +160,33 @@ class Grader:
         self._mapping_for(self.config)
 
     # -- public API ------------------------------------------------------------------------
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker of the default judge."""
+        return self.breaker_for(self.config)
+
+    @breaker.setter
+    def breaker(self, value: CircuitBreaker) -> None:
+        self.breakers[_breaker_key(self.config)] = value
+
+    def breaker_for(self, config: JudgeConfig) -> CircuitBreaker:
+        """The circuit breaker of ``config``'s judge: one per (model, base URL).
+
+        An outage of one provider must not pause another, and one judge's recovery must not
+        close the breaker of a judge still failing.
+        """
+        key = _breaker_key(config)
+        breaker = self.breakers.get(key)
+        if breaker is None:
+            template = self._breaker_template
+            breaker = CircuitBreaker(
+                threshold=template.threshold,
+                cooldown=template.cooldown,
+                max_cooldown=template.max_cooldown,
+            )
+            self.breakers[key] = breaker
+        return breaker
 
     def resolve(self, overrides: JudgeOverrides | None = None) -> JudgeConfig:
         """The default config with a request's overrides applied (validated)."""
@@ -304,6 +337,25 @@ class Grader:
         if self._matcher_batcher is not None:
             await self._matcher_batcher.aclose()
 
+    async def prepare(self, config: JudgeConfig | None = None) -> None:
+        """Load what grading with ``config`` needs, before any batch worker uses it.
+
+        Loads exactly what the metrics need (rouge-score for ``rouge_l``; bert_score and the
+        encoder for ``bertscore``; the embedded matcher and its encoder for embedded coverage),
+        once per process and serialized, in a worker thread. Call it before grading: the batch
+        workers of BERTScore and of the matcher otherwise make their first imports in two
+        threads at once. Safe to call again (it returns at once) and from several tasks.
+
+        Args:
+            config: The configuration to prepare for (default: the grader's).
+
+        Raises:
+            ConfigError: an encoder or the matcher's parameters cannot be loaded offline.
+        """
+        from judge.metrics import warm_up
+
+        await asyncio.to_thread(warm_up, config or self.config)
+
     # -- one item ----------------------------------------------------------------------------
 
     def _mapping_for(self, config: JudgeConfig) -> Any:
@@ -320,11 +372,26 @@ class Grader:
             from calibration.mapping import load_mapping
 
             try:
-                self._mappings[key] = load_mapping(
-                    config.calibration, judge_config_hash=config.config_hash()
-                )
+                mapping = load_mapping(config.calibration, judge_config_hash=config.config_hash())
             except JudgeError as exc:
                 raise ConfigError(f"calibration: {exc}", field="calibration") from exc
+            metric = mapped_metric(mapping.metric)
+            needs = _MAPPED_METRICS.get(metric)
+            if needs is None:
+                raise ConfigError(
+                    f"calibration: the mapping maps {mapping.metric!r}, which grading does not "
+                    f"compute (one of {', '.join(_MAPPED_METRICS)})",
+                    field="calibration",
+                )
+            if needs not in config.metrics or (
+                metric == "expected_coverage" and not config.is_embedded
+            ):
+                raise ConfigError(
+                    f"calibration: the mapping maps {metric}, which this configuration does not "
+                    f"compute (metrics {','.join(config.metrics)}, judge {config.model})",
+                    field="calibration",
+                )
+            self._mappings[key] = mapping
         return self._mappings[key]
 
     def _rubrics_for(self, config: JudgeConfig) -> dict[str, Rubric]:
@@ -350,15 +417,18 @@ class Grader:
         calls: list[CallRecord] = []
         refs: dict[str, RubricRef] = {}
         wanted = set(config.metrics)
+        # An empty answer is an answer that covers nothing and asserts nothing (the benchmark's
+        # scorer gives it 0 points): scored without asking the judge, never an invalid line.
+        empty = not response.strip()
 
         coverage_task = (
-            self._coverage(request, response, config, rubrics, language, calls, refs)
+            self._coverage(request, response, config, rubrics, language, calls, refs, empty=empty)
             if "coverage" in wanted
             else _none()
         )
         defects_task = (
             self._defects(request, response, config, rubrics, language, calls, refs)
-            if "defects" in wanted
+            if "defects" in wanted and not empty
             else _none()
         )
         references = [request.reference, *(request.references or [])]
@@ -368,6 +438,10 @@ class Grader:
             else _none()
         )
         coverage, defects, bert = await asyncio.gather(coverage_task, defects_task, bert_task)
+        if empty and "defects" in wanted:
+            defects = DefectsResult(
+                status="scored", defects=[], penalized=False, detail="empty response"
+            )
         rouge = self._best_rouge(response, references, config) if "rouge_l" in wanted else None
 
         unscored = [
@@ -378,12 +452,16 @@ class Grader:
         ref_words = count_words(request.reference)
         mapping = self._mapping_for(config)
         calibrated = None
-        if mapping is not None and coverage is not None and coverage.coverage is not None:
-            calibrated = round(float(mapping.apply(coverage.coverage)), 6)
+        if mapping is not None:
+            raw = _metric_value(mapped_metric(mapping.metric), coverage, rouge, bert)
+            if raw is not None:
+                calibrated = round(float(mapping.apply(raw)), 6)
         result = GradeResult(
             id=request.id or item_id or "",
             status="unscored" if unscored else "scored",
             unscored_reasons=unscored,
+            flags=["empty_response"] if empty else [],
+            input_hash=request.content_hash(),
             language=language,
             coverage=coverage,
             defects=defects,
@@ -428,6 +506,7 @@ class Grader:
                 judge_quality="non-LLM matcher: coverage only, defects not assessed",
                 rubrics=refs,
                 config_hash=config.config_hash(),
+                metrics=list(config.metrics),
                 calls=calls,
                 length_control=config.length_control,
                 response_truncated=truncated,
@@ -445,6 +524,7 @@ class Grader:
             sampling=config.sampling(),
             rubrics=refs,
             config_hash=config.config_hash(),
+            metrics=list(config.metrics),
             calls=calls,
             length_control=config.length_control,
             response_truncated=truncated,
@@ -523,6 +603,8 @@ class Grader:
         language: Language,
         calls: list[CallRecord],
         refs: dict[str, RubricRef],
+        *,
+        empty: bool = False,
     ) -> CoverageResult:
         points, source, failure = await self._points(
             request, config, rubrics, language, calls, refs
@@ -534,6 +616,19 @@ class Grader:
                 reason=failure.reason,
                 detail=f"bonus point extraction failed: {failure.detail}",
                 points_source="extracted",
+            )
+        if empty:
+            return CoverageResult(
+                status="scored",
+                verdicts=[
+                    PointVerdict(index=i, text=p, covered=False, rationale="empty response")
+                    for i, p in enumerate(points, start=1)
+                ],
+                covered=0,
+                total=len(points),
+                coverage=0.0,
+                expected_coverage=0.0 if config.is_embedded else None,
+                points_source=source,  # type: ignore[arg-type]
             )
         if config.is_embedded:
             return await self._coverage_embedded(request, response, points, source, language)
@@ -871,13 +966,15 @@ class Grader:
                 cache_key=key,
             )
 
+        breaker = self.breaker_for(config)
         while True:
-            if not self.breaker.allow():
+            if not breaker.allow() and not await self._await_breaker(breaker, config):
                 return _CallOutcome(
                     None,
                     record("circuit_open"),
                     "circuit_open",
-                    "the provider failed repeatedly; the circuit breaker is open",
+                    f"the provider has been failing for {breaker.open_for():.0f} s, longer than "
+                    f"max_outage ({config.max_outage:g} s); grade this item again later",
                 )
             attempts += 1
             self.stats.provider_calls += 1
@@ -886,9 +983,18 @@ class Grader:
                     messages, response_model, config, validation_context=validation_context
                 )
             except ProviderError as exc:
-                self.breaker.record_failure()
                 attempts += max(0, exc.attempts - 1)  # re-asks sent before the failure
-                if exc.retryable and retries < config.retries:
+                if not exc.retryable:
+                    # A 4xx is this request's own problem, and the provider answered: it is up.
+                    breaker.record_success()
+                    return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
+                breaker.record_failure()
+                if breaker.state != "closed":
+                    # An outage (this failure opened the breaker, or a probe failed): the item
+                    # waits for the provider with the others, spending none of its own retries.
+                    self.stats.outage_waits += 1
+                    continue
+                if retries < config.retries:
                     if self.retry_budget.take():
                         retries += 1
                         self.stats.retries += 1
@@ -903,23 +1009,26 @@ class Grader:
                         f"{exc} (the run's retry budget is exhausted)",
                     )
                 return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
+            except asyncio.CancelledError:
+                breaker.release_probe()  # a cancelled probe must not leave the others waiting
+                raise
             except JudgeOutputError as exc:
                 # The provider is up (it answered), so the breaker sees a success.
-                self.breaker.record_success()
+                breaker.record_success()
                 attempts += max(0, exc.attempts - 1)
                 return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
             except Exception as exc:
                 if getattr(exc, "fatal", False):
                     raise
                 log.exception("unexpected error from the judge provider")
-                self.breaker.record_failure()
+                breaker.record_failure()
                 return _CallOutcome(
                     None,
                     record("provider_error"),
                     "provider_error",
                     f"unexpected {type(exc).__name__}: {str(exc)[:300]}",
                 )
-            self.breaker.record_success()
+            breaker.record_success()
             attempts += max(0, completion.attempts - 1)
             prompt_tokens += completion.prompt_tokens or 0
             completion_tokens += completion.completion_tokens or 0
@@ -935,9 +1044,59 @@ class Grader:
                 self.cache.set(key, {"value": value, "raw": completion.raw_text})
             return _CallOutcome(value, record("ok"))
 
+    async def _await_breaker(self, breaker: CircuitBreaker, config: JudgeConfig) -> bool:
+        """Wait while ``config``'s provider is in an outage; True once a call may go ahead.
+
+        False when the outage has lasted longer than ``config.max_outage``: the item then ends
+        ``circuit_open`` (a reason a re-run or ``--retry-unscored`` clears), so a provider that
+        never comes back cannot hold a run forever.
+        """
+        while not breaker.allow():
+            if breaker.open_for() >= config.max_outage:
+                return False
+            # Real time, not the injectable backoff sleep: the breaker's clock is monotonic.
+            await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in())))
+        return True
+
 
 async def _none() -> None:
     return None
+
+
+def _breaker_key(config: JudgeConfig) -> tuple[str, str | None]:
+    return (config.model, config.api_base)
+
+
+_MAPPED_METRICS = {
+    "coverage": "coverage",
+    "expected_coverage": "coverage",
+    "rouge_l": "rouge_l",
+    "bertscore": "bertscore",
+}
+"""Metric a calibrated mapping may map -> the metric the run must compute for it."""
+
+
+def mapped_metric(name: str | None) -> str:
+    """The metric a mapping file names, without the calibration report's ``@judge`` suffix.
+
+    Files written before mappings named their metric map thresholded coverage.
+    """
+    return (name or "coverage").split("@", 1)[0]
+
+
+def _metric_value(
+    metric: str,
+    coverage: CoverageResult | None,
+    rouge: RougeScore | None,
+    bert: BertScore | None,
+) -> float | None:
+    if metric == "coverage":
+        return coverage.coverage if coverage is not None else None
+    if metric == "expected_coverage":
+        return coverage.expected_coverage if coverage is not None else None
+    if metric == "rouge_l":
+        return rouge.f1 if rouge is not None else None
+    return bert.f1 if bert is not None else None
 
 
 def _verdict_dump(output: CoverageJudgementBase) -> list[dict[str, Any]]:

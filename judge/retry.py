@@ -5,9 +5,10 @@
   ``Retry-After`` is honoured as a floor.
 * ``RetryBudget``: a cap on retries for a whole run, so a provider that fails for everyone costs
   at most that many extra calls, not ``items x retries``.
-* ``CircuitBreaker``: after ``threshold`` consecutive failures it opens and calls fail fast with
-  the reason ``circuit_open`` for ``cooldown`` seconds; then one probe call is let through
-  (half-open) and its outcome closes or re-opens the breaker.
+* ``CircuitBreaker``: after ``threshold`` consecutive failures it opens and calls *wait* for
+  ``cooldown`` seconds; then one probe call is let through (half-open) and its outcome closes the
+  breaker (the waiting calls go on) or re-opens it with a longer cool-down. The engine keeps one
+  per (model, base URL), so one failing judge never pauses another.
 """
 
 from __future__ import annotations
@@ -63,28 +64,38 @@ class RetryBudget:
 
 @dataclass
 class CircuitBreaker:
-    """Stops calling a provider that keeps failing, and reports it.
+    """Pauses calls to a provider that keeps failing, and lets them resume when it recovers.
+
+    After ``threshold`` consecutive failures it opens: calls wait (see ``retry_in``) instead of
+    reaching the provider. After the cool-down one probe call is let through (half-open); its
+    success closes the breaker and every waiting call goes on, its failure re-opens it with the
+    cool-down doubled (up to ``max_cooldown``), so a long outage is probed ever more gently.
+    An outage is a pause, never a verdict: callers decide how long they wait (``open_for``).
 
     Args:
         threshold: Consecutive failures that open the breaker.
-        cooldown: Seconds the breaker stays open before one probe call is allowed.
+        cooldown: Seconds the breaker first stays open before a probe is allowed.
+        max_cooldown: Upper bound of the doubled cool-down.
     """
 
     threshold: int = 20
-    cooldown: float = 30.0
+    cooldown: float = 5.0
+    max_cooldown: float = 60.0
     state: str = "closed"
     consecutive_failures: int = 0
     opened_count: int = 0
     _opened_at: float = 0.0
+    _outage_started: float | None = None
+    _current_cooldown: float = 0.0
     _probing: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def allow(self) -> bool:
-        """Whether a call may go ahead now (False while open)."""
+        """Whether a call may go ahead now (False while open, and while a probe is out)."""
         with self._lock:
             if self.state == "closed":
                 return True
-            if self.state == "open" and time.monotonic() - self._opened_at >= self.cooldown:
+            if self.state == "open" and self._remaining() <= 0:
                 self.state = "half_open"
                 self._probing = False
             if self.state == "half_open" and not self._probing:
@@ -92,12 +103,39 @@ class CircuitBreaker:
                 return True
             return False
 
+    def retry_in(self) -> float:
+        """Seconds until a call may be tried again (0 when closed or a probe is due)."""
+        with self._lock:
+            if self.state == "closed":
+                return 0.0
+            if self.state == "half_open":
+                # A probe is out: its answer decides; look again soon.
+                return 0.0 if not self._probing else min(1.0, self._current_cooldown)
+            return max(0.0, self._remaining())
+
+    def open_for(self) -> float:
+        """Seconds since the current outage began (0 when the breaker is closed)."""
+        with self._lock:
+            if self._outage_started is None:
+                return 0.0
+            return time.monotonic() - self._outage_started
+
+    def _remaining(self) -> float:
+        return self._current_cooldown - (time.monotonic() - self._opened_at)
+
+    def release_probe(self) -> None:
+        """A probe ended without an answer (cancelled): let another call probe."""
+        with self._lock:
+            self._probing = False
+
     def record_success(self) -> None:
-        """A call succeeded: close the breaker."""
+        """A call succeeded: close the breaker and end the outage."""
         with self._lock:
             self.consecutive_failures = 0
             self.state = "closed"
             self._probing = False
+            self._outage_started = None
+            self._current_cooldown = 0.0
 
     def record_failure(self) -> None:
         """A call failed (after its own retries): count it, and open at the threshold."""
@@ -106,10 +144,15 @@ class CircuitBreaker:
             if self.state == "half_open" or (
                 self.state == "closed" and self.consecutive_failures >= self.threshold
             ):
-                if self.state != "open":
+                now = time.monotonic()
+                if self.state == "closed":
                     self.opened_count += 1
+                    self._outage_started = now
+                    self._current_cooldown = self.cooldown
+                else:  # a failed probe: wait longer before the next one
+                    self._current_cooldown = min(self.max_cooldown, 2 * self._current_cooldown)
                 self.state = "open"
-                self._opened_at = time.monotonic()
+                self._opened_at = now
                 self._probing = False
 
     def snapshot(self) -> dict[str, object]:

@@ -7,6 +7,8 @@ description that shows up in the OpenAPI docs.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -72,7 +74,9 @@ class GradeRequest(BaseModel):
         "the reference by the extraction rubric (cached).",
     )
     response: str = Field(
-        min_length=1, max_length=50_000, description="The answer under test (untrusted text)."
+        max_length=50_000,
+        description="The answer under test (untrusted text). An empty or whitespace-only "
+        "response is graded as covering nothing (coverage 0, no defects, flag `empty_response`).",
     )
     context: str | None = Field(
         default=None,
@@ -109,10 +113,20 @@ class GradeRequest(BaseModel):
         default_factory=dict, description="Free metadata, echoed unchanged in the result."
     )
 
-    @field_validator("question", "reference", "response")
+    @field_validator("question", "reference")
     @classmethod
     def _not_blank(cls, value: str, info: Any) -> str:
         return _strip_nonempty(value, info.field_name)
+
+    def content_hash(self) -> str:
+        """Short hash of everything graded about this item (all fields but ``id``).
+
+        Results record it, so a resumed run can tell an edited item from the one it graded.
+        """
+        blob = json.dumps(
+            self.model_dump(mode="json", exclude={"id"}), sort_keys=True, ensure_ascii=False
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @field_validator("bonus_points")
     @classmethod
@@ -273,6 +287,7 @@ class Provenance(BaseModel):
     )
     rubrics: dict[str, RubricRef] = Field(default_factory=dict, description="Rubric used per task.")
     config_hash: str = Field(description="Hash of every setting that changes the judge's output.")
+    metrics: list[str] = Field(default_factory=list, description="Metrics requested.")
     calls: list[CallRecord] = Field(default_factory=list, description="Judge calls made.")
     length_control: bool = Field(default=False, description="Response truncated to the cap?")
     response_truncated: bool = Field(
@@ -291,6 +306,16 @@ class GradeResult(BaseModel):
     )
     unscored_reasons: list[str] = Field(
         default_factory=list, description="`task: reason` for each unscored task."
+    )
+    flags: list[str] = Field(
+        default_factory=list,
+        description="Notes on the input that shaped the grade: `empty_response` (an empty or "
+        "whitespace-only answer, scored as covering nothing without asking the judge).",
+    )
+    input_hash: str | None = Field(
+        default=None,
+        description="Hash of the graded request's content (`GradeRequest.content_hash`); a "
+        "resumed run grades again an item whose content changed.",
     )
     language: Language = Field(description="Language graded in (given or detected).")
     coverage: CoverageResult | None = Field(

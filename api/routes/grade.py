@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import ValidationError
 
-from api.deps import GraderDep, SettingsDep, require_owner, select_judge
-from api.errors import ERROR_RESPONSES, classify, field_of
+from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner, select_judge
+from api.errors import ERROR_RESPONSES, ProviderOutage, classify, field_of
 from api.jobs import check_request
 from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
 from judge.config import JudgeConfig, Settings
@@ -24,15 +24,22 @@ router = APIRouter(
 
 
 @router.post("/grade", summary="Grade one response")
-async def grade(body: GradeBody, grader: GraderDep, settings: SettingsDep) -> GradeResult:
+async def grade(
+    body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
+) -> GradeResult:
     """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured."""
-    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
+    ready.require(config)
     request = check_request(body.to_request(), settings)
-    return await grader.grade(request, config=config)
+    result = await grader.grade(request, config=config)
+    _raise_if_outage(grader, config, [result])
+    return result
 
 
 @router.post("/grade/batch", summary="Grade a batch of responses")
-async def grade_batch(body: BatchBody, grader: GraderDep, settings: SettingsDep) -> BatchResponse:
+async def grade_batch(
+    body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
+) -> BatchResponse:
     """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422."""
     if len(body.items) > settings.max_batch:
         raise InputError(
@@ -40,10 +47,12 @@ async def grade_batch(body: BatchBody, grader: GraderDep, settings: SettingsDep)
             "submit a job (POST /v1/jobs) for more",
             field="items",
         )
-    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
+    ready.require(config)
     entries = await asyncio.gather(
         *(_entry(grader, config, settings, index, item) for index, item in enumerate(body.items))
     )
+    _raise_if_outage(grader, config, [e.result for e in entries if e.result is not None])
     return BatchResponse(results=list(entries))
 
 
@@ -53,7 +62,46 @@ async def extract_points(
 ) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM)."""
     config = select_judge(grader=grader, settings=settings, overrides=body.judge, needs_llm=True)
-    return await grader.extract_points(body.to_request(), config=config)
+    config = _sync(grader, config)
+    result = await grader.extract_points(body.to_request(), config=config)
+    if result.reason == "circuit_open":
+        _raise_if_outage(grader, config, [], force=True)
+    return result
+
+
+def _sync(grader: Grader, config: JudgeConfig) -> JudgeConfig:
+    """The configuration for a request the caller waits on, refused during an outage.
+
+    A synchronous request must not hold its connection through a provider outage (jobs wait
+    it out instead): it answers 503 at once, and its items do not wait for the breaker.
+
+    Raises:
+        ProviderOutage: the judge's circuit breaker is open.
+    """
+    if config.is_embedded:
+        return config
+    _raise_if_outage(grader, config, [])
+    return config.model_copy(update={"max_outage": 0.0})
+
+
+def _raise_if_outage(
+    grader: Grader, config: JudgeConfig, results: list[GradeResult], *, force: bool = False
+) -> None:
+    """Answer 503 while the judge's breaker is open, or when it stopped one of ``results``.
+
+    What was graded before the breaker opened is in the cache, so the retry costs nothing.
+    """
+    if config.is_embedded:
+        return
+    breaker = grader.breaker_for(config)
+    stopped = force or any(
+        reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons
+    )
+    if stopped or breaker.retry_in() > 0:
+        raise ProviderOutage(
+            f"the judge provider ({config.model}) is failing; its circuit breaker is open",
+            retry_after=max(1.0, breaker.retry_in()),
+        )
 
 
 async def _entry(

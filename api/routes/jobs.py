@@ -142,6 +142,18 @@ async def job_summary(job_id: str, jobs: JobsDep, owner: OwnerDep) -> Summary:
     return await jobs.summary(job_id, owner)
 
 
+@router.post(
+    "/{job_id}/retry-unscored", status_code=202, summary="Grade a job's unscored items again"
+)
+async def retry_unscored(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
+    """Queue a finished job's unscored items again (e.g. after a provider outage).
+
+    Their old results leave the results stream and come back once graded; read the results from
+    offset 0 again. A job that is not `done` answers 409.
+    """
+    return await jobs.retry_unscored(job_id, owner)
+
+
 @router.delete("/{job_id}", summary="Cancel a job")
 async def cancel_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Cancel a job; results finished so far are kept. Cancelling a finished job changes nothing."""

@@ -6,7 +6,7 @@ import asyncio
 
 from fastapi import APIRouter, Depends
 
-from api.deps import GraderDep, SettingsDep, require_owner
+from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner
 from api.errors import ERROR_RESPONSES
 from api.schemas import MetricsBody, MetricsEntry, MetricsResponse
 from judge.config import JudgeConfig, Settings
@@ -20,9 +20,12 @@ router = APIRouter(
 
 
 @router.post("/metrics", summary="ROUGE-L and BERTScore of pairs")
-async def metrics(body: MetricsBody, grader: GraderDep, settings: SettingsDep) -> MetricsResponse:
+async def metrics(
+    body: MetricsBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
+) -> MetricsResponse:
     """Score up to `max_batch` response/reference pairs; no judge call is made."""
     encoder, layer = _check(body, grader.config, settings)
+    ready.require_encoder("bertscore" in body.metrics)
     # Tokenising and encoding are CPU-bound: off the event loop.
     return await asyncio.to_thread(_compute, body, grader.config, encoder, layer)
 

@@ -73,8 +73,8 @@ def error_of(response: Any, status: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"response": ""}, "response"),
-        ({"response": "   "}, "response"),
+        ({"question": ""}, "question"),
+        ({"reference": "   "}, "reference"),
         ({"bonus_points": [f"point {i}" for i in range(5)]}, "bonus_points"),  # > settings' 4
         ({"bonus_points": [f"point {i}" for i in range(40)]}, "bonus_points"),  # > hard 32
         ({"bonus_points": []}, "bonus_points"),

@@ -136,7 +136,7 @@ def lines_of(response: Any) -> list[dict[str, Any]]:
 def test_json_job_lifecycle(tmp_path: Path) -> None:
     recorder = Recorder()
     app = make_app(tmp_path, FakeProvider(handler=recorder))
-    items = [item(1), item(2), {**item(3), "response": ""}, item(4, tom_dimension="belief")]
+    items = [item(1), item(2), {**item(3), "question": ""}, item(4, tom_dimension="belief")]
     with TestClient(app) as client:
         created = client.post("/v1/jobs", json={"items": items})
         assert created.status_code == 202
@@ -151,7 +151,7 @@ def test_json_job_lifecycle(tmp_path: Path) -> None:
         assert sorted(e["index"] for e in entries) == [0, 1, 2, 3]
         bad = next(e for e in entries if e["error"] is not None)
         assert bad["index"] == 2 and bad["id"] == "it-3" and bad["result"] is None
-        assert bad["error"]["field"] == "response"
+        assert bad["error"]["field"] == "question"
         graded = {e["id"]: e["result"] for e in entries if e["result"] is not None}
         assert set(graded) == {"it-1", "it-2", "it-4"}
         assert all(r["coverage"]["covered"] == 1 for r in graded.values())

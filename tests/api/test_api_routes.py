@@ -91,7 +91,7 @@ def test_grade_judge_overrides_apply(client: TestClient) -> None:
 def test_batch_keeps_order_and_isolates_a_bad_item(client: TestClient) -> None:
     items = [
         {**ITEM, "id": "a"},
-        {**ITEM, "id": "b", "response": ""},
+        {**ITEM, "id": "b", "question": ""},
         {**ITEM, "id": "c", "response": "WRONG: Kitty accepted Levin."},
         {k: v for k, v in ITEM.items() if k != "id"},
     ]
@@ -102,9 +102,18 @@ def test_batch_keeps_order_and_isolates_a_bad_item(client: TestClient) -> None:
     assert [e["id"] for e in entries] == ["a", "b", "c", "4"]
     assert entries[0]["result"]["coverage"]["covered"] == 1 and entries[0]["error"] is None
     assert entries[1]["result"] is None
-    assert entries[1]["error"]["field"] == "response"
+    assert entries[1]["error"]["field"] == "question"
     assert entries[1]["error"]["type"] == "invalid_input"
     assert entries[2]["result"]["defects"]["penalized"] is True
+
+
+@pytest.mark.parametrize("empty", ["", "   "])
+def test_an_empty_response_is_graded_zero_not_refused(client: TestClient, empty: str) -> None:
+    response = client.post("/v1/grade", json={**ITEM, "response": empty})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["status"] == "scored" and result["flags"] == ["empty_response"]
+    assert result["coverage"]["coverage"] == 0.0 and result["defects"]["penalized"] is False
 
 
 def test_bonus_points_extraction(client: TestClient) -> None:

@@ -469,10 +469,10 @@ def test_grade_many_can_return_item_errors_in_place() -> None:
 
 def test_grade_many_rejects_a_bad_item_before_sending() -> None:
     client, rec, _ = make_client(lambda req, n: batch_response(req))
-    bad = {"question": "Q?", "reference": "R.", "response": "   "}
+    bad = {"question": "   ", "reference": "R.", "response": "A."}
     with pytest.raises(ClientInputError) as err:
         client.grade_many([bad, item(1)], batch_size=2, progress=False)
-    assert err.value.field == "items.0.response"
+    assert err.value.field == "items.0.question"
     assert rec.count == 0
     with pytest.raises(ClientInputError):
         client.grade_many([item(1)], batch_size=0, progress=False)

@@ -161,7 +161,7 @@ def error_of(response: Any, status: int) -> dict[str, Any]:
         ("bonus_points", ["p"] * 33, "bonus_points"),  # above the hard cap
         ("bonus_points", ["p" * 2_001], "bonus_points"),
         ("bonus_points", [], "bonus_points"),
-        ("response", "   ", "response"),
+        ("question", "   ", "question"),
     ],
 )
 def test_string_and_list_limits_name_the_field(

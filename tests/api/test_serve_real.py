@@ -2,7 +2,9 @@
 
 Also the restart test: the service is SIGKILLed in the middle of a job and started again on the
 same data folder; every item ends with exactly one result, and items finished before the kill are
-never sent to the judge again.
+never sent to the judge again. It runs with BERTScore on, so each start is a cold start (issue 13):
+the resumed job must wait for the encoder warm-up instead of failing with an ImportError, and a
+request sent before ``/readyz`` is 200 gets 200 or 503 with ``Retry-After``, never a 500.
 """
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(port: int, judge_url: str, workdir: Path) -> subprocess.Popen[bytes]:
+def start_server(
+    port: int,
+    judge_url: str | None,
+    workdir: Path,
+    metrics: str | None = "coverage,defects,rouge_l",
+) -> subprocess.Popen[bytes]:
+    """Start `bonusjudge serve`; no judge URL means the default (embedded) judge, no metrics all."""
     cmd = [
         sys.executable, "-m", "judge.cli", "serve", "--port", str(port),
-        "--model", "openai/standin", "--api-base", judge_url,
-        "--metrics", "coverage,defects,rouge_l", "--cache-dir", str(workdir / "cache"),
+        "--cache-dir", str(workdir / "cache"),
     ]
+    if judge_url is not None:
+        cmd += ["--model", "openai/standin", "--api-base", judge_url]
+    if metrics is not None:
+        cmd += ["--metrics", metrics]
     env = {**os.environ, "BONUSJUDGE_SETTINGS_FILE": ""}
     env.pop("BONUSJUDGE_SETTINGS_FILE")
     log = open(workdir / f"serve-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
@@ -102,6 +113,20 @@ def test_grade_example_set_through_real_server(judge_server, tmp_path):
         stop(proc)
 
 
+def probe_while_cold(base: str) -> None:
+    """A grade request sent as soon as the server answers: 200, or 503 with Retry-After."""
+    probe = {"id": "probe", "question": "Q?", "reference": "The cold reference.",
+             "bonus_points": ["cold point"], "response": "a probe of the cold start"}
+    response = httpx.post(f"{base}/v1/grade", json=probe, timeout=120)
+    assert response.status_code in (200, 503), response.text
+    if response.status_code == 503:
+        assert int(response.headers["retry-after"]) >= 1
+        assert response.json()["error"]["type"] == "unavailable"
+
+
+METRICS_WITH_BERTSCORE = "coverage,defects,rouge_l,bertscore"
+
+
 def test_restart_mid_job_grades_every_item_exactly_once(tmp_path):
     n = 30
     items = [
@@ -111,8 +136,9 @@ def test_restart_mid_job_grades_every_item_exactly_once(tmp_path):
     ]
     with OpenAIStandIn(latency=0.4, record_requests=5000) as judge:
         port = free_port()
-        proc = start_server(port, judge.base_url, tmp_path)
+        proc = start_server(port, judge.base_url, tmp_path, METRICS_WITH_BERTSCORE)
         base = f"http://127.0.0.1:{port}"
+        probe_while_cold(base)
         with JudgeClient(base) as client:
             job = client.submit_job(items)
             deadline = time.monotonic() + 120
@@ -122,18 +148,23 @@ def test_restart_mid_job_grades_every_item_exactly_once(tmp_path):
         assert 5 <= len(finished_before) < n
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        proc = start_server(port, judge.base_url, tmp_path)
+        proc = start_server(port, judge.base_url, tmp_path, METRICS_WITH_BERTSCORE)
         try:
+            probe_while_cold(base)
             with JudgeClient(base) as client:
                 status = client.wait(job.id, timeout=180)
                 entries = list(client.results(job.id))
         finally:
             stop(proc)
         bodies = judge.requests
-    assert status.status == "done" and status.done == n
+    assert status.status == "done" and status.done == n, status
+    assert status.scored == n, status
     counts = Counter(e.id for e in entries)
     assert sorted(counts) == sorted(i["id"] for i in items)
     assert set(counts.values()) == {1}
+    for entry in entries:
+        assert entry.result is not None and entry.result.status == "scored", entry
+        assert entry.result.bertscore is not None and entry.result.bertscore.f1 is not None
     sent = Counter()
     for body in bodies:
         text = json.dumps(body["messages"], ensure_ascii=False)
@@ -142,3 +173,41 @@ def test_restart_mid_job_grades_every_item_exactly_once(tmp_path):
                 sent[f"r{i}"] += 1
     for item_id in finished_before:
         assert sent[item_id] == 2, item_id  # coverage + defects, never again after the restart
+
+
+def test_cold_restart_with_the_default_judge_resumes_the_job(tmp_path):
+    # The default configuration: the embedded matcher and every metric, BERTScore included, so
+    # the matcher's and BERTScore's batch threads both make first imports in a fresh process.
+    n = 40
+    items = [
+        {"id": f"c{i}", "question": f"Why did Anna leave {i}?", "reference": "She was unhappy.",
+         "bonus_points": ["Anna was unhappy in her marriage"],
+         "response": f"Anna left because her marriage made her unhappy ({i})."}
+        for i in range(n)
+    ]
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = start_server(port, None, tmp_path, metrics=None)
+    try:
+        probe_while_cold(base)
+        with JudgeClient(base) as client:
+            job = client.submit_job(items)
+    finally:
+        # Stopped at once, cleanly: the lease is released, so the next process resumes the job
+        # as soon as it starts, while its warm-up is still loading.
+        stop(proc)
+    proc = start_server(port, None, tmp_path, metrics=None)
+    try:
+        probe_while_cold(base)
+        with JudgeClient(base) as client:
+            status = client.wait(job.id, timeout=240)
+            entries = list(client.results(job.id))
+    finally:
+        stop(proc)
+    assert status.status == "done" and status.done == n and status.scored == n, status
+    assert sorted(e.id for e in entries) == sorted(i["id"] for i in items)
+    for entry in entries:
+        assert entry.result is not None and entry.result.status == "scored", entry
+        assert entry.result.coverage is not None and entry.result.coverage.status == "scored"
+        assert entry.result.rouge_l is not None
+        assert entry.result.bertscore is not None and entry.result.bertscore.f1 is not None

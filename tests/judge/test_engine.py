@@ -135,17 +135,72 @@ async def test_retry_budget_caps_retries_for_the_run():
     assert g.retry_budget.refused > 0
 
 
-async def test_circuit_breaker_opens_and_fails_fast():
+async def test_circuit_breaker_past_max_outage_ends_circuit_open():
+    """A provider that never comes back cannot hold a run forever: past max_outage, items end
+    circuit_open (a reason --retry-unscored clears), and nothing more reaches the provider."""
     err = ProviderError("down", reason="provider_error", retryable=True, status=502)
     fake = FakeProvider(handler=lambda call: err)
     breaker = CircuitBreaker(threshold=3, cooldown=3600)
-    cfg = CFG.model_copy(update={"retries": 0, "concurrency": 1})
+    cfg = CFG.model_copy(update={"retries": 4, "concurrency": 1, "max_outage": 0.0})
     g = grader(fake, cfg, breaker=breaker)
     results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(6)], config=cfg)]
     reasons = [r.coverage.reason for r in results]
-    assert "circuit_open" in reasons
+    assert reasons.count("circuit_open") >= 5, reasons
     assert breaker.snapshot()["state"] == "open"
     assert len(fake.calls) == 3  # nothing reached the provider once open
+
+
+async def test_outage_pauses_items_instead_of_ending_them():
+    """Items wait out an outage (spending none of their own retries) and are graded after it."""
+    calls = {"n": 0}
+    err = ProviderError("down", reason="provider_error", retryable=True, status=503)
+
+    def handler(call: FakeCall):
+        calls["n"] += 1
+        if calls["n"] <= 10:  # an outage: the first 10 requests fail
+            return err
+        return covering(1, n=2)
+
+    fake = FakeProvider(handler=handler)
+    breaker = CircuitBreaker(threshold=3, cooldown=0.05, max_cooldown=0.1)
+    cfg = CFG.model_copy(update={"metrics": ("coverage",), "retries": 3, "concurrency": 4})
+    g = grader(fake, cfg, breaker=breaker)
+    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(12)], config=cfg)]
+    assert [r.status for r in results] == ["scored"] * 12
+    assert breaker.snapshot()["opened_count"] >= 1 and breaker.state == "closed"
+    assert g.stats.outage_waits > 0
+
+
+async def test_one_breaker_per_model_and_base_url():
+    err = ProviderError("down", reason="provider_error", retryable=True, status=502)
+
+    def handler(call: FakeCall):
+        return err if call.config.model == "fake/down" else covering(2, n=2)
+
+    fake = FakeProvider(handler=handler)
+    down = CFG.model_copy(update={"model": "fake/down", "metrics": ("coverage",),
+                                  "retries": 0, "max_outage": 0.0})
+    up = CFG.model_copy(update={"metrics": ("coverage",)})
+    g = grader(fake, up, breaker=CircuitBreaker(threshold=2, cooldown=3600))
+    for i in range(3):
+        await g.grade(request(id=f"d{i}"), config=down)
+    assert g.breaker_for(down).state == "open"
+    assert g.breaker_for(up).state == "closed" and g.breaker_for(up) is g.breaker
+    other_base = up.model_copy(update={"api_base": "http://127.0.0.1:9/v1"})
+    assert g.breaker_for(other_base) is not g.breaker
+    result = await g.grade(request(id="u1"), config=up)
+    assert result.status == "scored"  # another judge's outage does not pause this one
+
+
+async def test_client_errors_do_not_open_the_breaker():
+    err = ProviderError("bad request", reason="provider_error", retryable=False, status=400)
+    fake = FakeProvider(handler=lambda call: err)
+    breaker = CircuitBreaker(threshold=2, cooldown=3600)
+    cfg = CFG.model_copy(update={"metrics": ("coverage",), "concurrency": 1})
+    g = grader(fake, cfg, breaker=breaker)
+    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(5)], config=cfg)]
+    assert [r.coverage.reason for r in results] == ["provider_error"] * 5
+    assert breaker.state == "closed" and len(fake.calls) == 5
 
 
 async def test_judge_output_errors_keep_their_reason():

@@ -33,7 +33,7 @@ def test_read_items_reports_bad_lines_and_loads_the_rest(tmp_path):
     lines = [
         json.dumps({**ITEM, "id": "a"}),
         "{not json",
-        json.dumps({**ITEM, "id": "b", "response": "  "}),
+        json.dumps({**ITEM, "id": "b", "question": "  "}),
         "",
         json.dumps({**ITEM, "id": "c", "bonus_points": ["x"] * 40}),
         json.dumps({**ITEM, "id": "a"}),
@@ -46,10 +46,17 @@ def test_read_items_reports_bad_lines_and_loads_the_rest(tmp_path):
     assert [g[0] for g in good] == ["a", "7"]  # no id: the line number
     assert [(p.line, p.field) for p in bad] == [
         (2, None),
-        (3, "response"),
+        (3, "question"),
         (5, "bonus_points"),
         (6, "id"),
     ]
+
+
+def test_an_empty_response_is_an_item_not_a_bad_line(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text(json.dumps({**ITEM, "id": "e", "response": " "}) + "\n")
+    (entry,) = list(read_items(path))
+    assert not isinstance(entry, InputProblem) and entry[1].response == " "
 
 
 def test_writer_resumes_and_drops_torn_tail(tmp_path):

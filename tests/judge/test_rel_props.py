@@ -67,7 +67,8 @@ def test_grade_request_validates_or_raises_validation_error(obj: Any) -> None:
     # A valid request round-trips through JSON (the wire format) and through a dict.
     assert GradeRequest.model_validate_json(request.model_dump_json()) == request
     assert GradeRequest.model_validate(request.model_dump(mode="json")) == request
-    assert request.question.strip() and request.reference.strip() and request.response.strip()
+    # An empty response is valid (graded as covering nothing); question and reference are not.
+    assert request.question.strip() and request.reference.strip()
     assert request.bonus_points is None or 1 <= len(request.bonus_points) <= MAX_BONUS_POINTS
 
 
@@ -272,7 +273,7 @@ def test_cli_reports_bad_lines_with_numbers_and_grades_the_rest(
         json.dumps({**good, "id": "g1"}).encode(),  # 7: duplicate id
         json.dumps({**good, "id": "pts", "bonus_points": ["x"] * 40}).encode(),  # 8
         '{"id": "utf", "question": "caf\xe9"}'.encode("latin-1"),  # 9: not UTF-8
-        json.dumps({**good, "id": "blank", "response": "   "}).encode(),  # 10
+        json.dumps({**good, "id": "blank", "response": "   "}).encode(),  # 10: graded as empty
         json.dumps({**good, "id": "g3", "response": "Pride\u2028and prejudice."}).encode(),
     ]
     source, out, summary = tmp_path / "in.jsonl", tmp_path / "out.jsonl", tmp_path / "s.json"
@@ -287,7 +288,7 @@ def test_cli_reports_bad_lines_with_numbers_and_grades_the_rest(
     assert code == 0
     err = capsys.readouterr().err
     expected = {
-        2: None, 3: None, 4: "question", 7: "id", 8: "bonus_points", 9: None, 10: "response",
+        2: None, 3: None, 4: "question", 7: "id", 8: "bonus_points", 9: None,
     }  # fmt: skip
     data = json.loads(summary.read_text())
     reported = {p["line"]: p["field"] for p in data["invalid_lines"]}
@@ -295,5 +296,5 @@ def test_cli_reports_bad_lines_with_numbers_and_grades_the_rest(
     for line in expected:
         assert f"line {line}" in err
     graded = [json.loads(x)["id"] for x in out.read_text(encoding="utf-8").splitlines()]
-    assert sorted(graded) == ["g1", "g2", "g3"]
-    assert data["items"] == 3
+    assert sorted(graded) == ["blank", "g1", "g2", "g3"]
+    assert data["items"] == 4
