@@ -14,9 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from importlib import resources
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import BodyTooLarge, error_response, install_error_handlers
@@ -31,6 +35,9 @@ log = logging.getLogger("bonusjudge.api")
 
 JOBS_DB = "jobs.sqlite3"
 """File name of the jobs database in the service's data folder."""
+
+DOCS_STATIC = "/static/docs"
+"""Where the Swagger UI and ReDoc assets of ``/docs`` and ``/redoc`` are served from."""
 
 _DESCRIPTION = """\
 LLM-as-judge grading with the CharToM-QA bonus-point protocol: bonus-point coverage (BPC),
@@ -106,6 +113,48 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+def install_docs(app: FastAPI) -> None:
+    """Serve ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) with assets from this installation.
+
+    FastAPI's own pages load their JavaScript, CSS and favicon from CDNs, so they are blank on a
+    machine without internet. The assets here are the files the ``fastapi-offline`` package
+    ships, mounted under ``DOCS_STATIC``. Like ``/openapi.json``, the pages and the assets need
+    no API key: they describe the API and hold no data.
+
+    Args:
+        app: An app built with ``docs_url=None, redoc_url=None``.
+    """
+    assets = resources.files("fastapi_offline") / "static"
+    app.mount(DOCS_STATIC, StaticFiles(directory=str(assets)), name="docs-static")
+    openapi_url = app.openapi_url or "/openapi.json"
+
+    def urls(request: Request) -> tuple[str, str]:
+        # Behind a proxy serving the app under a prefix, every URL the page loads needs it too.
+        root = str(request.scope.get("root_path", "")).rstrip("/")
+        return root + openapi_url, root + DOCS_STATIC
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        spec, static = urls(request)
+        return get_swagger_ui_html(
+            openapi_url=spec, title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{static}/swagger-ui-bundle.js",
+            swagger_css_url=f"{static}/swagger-ui.css",
+            swagger_favicon_url=f"{static}/favicon.png",
+            swagger_ui_parameters=app.swagger_ui_parameters,
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        spec, static = urls(request)
+        # No Google Fonts either: ReDoc falls back to the browser's fonts.
+        return get_redoc_html(
+            openapi_url=spec, title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{static}/redoc.standalone.js",
+            redoc_favicon_url=f"{static}/favicon.png", with_google_fonts=False,
+        )
+
+
 def build_grader(settings: Settings) -> Grader:
     """The engine for these settings: the default judge and the on-disk cache."""
     return Grader(settings.judge, cache=JudgeCache(settings.cache_dir))
@@ -176,6 +225,9 @@ def create_app(
         version=BONUSJUDGE_VERSION,
         description=_DESCRIPTION,
         lifespan=lifespan,
+        # FastAPI's pages load from CDNs; install_docs serves them from installed files.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.grader = engine
@@ -183,6 +235,7 @@ def create_app(
     app.state.observability = observability
     app.state.warmup = warmup
     install_error_handlers(app)
+    install_docs(app)
     for module in (grade, jobs, mcq, calibration, metrics, rubrics, health):
         app.include_router(module.router)
     # add_middleware prepends: the last added is the outermost.

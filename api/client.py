@@ -75,6 +75,8 @@ from api.schemas import (
     CalibrationMetric,
     Health,
     ItemError,
+    JobList,
+    JobState,
     JobStatus,
     McqEntry,
     McqResponse,
@@ -113,6 +115,7 @@ __all__ = [
     "ItemError",
     "ItemInput",
     "JobKind",
+    "JobList",
     "JobStatus",
     "JudgeClient",
     "JudgeClientError",
@@ -1391,6 +1394,23 @@ class JudgeClient(_Base):
         """The job's status (``GET /v1/jobs/{id}``); unknown id -> ``ClientHTTPError`` 404."""
         return self._get(_job_path(job_id), JobStatus)
 
+    def jobs(
+        self, *, status: JobState | None = None, limit: int = 50, offset: int = 0
+    ) -> JobList:
+        """One page of the caller's grading jobs, newest first (``GET /v1/jobs``).
+
+        Args:
+            status: Only jobs in this status.
+            limit: Jobs per page (1 to 500).
+            offset: Skip the N newest first: the previous page's ``next_offset`` (None on the
+                last page).
+        """
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if status is not None:
+            params["status"] = status
+        call = _Call("GET", "/v1/jobs", params=params)
+        return self._model(JobList, self._call_json(call), self._url(call.path))
+
     def wait(
         self,
         job_id: str,
@@ -1978,6 +1998,16 @@ class AsyncJudgeClient(_Base):
     async def job(self, job_id: str) -> JobStatus:
         """The job's status (``GET /v1/jobs/{id}``)."""
         return await self._get(_job_path(job_id), JobStatus)
+
+    async def jobs(
+        self, *, status: JobState | None = None, limit: int = 50, offset: int = 0
+    ) -> JobList:
+        """One page of the caller's grading jobs (``GET /v1/jobs``); see ``JudgeClient.jobs``."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if status is not None:
+            params["status"] = status
+        call = _Call("GET", "/v1/jobs", params=params)
+        return self._model(JobList, await self._call_json(call), self._url(call.path))
 
     async def wait(
         self,

@@ -667,14 +667,34 @@ class JobStore:
             return None  # another kind's job is not visible through this route family
         return row
 
-    def list_jobs(self, owner: str, kind: str, status: str | None = None) -> list[sqlite3.Row]:
-        """Jobs of ``owner`` and ``kind`` (optionally of one status), newest first."""
+    def list_jobs(
+        self,
+        owner: str,
+        kind: str,
+        status: str | None = None,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[sqlite3.Row]:
+        """Jobs of ``owner`` and ``kind`` (optionally of one status), newest first.
+
+        Args:
+            owner: The caller's identity; other owners' jobs are never returned.
+            kind: The job kind (``GRADE``, ...).
+            status: Only jobs in this status, when given.
+            limit: At most this many rows (all when None).
+            offset: Skip this many rows of the newest-first order first.
+        """
         query = "SELECT * FROM jobs WHERE owner = ? AND kind = ?"
         params: list[Any] = [owner, kind]
         if status is not None:
             query += " AND status = ?"
             params.append(status)
-        return self._conn().execute(query + " ORDER BY created_at DESC", params).fetchall()
+        # The id orders jobs created in the same instant, or two pages could repeat or skip one.
+        query += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        # SQLite integers are 64-bit; past that, any offset is beyond the last job anyway.
+        params += [-1 if limit is None else min(limit, 2**63 - 1), min(offset, 2**63 - 1)]
+        return self._conn().execute(query, params).fetchall()
 
     def item_errors(self, job_id: str) -> list[tuple[int, int | None, str]]:
         """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""

@@ -265,6 +265,20 @@ class JobStatus(BaseModel):
     )
 
 
+MAX_JOBS_PAGE = 500
+"""Most jobs one ``GET /v1/jobs`` page returns (its ``limit`` query parameter)."""
+
+
+class JobList(BaseModel):
+    """Response of ``GET /v1/jobs``: one page of the caller's grading jobs, newest first."""
+
+    jobs: list[JobStatus] = Field(description="The caller's grading jobs, newest first.")
+    next_offset: int | None = Field(
+        default=None,
+        description="`offset` of the next page; null on the last page.",
+    )
+
+
 # -- metrics -------------------------------------------------------------------------------------
 
 MetricOnly = Literal["rouge_l", "bertscore"]

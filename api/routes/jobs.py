@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -10,8 +11,8 @@ from pydantic import ValidationError
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, select_judge
 from api.errors import ERROR_RESPONSES, field_of
-from api.jobs import build_items, read_job_upload
-from api.schemas import JOB_EXAMPLE, JobStatus
+from api.jobs import GRADE, build_items, job_status, read_job_upload
+from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
 from judge.errors import InputError
@@ -110,6 +111,34 @@ async def submit_job(
     status = await jobs.submit(owner=owner, items=items, overrides=overrides, config=config)
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
+
+
+@router.get("", summary="The caller's grading jobs")
+async def list_jobs(
+    jobs: JobsDep,
+    owner: OwnerDep,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_JOBS_PAGE, description="Jobs per page (at most 500).")
+    ] = 50,
+    offset: Annotated[int, Query(ge=0, description="Skip the N newest jobs first.")] = 0,
+    status: Annotated[JobState | None, Query(description="Only jobs in this status.")] = None,
+) -> JobList:
+    """The caller's own grading jobs, newest first, one page at a time.
+
+    Pass `next_offset` as `offset` to get the next page; it is null on the last one. Offsets
+    count from the newest job and each page is read afresh: a job submitted between two requests
+    shifts the later pages by one (a job then shows up twice); with `status`, jobs that change
+    status shift them too.
+    """
+    # One row more than the page: whether it exists says if there is a next page.
+    rows = await asyncio.to_thread(
+        lambda: jobs.store.list_jobs(owner, GRADE, status, limit=limit + 1, offset=offset)
+    )
+    more = len(rows) > limit
+    return JobList(
+        jobs=[job_status(row) for row in rows[:limit]],
+        next_offset=offset + limit if more else None,
+    )
 
 
 @router.get("/{job_id}", summary="A job's status")
