@@ -33,6 +33,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         retest=args.retest,
         seed=args.seed,
         n_resamples=args.resamples,
+        progress=not args.quiet,
     )
     print(run.files.markdown.read_text(encoding="utf-8"))
     for label, figures in run.summaries.items():
@@ -86,5 +87,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bars (they go to stderr, not the report)"
+    )
     add_judge_options(parser, metrics=False)
     parser.set_defaults(func=_cmd_calibrate, context=None)

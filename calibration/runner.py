@@ -15,6 +15,7 @@ and its defect flag with "contradicted".
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rapidfuzz import fuzz
+from tqdm import tqdm
 
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
@@ -91,15 +93,29 @@ def _closest_references(item: CalibrationItem) -> list[str]:
     return [refs[0], *ranked[: MAX_REFERENCES - 1]]
 
 
+def _progress(label: str, total: int, *, enabled: bool) -> tqdm[Any]:
+    """A progress bar for one grading pass, on stderr so the report on stdout stays clean."""
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="item",
+        file=sys.stderr,
+        disable=not enabled,
+        dynamic_ncols=True,
+    )
+
+
 async def _grade_all(
     grader: Grader,
     config: JudgeConfig,
     items: Sequence[CalibrationItem],
     writer: ResultWriter,
+    bar: tqdm[Any] | None = None,
 ) -> dict[str, GradeResult | str]:
     """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason.
 
     A stored grade of an item whose content has changed since (an edited set) is graded again.
+    ``bar`` counts every item: invalid and already graded ones at once, the rest as they finish.
     """
     out: dict[str, GradeResult | str] = {}
     todo: list[tuple[str, GradeRequest]] = []
@@ -121,9 +137,13 @@ async def _grade_all(
     if stale:
         dropped = {id(obj) for obj in stale}
         writer.rewrite([obj for obj in writer.done.values() if id(obj) not in dropped])
+    if bar is not None:
+        bar.update(len(out))
     async for result in grader.grade_many(todo, config=config):
         writer.write(result)
         out[result.id] = result
+        if bar is not None:
+            bar.update(1)
     return out
 
 
@@ -186,6 +206,7 @@ def run_calibration(
     retest: bool = False,
     seed: int = 0,
     n_resamples: int = 1000,
+    progress: bool = False,
 ) -> CalibrationRun:
     """Grade ``dataset`` with each judge configuration and write the report to ``out_dir``.
 
@@ -200,6 +221,8 @@ def run_calibration(
             (test-retest consistency).
         seed: Seed for bootstraps and folds.
         n_resamples: Bootstrap resamples.
+        progress: Show a progress bar on stderr for each grading and retest pass, labelled
+            with its configuration (off by default: the service runs this too).
     """
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
@@ -244,9 +267,11 @@ def run_calibration(
         grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
         writer = ResultWriter(grades).open()
         started = time.monotonic()
+        bar = _progress(label, len(items), enabled=progress)
         try:
-            results = asyncio.run(_grade_all(grader, cfg, items, writer))
+            results = asyncio.run(_grade_all(grader, cfg, items, writer, bar))
         finally:
+            bar.close()
             writer.close()
         run.timings[label] = round(time.monotonic() - started, 2)
         run.graded[label] = len(results)
@@ -272,7 +297,13 @@ def run_calibration(
         }
         if retest and label != "metrics":
             fresh = cfg.model_copy(update={"cache": False})
-            again = asyncio.run(_retest(Grader(fresh, cache=JudgeCache(None)), fresh, items))
+            bar = _progress(f"{label} (retest)", len(items), enabled=progress)
+            try:
+                again = asyncio.run(
+                    _retest(Grader(fresh, cache=JudgeCache(None)), fresh, items, bar)
+                )
+            finally:
+                bar.close()
             s2, _, _, _ = _metric_scores(again, names, label)
             retests.update(s2)
         asyncio.run(grader.aclose())
@@ -297,7 +328,10 @@ def run_calibration(
 
 
 async def _retest(
-    grader: Grader, config: JudgeConfig, items: Sequence[CalibrationItem]
+    grader: Grader,
+    config: JudgeConfig,
+    items: Sequence[CalibrationItem],
+    bar: tqdm[Any] | None = None,
 ) -> dict[str, GradeResult | str]:
     out: dict[str, GradeResult | str] = {}
     todo = []
@@ -306,6 +340,10 @@ async def _retest(
             todo.append((item.id, item_request(item)))
         except ValidationError:
             out[item.id] = "invalid_item"
+    if bar is not None:
+        bar.update(len(out))
     async for result in grader.grade_many(todo, config=config):
         out[result.id] = result
+        if bar is not None:
+            bar.update(1)
     return out

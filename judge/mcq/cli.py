@@ -21,9 +21,19 @@ from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.runner import score_file
 from judge.mcq.types import McqMetrics, McqSummary
 
-__all__ = ["add_arguments", "format_report", "main", "register", "run"]
+__all__ = [
+    "add_arguments",
+    "default_out",
+    "format_report",
+    "main",
+    "register",
+    "run",
+    "summary_for",
+]
 
 _MAX_BAD_LINES_SHOWN = 20
+# The bundled examples' folder inside the installed package: never a place to write results.
+_PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def _threshold(text: str) -> float:
@@ -36,17 +46,38 @@ def _threshold(text: str) -> float:
     return value
 
 
+def default_out(input_path: Path) -> Path:
+    """Where result lines go without ``--out``: ``INPUT.mcq.jsonl`` next to the input.
+
+    An input from the package's own data folder (the bundled examples) is scored into the
+    working directory instead, so a run never writes into the installed package.
+    """
+    out = input_path.with_suffix(".mcq.jsonl")
+    if input_path.resolve().is_relative_to(_PACKAGE_DATA):
+        return Path(out.name)
+    return out
+
+
+def summary_for(out: Path) -> Path:
+    """Where the summary goes without ``--summary``: ``<out stem>.summary.json`` next to ``out``."""
+    return out.with_name(f"{out.stem}.summary.json")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``mcq`` options to a parser (the subcommand's or a standalone one)."""
     parser.add_argument("input", type=Path, help="JSONL file, one item per line")
     parser.add_argument(
-        "--out", type=Path, default=None, help="result lines (default: INPUT.mcq.jsonl)"
+        "--out",
+        type=Path,
+        default=None,
+        help="result lines (default: INPUT.mcq.jsonl; in the working directory for the "
+        "package's bundled examples)",
     )
     parser.add_argument(
         "--summary",
         type=Path,
         default=None,
-        help="summary JSON (default: INPUT.mcq-summary.json)",
+        help="summary JSON (default: next to --out, as <out stem>.summary.json)",
     )
     parser.add_argument(
         "--aggregate",
@@ -100,8 +131,14 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _table(field: str, groups: dict[str, McqMetrics], macro: float | None) -> list[str]:
-    """One breakdown as aligned text: questions, result lines, accuracy, unparseable lines."""
+def _table(
+    field: str, groups: dict[str, McqMetrics], macro: float | None, ungrouped: int | None = None
+) -> list[str]:
+    """One breakdown as aligned text: questions, result lines, accuracy, unparseable lines.
+
+    The ``(macro)`` row says how many lines had no value for the field (``ungrouped``), since
+    the average leaves them out.
+    """
     width = max(len(field), *(len(name) for name in groups), len("(macro)"))
     lines = [
         f"{field:<{width}}  {'questions':>9}  {'lines':>5}  {'accuracy':>8}  {'unparseable':>11}"
@@ -112,7 +149,10 @@ def _table(field: str, groups: dict[str, McqMetrics], macro: float | None) -> li
             f"{_pct(metrics.accuracy):>8}  {metrics.unparseable:>11}"
         )
     if macro is not None:
-        lines.append(f"{'(macro)':<{width}}  {'':>9}  {'':>5}  {_pct(macro):>8}")
+        row = f"{'(macro)':<{width}}  {'':>9}  {'':>5}  {_pct(macro):>8}"
+        if ungrouped is not None:
+            row += f"  ungrouped: {ungrouped}"
+        lines.append(row)
     return lines
 
 
@@ -158,7 +198,7 @@ def format_report(summary: McqSummary) -> str:
         )
     for field, groups in summary.breakdowns.items():
         lines.append("")
-        lines.extend(_table(field, groups, summary.macro.get(field)))
+        lines.extend(_table(field, groups, summary.macro.get(field), summary.ungrouped.get(field)))
     if summary.dimension_over_abilities:
         lines.append("")
         lines.append("ability view (per dimension, mean over its abilities)")
@@ -189,8 +229,8 @@ def run(
     out_stream = stdout or sys.stdout
     err_stream = stderr or sys.stderr
     input_path: Path = args.input
-    out = args.out or input_path.with_suffix(".mcq.jsonl")
-    summary_path = args.summary or input_path.with_suffix(".mcq-summary.json")
+    out = args.out or default_out(input_path)
+    summary_path = args.summary or summary_for(out)
     group_by = (
         [name.strip() for name in args.group_by.split(",") if name.strip()]
         if args.group_by
@@ -216,7 +256,8 @@ def run(
         print(f"... and {hidden} more skipped lines (see {summary_path})", file=err_stream)
     if not args.quiet:
         print(format_report(summary), file=out_stream)
-        print(f"\nwrote {out} and {summary_path}", file=out_stream)
+        print(f"\nwrote results to {out}", file=out_stream)
+        print(f"wrote summary to {summary_path}", file=out_stream)
     return 1 if summary.bad_lines and args.fail_on_bad_lines else 0
 
 

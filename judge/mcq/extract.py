@@ -10,8 +10,15 @@ Pure functions, no I/O. The rules run in tiers and the first tier that finds any
 3. **form** (lenient): a response that starts with a label ("B.", "(B)", "B) ..."), is only a label
    or a label list ("A, C, F"), a bracketed label anywhere ("(b)"), or "option B" / "选项B".
 4. **yes/no** (lenient): two-option items whose options are yes/no, true/false, 是/否, 对/错.
-5. **fuzzy**: the text of exactly one option found in the response with rapidfuzz (score at or
-   above the threshold and clearly ahead of the runner-up).
+5. **fuzzy** (option text): a response that *is* one option's text (compared after normalising
+   case, width, whitespace, curly quotes and trailing punctuation; spaces next to Chinese
+   characters are dropped) is that option; a single-select response that *contains* exactly one
+   option's full text verbatim (not negated, not only as part of a longer option's text) picks
+   it, and one that puts "or"/"或"/"还是" next to an option's text is hedged, so unparseable.
+   Only then rapidfuzz: the text of exactly one option found in the response (score at or above
+   the threshold and clearly ahead of the runner-up). Verbatim text goes first because ToM
+   options often differ in one word ("looks in the basket" / "looks in the box"), where a
+   fragment of the wrong option still scores within the margin.
 
 Within a tier, a label after a *final-answer* marker ("Final answer: B", "最终答案") wins over the
 tier's other mentions, because the model itself said which one is final. Otherwise several
@@ -26,7 +33,9 @@ thinking aloud is accepted (ToMBench's chain-of-thought prompt asks for exactly 
 revision after it names another label. Negated mentions ("not A", "不是A", "不选A") are dropped.
 
 Letters that are also English words ("a", "A", "I") are read unbracketed only when punctuation or a
-connective ("because", "is", ...) follows, so "The answer is a bit unclear" reads nothing.
+connective ("because", "is", ...) follows, so "The answer is a bit unclear" reads nothing; one
+that starts the response and is not among the labels ("I would say ..." with options A-D) is the
+word, not a bad label.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from typing import Literal
 from rapidfuzz import fuzz
 
 from judge.mcq.types import ExtractionMethod
-from judge.text import normalize
+from judge.text import is_cjk, normalize
 
 __all__ = [
     "DEFAULT_FUZZY_MARGIN",
@@ -146,6 +155,14 @@ _CONNECTIVES = frozenset(
 )
 # Letters that double as English words; read unbracketed only when no ordinary word follows.
 _AMBIGUOUS = frozenset({"a", "A", "I", "i"})
+
+# Option-text comparison: curly quotes as straight ones, and what may end (or open) a sentence
+# without changing which option it repeats.
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+_TRAILING = " \t\n.。!?;,:、…\"'「」『』"
+_LEADING_QUOTES = " \t\n\"'「『"
+_HEDGE_AFTER = re.compile(r"[\s,、]*(?:\bor\b|或者|或|还是)", re.IGNORECASE)
+_HEDGE_BEFORE = re.compile(r"(?:\bor|\beither|或者|或|还是)[\s,、]*$", re.IGNORECASE)
 
 # Option texts that make a yes/no item, and the words that answer one. "Correct"/"right" are
 # option words only: as the first word of an answer they usually start "Correct answer is ...".
@@ -294,6 +311,15 @@ class _Reader:
             if resolved is None:
                 continue
             label, exact, note = resolved
+            if (
+                label is None
+                and form == "leading-label"
+                and not token.bracketed
+                and token.text in _AMBIGUOUS
+            ):
+                # "I would say ..." with options A-D starts with the pronoun, not a bad label
+                # ("Answer: I" after a marker is still read as one).
+                continue
             is_last = index == len(scan.tokens) - 1
             if is_last and not self._accept(text, token, exact and label is not None):
                 # An unreadable tail ("Answer: B and I think...") drops only that token.
@@ -519,6 +545,91 @@ def _yes_no(text: str, labels: Sequence[str], choices: Sequence[str]) -> Extract
     return Extraction((label,), "lenient", "yes/no word read as option " + label)
 
 
+def _canon_text(text: str) -> str:
+    """Option text for verbatim comparison: width, case, quotes, whitespace, edge punctuation.
+
+    Whitespace next to a CJK character is dropped rather than collapsed, since Chinese does not
+    separate words ("小明 知道" is "小明知道") and tokenised output often inserts spaces.
+    """
+    folded = normalize(text).translate(_MARKDOWN).translate(_QUOTES)
+
+    def space(match: re.Match[str]) -> str:
+        before = folded[match.start() - 1] if match.start() > 0 else ""
+        after = folded[match.end()] if match.end() < len(folded) else ""
+        return "" if (before and is_cjk(before)) or (after and is_cjk(after)) else " "
+
+    return re.sub(r"\s+", space, folded).rstrip(_TRAILING).lstrip(_LEADING_QUOTES)
+
+
+def _word_edge(text: str, index: int) -> bool:
+    """Whether ``index`` is no position inside a Latin word or number (CJK has no word edges)."""
+    if index <= 0 or index >= len(text):
+        return True
+    left, right = text[index - 1], text[index]
+    return not (left.isalnum() and right.isalnum() and not is_cjk(left) and not is_cjk(right))
+
+
+def _verbatim_spans(response: str, option: str) -> list[tuple[int, int]]:
+    """Where ``option`` occurs in ``response`` as whole words (both canonical)."""
+    spans: list[tuple[int, int]] = []
+    start = response.find(option)
+    while start >= 0:
+        end = start + len(option)
+        if _word_edge(response, start) and _word_edge(response, end):
+            spans.append((start, end))
+        start = response.find(option, start + 1)
+    return spans
+
+
+def _hedged(text: str, start: int, end: int) -> bool:
+    return bool(_HEDGE_BEFORE.search(text[:start]) or _HEDGE_AFTER.match(text, end))
+
+
+def _option_text(
+    text: str, labels: Sequence[str], choices: Sequence[str], *, multi_select: bool
+) -> Extraction | None:
+    """The option whose full text the response is, or (single-select) quotes verbatim.
+
+    Returns None when this settles nothing (rapidfuzz decides next), and an unparseable
+    extraction when an option's text is hedged with "or".
+    """
+    response = _canon_text(text)
+    options = [_canon_text(choice) for choice in choices]
+    if not response:
+        return None
+    exact = [label for label, option in zip(labels, options, strict=True) if option == response]
+    if len(exact) == 1:
+        return Extraction((exact[0],), "fuzzy", "option text repeated exactly")
+    if exact or multi_select:
+        # Two options with one text, or several options allowed: the rapidfuzz rules decide.
+        return None
+    found: dict[str, list[tuple[int, int]]] = {}
+    for label, option in zip(labels, options, strict=True):
+        # Short options ("Tom") must match as a whole, as in the rapidfuzz rules below.
+        if len(option) >= 4:
+            found[label] = _verbatim_spans(response, option)
+    spans = [(start, end, label) for label, where in found.items() for start, end in where]
+    standing: set[str] = set()
+    hedged: set[str] = set()
+    for start, end, label in spans:
+        # "Tom and Mary" also contains the option "Tom"; only the longer text is the mention.
+        inside_longer = any(
+            other != label and o_start <= start and end <= o_end and o_end - o_start > end - start
+            for o_start, o_end, other in spans
+        )
+        if inside_longer or _negated(response, start):
+            continue
+        (hedged if _hedged(response, start, end) else standing).add(label)
+    if hedged:
+        # As with "A or B": a hedge is its own outcome, and rapidfuzz would only pick a side.
+        named = ", ".join(label for label in labels if label in hedged | standing)
+        return _unparseable(f"hedged: 'or' next to the text of option {named}")
+    if len(standing) != 1:
+        return None
+    label = standing.pop()
+    return Extraction((label,), "fuzzy", "option text quoted verbatim")
+
+
 def _fuzzy(
     text: str,
     labels: Sequence[str],
@@ -586,7 +697,7 @@ def extract_answer(
             fuzzy tiers).
         multi_select: Whether several labels may be chosen; the labels found then form a set.
         fuzzy_threshold: rapidfuzz score (0-100) an option text must reach; above 100 disables
-            the fuzzy tier.
+            the fuzzy tier (exact and verbatim option text included).
         fuzzy_margin: Points the best option must lead the runner-up by.
 
     Returns:
@@ -624,6 +735,10 @@ def extract_answer(
     yes_no = _yes_no(reader.loose, labels, choices)
     if yes_no is not None:
         return yes_no
+    if fuzzy_threshold <= 100:
+        verbatim = _option_text(response, labels, choices, multi_select=multi_select)
+        if verbatim is not None:
+            return verbatim
     fuzzy = _fuzzy(
         response,
         labels,

@@ -51,7 +51,8 @@ DEFAULT_GROUP_FIELDS: tuple[str, ...] = ("task", "ability", "tom_dimension", "la
 """Fields broken down by default (plus every ``tags`` key, as ``tags.<key>``)."""
 
 NO_GROUP = "(none)"
-"""Group name for results without a value in a breakdown field; left out of macro averages."""
+"""Group name for results without a value in a breakdown field; left out of macro averages (and
+counted in the summary's ``ungrouped``)."""
 
 _GROUPABLE = ("task", "ability", "tom_dimension", "language", "story_id", "slot_group")
 _METHODS: tuple[ExtractionMethod, ...] = ("strict", "lenient", "fuzzy", "llm", "unparseable")
@@ -389,6 +390,7 @@ def summarize(
     overall = compute_metrics(results, aggregate=aggregate)
     breakdowns: dict[str, dict[str, McqMetrics]] = {}
     macro: dict[str, float] = {}
+    ungrouped: dict[str, int] = {}
     for field in group_by:
         getter = _field_getter(field)
         if all(getter(result) is None for result in results):
@@ -401,6 +403,8 @@ def summarize(
         average = _mean(metrics.accuracy for name, metrics in groups.items() if name != NO_GROUP)
         if average is not None:
             macro[field] = average
+            # The average leaves these lines out; the count says so where the average is read.
+            ungrouped[field] = groups[NO_GROUP].items if NO_GROUP in groups else 0
     dimension_over_abilities: dict[str, float] = {}
     for dimension, members in _split(results, _field_getter("tom_dimension")).items():
         if dimension == NO_GROUP:
@@ -419,6 +423,7 @@ def summarize(
         llm_failures=llm_failures,
         breakdowns=breakdowns,
         macro=macro,
+        ungrouped=ungrouped,
         dimension_over_abilities=dimension_over_abilities,
         ability_view=_mean(dimension_over_abilities.values()),
         cross_lingual=_cross_lingual(_questions(results, aggregate)),

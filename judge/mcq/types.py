@@ -30,8 +30,9 @@ ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
 ``strict``: the requested ``[[X]]`` format (NFKC-normalised, so ``［［Ａ］］`` counts).
 ``lenient``: an option label in another common form ("(B)", "Answer: B", "答案：B", a digit,
 a yes/no word).
-``fuzzy``: the text of one option matched with rapidfuzz. ``llm``: an LLM extractor read it after
-the rules failed. ``unparseable``: no single reading; its own outcome, never a guess.
+``fuzzy``: the text of one option: the whole response (normalised), quoted verbatim, or matched
+with rapidfuzz. ``llm``: an LLM extractor read it after the rules failed. ``unparseable``: no
+single reading; its own outcome, never a guess.
 """
 
 Outcome = Literal["correct", "wrong", "unparseable"]
@@ -485,7 +486,13 @@ class McqSummary(McqMetrics):
     )
     macro: dict[str, float] = Field(
         description="Per grouping field: unweighted mean of the groups' accuracies (ToMBench's "
-        "task view is macro['task']).",
+        "task view is macro['task']); lines without a value are left out and counted in "
+        "ungrouped.",
+    )
+    ungrouped: dict[str, int] = Field(
+        default_factory=dict,
+        description="Per grouping field in macro: result lines with no value for it (the "
+        "'(none)' group), which the macro average leaves out.",
     )
     dimension_over_abilities: dict[str, float] = Field(
         default_factory=dict,

@@ -116,3 +116,39 @@ def test_long_reference_lists_keep_the_first_and_the_closest_to_the_candidate():
     assert request.reference == "Eric Blair"
     assert request.references is not None and len(request.references) == MAX_REFERENCES
     assert request.references[0] == "Eric Blair" and "George Orwell" in request.references
+
+
+def test_progress_bars_go_to_stderr_labelled_per_pass(
+    run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    # One bar per grading pass and per retest pass, named by its configuration; the report on
+    # stdout stays free of them, and --quiet turns them off.
+    from calibration.sets import example_set_path
+    from judge.cli import main
+
+    _, folder, _ = run
+    argv = [
+        "calibrate",
+        str(example_set_path("example")),
+        "--judge",
+        "embedded-matcher",
+        "--metrics",
+        "rouge_l,coverage",
+        "--limit",
+        "4",
+        "--resamples",
+        "50",
+        "--cache-dir",
+        str(folder / "cache"),
+        "--out",
+        str(tmp_path / "report"),
+    ]
+    assert main([*argv, "--retest"]) == 0
+    out, err = capsys.readouterr()
+    for label in ("metrics", "embedded-matcher", "embedded-matcher (retest)"):
+        assert f"{label}: 100%" in err
+    assert err.count("4/4") >= 3
+    assert "report:" in out and "4/4" not in out and "\r" not in out
+    assert main([*argv, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "report:" in out and "4/4" not in err and "100%" not in err

@@ -62,6 +62,7 @@ SINGLE_CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("Option C.", ("C",), "lenient"),
     ("2", ("B",), "lenient"),  # digit read as position
     ("(3)", ("C",), "lenient"),
+    ("Answer: B. Sally looks in the basket", ("B",), "lenient"),  # a label beats quoted text
     # fuzzy on the option text
     ("Sally looks in the box.", ("B",), "fuzzy"),
     ("Anne takes the ball", ("C",), "fuzzy"),
@@ -85,7 +86,6 @@ HOSTILE_CASES: list[tuple[str, str]] = [
     ("Neither A nor B", "bare mentions of A, B"),
     ("", "empty response"),
     ("   ", "empty response"),
-    ("Sally looks in the basket, not the box", "several options"),
 ]
 
 ZH_CASES: list[tuple[str, tuple[str, ...], str]] = [
@@ -161,6 +161,7 @@ def test_chinese_fuzzy_option_text() -> None:
         ("I choose A and I think that is all", ("A",), "lenient"),  # "I" ends the list
         ("I", ("I",), "lenient"),
         ("Build rapport and show empathy.", ("A", "B"), "fuzzy"),
+        ("Describe self needs.", ("F",), "fuzzy"),  # exactly one option's text
     ],
 )
 def test_multi_select_parses_to_a_set(response: str, labels: tuple[str, ...], method: str) -> None:
@@ -231,6 +232,9 @@ def test_fuzzy_threshold_above_100_disables_fuzzy() -> None:
     assert extract_answer("Anne takes the ball", ABCD, SALLY, fuzzy_threshold=101).method == (
         "unparseable"
     )
+    # Verbatim option text is part of the fuzzy tier, so it is switched off too.
+    got = extract_answer("I think Anne takes the ball.", ABCD, SALLY, fuzzy_threshold=101)
+    assert got.method == "unparseable"
 
 
 def test_bad_arguments_raise() -> None:
@@ -238,3 +242,64 @@ def test_bad_arguments_raise() -> None:
         extract_answer("A", ABCD, SALLY[:2])
     with pytest.raises(ValueError, match="empty"):
         extract_answer("A", [], [])
+
+
+# Options that differ in a single word: a fragment of the wrong one scores within the rapidfuzz
+# margin, so repeating or quoting one option's full text must decide before rapidfuzz does.
+PARTY = ["He wants to leave the party", "He wants to stay at the party"]
+SAD = ["He is sad because he lost", "He is sad because he won"]
+ZH_KEY = ["小明认为钥匙在抽屉里", "小明知道钥匙在抽屉里"]
+NESTED = ["Tom", "Tom and Mary", "Mary"]
+
+# (response, options, expected labels, detail fragment)
+VERBATIM_CASES: list[tuple[str, list[str], tuple[str, ...], str]] = [
+    # the whole response is one option's text (case, spacing, quotes, trailing punctuation)
+    ("He wants to stay at the party.", PARTY, ("B",), "exactly"),
+    ("he wants to LEAVE the party!", PARTY, ("A",), "exactly"),
+    ("Sally looks in the basket", SALLY, ("A",), "exactly"),
+    ("Sally looks in the basket.", SALLY, ("A",), "exactly"),
+    ("  sally   looks in the BASKET!! ", SALLY, ("A",), "exactly"),
+    ("**Sally looks in the basket**", SALLY, ("A",), "exactly"),
+    ("\u201cSally looks in the basket.\u201d", SALLY, ("A",), "exactly"),
+    ("He is sad because he lost.", SAD, ("A",), "exactly"),
+    ("He is sad because he won", SAD, ("B",), "exactly"),
+    ("Tom", NESTED, ("A",), "exactly"),
+    # Chinese: full-width punctuation, and spaces between characters do not count
+    ("小明认为钥匙在抽屉里。", ZH_KEY, ("A",), "exactly"),
+    ("小明 知道 钥匙 在 抽屉 里", ZH_KEY, ("B",), "exactly"),
+    ("小明知道钥匙在抽屉里！", ZH_KEY, ("B",), "exactly"),
+    # one option's full text inside a longer answer
+    ("Sally looks in the basket, not the box", SALLY, ("A",), "verbatim"),
+    ("She thinks Sally looks in the basket, since she left it there.", SALLY, ("A",), "verbatim"),
+    ("I guess he is sad because he lost, after all.", SAD, ("A",), "verbatim"),
+    ("I would say Sally looks in the basket.", SALLY, ("A",), "verbatim"),
+    ("Tom and Mary went home.", NESTED, ("B",), "verbatim"),  # "Tom" only inside the longer one
+    ("我觉得小明知道钥匙在抽屉里，因为他看见了。", ZH_KEY, ("B",), "verbatim"),
+]
+
+# (response, options, fragment of the unparseable reason)
+VERBATIM_UNPARSEABLE: list[tuple[str, list[str], str]] = [
+    ("He wants to stay at the party or leave the party", PARTY, "hedged"),
+    ("Either he wants to leave the party or he wants to stay at the party", PARTY, "hedged"),
+    ("小明认为钥匙在抽屉里还是小明知道钥匙在抽屉里", ZH_KEY, "hedged"),
+    ("Not he wants to leave the party", PARTY, "no option"),  # negated, nothing else
+    ("不是小明知道钥匙在抽屉里", ZH_KEY, "no option"),
+]
+
+
+@pytest.mark.parametrize(("response", "choices", "labels", "detail"), VERBATIM_CASES)
+def test_verbatim_option_text_wins_over_near_miss_options(
+    response: str, choices: list[str], labels: tuple[str, ...], detail: str
+) -> None:
+    got = extract_answer(response, ABCD[: len(choices)], choices)
+    assert (got.labels, got.method) == (labels, "fuzzy"), got.detail
+    assert detail in (got.detail or "")
+
+
+@pytest.mark.parametrize(("response", "choices", "reason"), VERBATIM_UNPARSEABLE)
+def test_verbatim_option_text_negated_or_hedged_is_not_read(
+    response: str, choices: list[str], reason: str
+) -> None:
+    got = extract_answer(response, ABCD[: len(choices)], choices)
+    assert got.method == "unparseable", got
+    assert reason in (got.detail or "")

@@ -195,7 +195,7 @@ def test_cli_main_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     src = tmp_path / "in.jsonl"
     src.write_text(CHARTOM.read_text("utf-8") + "{oops\n", encoding="utf-8")
     assert cli.main([str(src), "--quiet"]) == 0
-    assert (tmp_path / "in.mcq.jsonl").exists() and (tmp_path / "in.mcq-summary.json").exists()
+    assert (tmp_path / "in.mcq.jsonl").exists() and (tmp_path / "in.mcq.summary.json").exists()
     assert f"{src}:21: skipped: invalid JSON" in capsys.readouterr().err
     assert cli.main([str(src), "--quiet", "--fail-on-bad-lines"]) == 1
     assert cli.main([str(tmp_path / "missing.jsonl"), "--quiet"]) == 2
@@ -209,3 +209,27 @@ def test_register_adds_the_subcommand() -> None:
     cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["mcq", "x.jsonl", "--aggregate", "majority"])
     assert args.command == "mcq" and args.func is cli.run and args.aggregate == "majority"
+
+
+def test_cli_writes_the_summary_next_to_out_never_beside_package_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A stand-in for the package's data folder holds the input; nothing may be written there.
+    data = tmp_path / "pkg" / "data"
+    data.mkdir(parents=True)
+    src = data / "run.jsonl"
+    src.write_text(CHARTOM.read_text("utf-8"), encoding="utf-8")
+    monkeypatch.setattr(cli, "_PACKAGE_DATA", data.resolve(), raising=False)
+    out = tmp_path / "results" / "scored.jsonl"
+    assert cli.main([str(src), "--out", str(out)]) == 0
+    summary = tmp_path / "results" / "scored.summary.json"
+    assert json.loads(summary.read_text("utf-8"))["items"] == 20
+    assert f"wrote summary to {summary}" in capsys.readouterr().out
+    # Without --out, results and summary go to the working directory.
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cli.main([str(src)]) == 0
+    assert sorted(p.name for p in work.iterdir()) == ["run.mcq.jsonl", "run.mcq.summary.json"]
+    assert "wrote summary to run.mcq.summary.json" in capsys.readouterr().out
+    assert [p.name for p in data.iterdir()] == ["run.jsonl"]

@@ -228,3 +228,19 @@ def test_summary_round_trips_through_json() -> None:
     summary = summarize(results, aggregate="majority")
     again = type(summary).model_validate_json(summary.model_dump_json())
     assert again == summary
+
+
+def test_macro_says_how_many_lines_had_no_group() -> None:
+    from judge.mcq.cli import format_report
+
+    results = [
+        _result("[[A]]", id="1", task="T1", language="en"),
+        _result("[[B]]", id="2", task="T2", language="en"),
+        _result("[[A]]", id="3", language="en"),
+        *_runs("4", ["[[A]]", "[[B]]"], language="en"),  # two lines of one question, no task
+    ]
+    summary = summarize(results)
+    assert summary.macro["task"] == pytest.approx(0.5)  # over T1 and T2 only
+    assert summary.ungrouped == {"task": 3, "language": 0}
+    macro_rows = [line for line in format_report(summary).splitlines() if "(macro)" in line]
+    assert [row.split()[-2:] for row in macro_rows] == [["ungrouped:", "3"], ["ungrouped:", "0"]]
