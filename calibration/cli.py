@@ -23,6 +23,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     if unknown:
         print(f"bonusjudge: error: unknown metric(s) {unknown} [metrics]", file=sys.stderr)
         return 2
+    if "coverage" in metrics:
+        from judge.provider import preflight
+
+        # Every LLM judge is checked before the first pass: a missing key or a mistyped
+        # model would otherwise cost a whole pass of unscored items.
+        for model in args.judge or [settings.judge.model]:
+            config = settings.judge.model_copy(update={"model": model})
+            if not config.is_embedded:
+                warning = preflight(config)
+                if warning:
+                    print(warning, file=sys.stderr)
     run = run_calibration(
         dataset,
         settings=settings,

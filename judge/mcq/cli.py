@@ -216,8 +216,13 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     from judge.config import JudgeConfig, default_cache_dir
     from judge.engine import Grader
     from judge.mcq.llm import JudgeExtractor
+    from judge.provider import preflight
 
     config = JudgeConfig(model=args.llm_model, api_base=args.api_base)
+    # A judge that cannot work is found out before any answer is read (one line, exit 2).
+    warning = preflight(config)
+    if warning:
+        print(warning, file=sys.stderr)
     cache = JudgeCache(args.cache_dir or default_cache_dir())
     return JudgeExtractor(Grader(config, cache=cache))
 

@@ -771,6 +771,10 @@ class OpenAIStandIn:
         strict: Reject a body with a top-level field outside :data:`OPENAI_CHAT_PARAMS` with
             OpenAI's HTTP 400 (the default, as the real API does); False accepts extras, as
             lenient local servers (llama.cpp, vLLM, Ollama) do.
+        api_key: When set, a request without ``Authorization: Bearer <api_key>`` gets OpenAI's
+            401 ``invalid_api_key`` (as the real API answers a wrong key).
+        check_model: Answer a request for a model not in ``models`` with OpenAI's 404
+            ``model_not_found`` (off by default: tests name models freely).
 
     Raises:
         ConfigError: If an option is out of range or the host is not loopback.
@@ -791,6 +795,8 @@ class OpenAIStandIn:
         seed: int = 0,
         allow_remote: bool = False,
         strict: bool = True,
+        api_key: str | None = None,
+        check_model: bool = False,
     ) -> None:
         if latency < 0:
             raise ConfigError("latency must be >= 0", field="latency")
@@ -808,6 +814,8 @@ class OpenAIStandIn:
         self.jitter = jitter
         self.plain_reply = plain_reply
         self.strict = strict
+        self.api_key = api_key
+        self.check_model = check_model
         self.host = host
         self.models = tuple(models)
         self._requested_port = port
@@ -1155,9 +1163,27 @@ class OpenAIStandIn:
                 self._recorded.append(body)
         # The unknown-field check comes first, so its message names the field whatever else
         # is wrong with the body.
+        if self.api_key is not None and (
+            request.headers.get("Authorization") != f"Bearer {self.api_key}"
+        ):
+            self._count("unauthorized")
+            return _json_response(
+                _error_body("Incorrect API key provided.", "invalid_request_error",
+                            "invalid_api_key"),
+                status=401,
+            )
         problem = (_unknown_fields(body) if self.strict else None) or _validate_body(body)
         if problem is not None:
             return self._reject(problem)
+        if self.check_model and body.get("model") not in self.models:
+            self._count("model_not_found")
+            return _json_response(
+                _error_body(
+                    f"The model `{body.get('model')}` does not exist or you do not have access "
+                    "to it.", "invalid_request_error", "model_not_found",
+                ),
+                status=404,
+            )
 
         decider = self._decider
         fault = decider.next_fault() if decider is not None else None

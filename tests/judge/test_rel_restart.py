@@ -54,7 +54,9 @@ def requests_per_item(srv: OpenAIStandIn) -> Counter[str]:
     counts: Counter[str] = Counter()
     for body in srv.requests:
         text = "\n".join(m.get("content") or "" for m in body["messages"])
-        counts[f"k{item_of_text(text)}"] += 1
+        item = item_of_text(text)
+        if item is not None:  # the run's preflight request is about no item
+            counts[f"k{item}"] += 1
     return counts
 
 

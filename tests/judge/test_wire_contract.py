@@ -335,4 +335,6 @@ def test_cli_grades_the_examples_against_the_strict_standin(tmp_path: Path, mode
     assert len(rows) == 10
     assert [r["id"] for r in rows if r["status"] != "scored"] == []
     assert rejections == [] and _undocumented(bodies) == []
-    assert len(bodies) == 20  # coverage and defects for each of the 10 items
+    # The preflight's one-token request, then coverage and defects for each of the 10 items.
+    assert len(bodies) == 21
+    assert bodies[0]["max_tokens"] == 1 and "response_format" not in bodies[0]
