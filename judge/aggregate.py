@@ -70,10 +70,17 @@ class Summary(GroupSummary):
     judge: str | None = Field(default=None, description="Judge that graded (if one).")
     judge_calls: int = Field(default=0, description="Provider calls made (re-asks included).")
     cache_hits: int = Field(default=0, description="Judge calls served from the cache.")
+    metric_cache_hits: int = Field(
+        default=0, description="ROUGE-L and BERTScore values served from the cache."
+    )
+    reasks: int = Field(default=0, description="Re-asks after invalid structured answers.")
     prompt_tokens: int = Field(default=0, description="Prompt tokens spent.")
     completion_tokens: int = Field(default=0, description="Completion tokens spent.")
     cost_usd: float | None = Field(default=None, description="Cost, when litellm knows prices.")
     retries: int = Field(default=0, description="Provider-error retries spent by the run.")
+    retries_by_reason: dict[str, int] = Field(
+        default_factory=dict, description="Those retries by reason (rate_limited, timeout...)."
+    )
     retry_budget: dict[str, int | None] | None = Field(
         default=None, description="The run's retry cap: limit, spent, refused."
     )
@@ -261,9 +268,18 @@ def _pct(value: float | None) -> str:
 
 
 def format_table(summary: Summary) -> str:
-    """The per-dimension table the CLI prints (percentages, with scored/unscored counts)."""
+    """The per-dimension table the CLI prints (percentages, with scored/unscored counts).
+
+    The group column is as wide as the longest label (respondent model names are long and must
+    not be cut to look alike).
+    """
+    labels = [
+        "overall", *summary.by_dimension,
+        *(f"ctx={k}" for k in summary.by_context), *(f"model={k}" for k in summary.by_respondent),
+    ]
+    width = min(60, max(14, *(len(label) + 1 for label in labels)))
     header = (
-        f"{'group':<14}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'BPCall%':>8}{'PR%':>7}{'ROUGE-L':>9}"
+        f"{'group':<{width}}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'BPCall%':>8}{'PR%':>7}{'ROUGE-L':>9}"
         f"{'BERTSc.':>9}{'len':>6}"
     )
     lines = [header, "-" * len(header)]
@@ -271,7 +287,7 @@ def format_table(summary: Summary) -> str:
     def row(name: str, g: GroupSummary) -> str:
         ratio = "-" if g.length_ratio is None else f"{g.length_ratio:.2f}"
         return (
-            f"{name[:14]:<14}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.bpc_all):>8}"
+            f"{name[:width]:<{width}}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.bpc_all):>8}"
             f"{_pct(g.penalty_rate):>7}{_pct(g.rouge_l):>9}{_pct(g.bertscore_f1):>9}{ratio:>6}"
         )
 

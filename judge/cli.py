@@ -16,14 +16,36 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings, load_settings
-from judge.errors import ConfigError, JudgeError
+from judge.errors import ConfigError, InputError, JudgeError
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+_NOISY_LOGGERS = (
+    "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "instructor", "httpx", "httpcore",
+    "transformers", "huggingface_hub", "urllib3", "jieba", "filelock",
+)
+"""Libraries whose logs stay off the terminal unless ``--verbose``: what matters from them (re-asks,
+retries by reason) is counted once in the closing lines."""
+
+
+def _configure_logging(*, verbose: bool) -> None:
+    import logging
+    import warnings
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for name in _NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    if not verbose:
+        warnings.filterwarnings("ignore")
 
 
 def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) -> None:
@@ -75,6 +97,10 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     group.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     group.add_argument("--calibration", help="calibrated mapping JSON (from calibrate) to apply")
     group.add_argument("--settings", type=Path, help="JSON settings file")
+    group.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="show library logs (litellm, instructor's re-asks, transformers)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -126,6 +152,10 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     config = settings.judge
+    check_input_file(args.input, "input")
+    check_output_path(args.out, "out")
+    if args.summary:
+        check_output_path(args.summary, "summary")
     client = _server_client(args, config) if args.server else None
     entries: list[tuple[str, Any]] = []
     problems: list[InputProblem] = []
@@ -137,6 +167,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         entries.append(entry)
         if args.limit is not None and len(entries) >= args.limit:
             break
+    probe = None
+    if client is not None:
+        # The service's configuration hash is known only from its answer: grade one item
+        # first (before any output exists, so an unreachable service leaves no file behind).
+        probe = _probe_server(client, entries, _server_overrides(args))
+    else:
+        _check_judge(args, config)
     writer = ResultWriter(args.out).open()
     if writer.recovered_tail:
         print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
@@ -148,12 +185,12 @@ def _cmd_grade(args: argparse.Namespace) -> int:
         )
     started = time.monotonic()
     try:
-        if client is not None:
-            # The service's configuration hash is known only from its answer: grade one item
-            # first, then judge what the file holds against it.
-            config_hash = _probe_server(client, entries, writer, _server_overrides(args))
+        if probe is not None:
+            if probe.id not in writer.done:
+                writer.write(probe)
+            config_hash = str(probe.provenance.config_hash)
         else:
-            config_hash = config.config_hash()
+            config_hash = config.config_hash() if client is None else ""
         todo = _resume(args, entries, writer, config_hash, list(config.metrics))
         aggregator = Aggregator()
         for obj in writer.done.values():
@@ -164,6 +201,10 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             extra = asyncio.run(
                 _grade_local(config, settings, todo, writer, aggregator, progress=not args.quiet)
             )
+        if args.order == "input":
+            order = {item_id: n for n, (item_id, _) in enumerate(entries)}
+            writer.rewrite(sorted(writer.done.values(),
+                                  key=lambda o: order.get(str(o.get("id")), len(order))))
     finally:
         writer.close()
         if client is not None:
@@ -180,9 +221,14 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     print(format_table(summary))
     print(
         f"\n{summary.items} graded ({summary.unscored} unscored), {len(problems)} invalid line(s); "
-        f"judge {summary.judge}; {extra.get('judge_calls', 0)} judge call(s), "
-        f"{extra.get('cache_hits', 0)} cache hit(s); {payload['elapsed_s']} s"
+        f"judge {summary.judge}; {summary.judge_calls} judge call(s), {summary.cache_hits} judge "
+        f"cache hit(s), {summary.metric_cache_hits} metric cache hit(s); {payload['elapsed_s']} s"
     )
+    if summary.reasks or summary.retries:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary.retries_by_reason.items()))
+        print(f"{summary.reasks} re-ask(s) after invalid answers; {summary.retries} retr"
+              f"{'y' if summary.retries == 1 else 'ies'} of provider errors"
+              + (f" ({reasons})" if reasons else ""))
     if config.is_embedded and not args.server and not args.quiet:
         print(
             "judge: embedded-matcher (offline, coverage only; defects not assessed). For an LLM "
@@ -190,6 +236,64 @@ def _cmd_grade(args: argparse.Namespace) -> int:
             "--api-base http://127.0.0.1:8080/v1 for a local server.",
         )
     return 0
+
+
+def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
+    """Say what an option will not do, and find out whether an LLM judge can work at all.
+
+    Raises:
+        ConfigError: the judge cannot work (missing credentials, unknown model, unreachable,
+            refused); nothing has been written yet.
+    """
+    if config.is_embedded:
+        if config.rubric != "chartom":
+            print(
+                f"note: --rubric {config.rubric} has no effect on the embedded matcher (it reads "
+                "no prompts); pass --model for an LLM judge that uses it",
+                file=sys.stderr,
+            )
+        return
+    if not {"coverage", "defects"} & set(config.metrics):
+        return  # ROUGE-L and BERTScore only: the judge is never called
+    from judge.provider import preflight
+
+    warning = preflight(config, call=not args.no_preflight)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
+def check_input_file(path: Path, field: str) -> None:
+    """Refuse an input that is missing or not a file, naming it.
+
+    Raises:
+        ConfigError: (``field``) the path does not name a readable file.
+    """
+    if not path.exists():
+        raise ConfigError(f"{field}: no such file: {path}", field=field)
+    if not path.is_file():
+        raise ConfigError(f"{field}: not a file: {path}", field=field)
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{field}: not readable: {path}", field=field)
+
+
+def check_output_path(path: Path, field: str) -> None:
+    """Refuse an output path that cannot be written, before anything is created.
+
+    Raises:
+        ConfigError: (``field``) the path is a folder, or its nearest existing folder is not
+            writable (or is a file).
+    """
+    if path.is_dir():
+        raise ConfigError(f"{field}: is a folder, not a file: {path}", field=field)
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{field}: not a regular file: {path}", field=field)
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{field}: {parent} is not a folder: {path}", field=field)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{field}: cannot write in {parent}: {path}", field=field)
 
 
 def _resume(
@@ -281,6 +385,9 @@ async def _grade_local(
     return {
         "judge_calls": stats["judge_calls"],
         "cache_hits": stats["cache_hits"],
+        "metric_cache_hits": stats["metric_cache_hits"],
+        "reasks": stats["reasks"],
+        "retries_by_reason": stats["retries_by_reason"],
         "prompt_tokens": stats["prompt_tokens"],
         "completion_tokens": stats["completion_tokens"],
         "cost_usd": stats["cost_usd"] or None,
@@ -331,25 +438,25 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _probe_server(
-    client: Any, entries: list[tuple[str, Any]], writer: Any, overrides: dict[str, Any] | None
-) -> str:
-    """Grade the first item through the service to learn its configuration hash.
+    client: Any, entries: list[tuple[str, Any]], overrides: dict[str, Any] | None
+) -> Any:
+    """Grade the first item through the service, to learn its configuration hash.
 
-    The item's result is written when it was not graded yet; otherwise it only costs the
-    service a cache hit.
+    Its result is written later if the output does not have it yet; otherwise it costs the
+    service only a cache hit. None when the input has no valid item.
+
+    Raises:
+        ConfigError: the service cannot be reached or refused the request.
     """
     from api.client import JudgeClientError
 
     if not entries:
-        return ""
+        return None
     item_id, request = entries[0]
     try:
-        result = client.grade(_with_id(item_id, request), judge=overrides)
+        return client.grade(_with_id(item_id, request), judge=overrides)
     except JudgeClientError as exc:
-        raise ConfigError(f"--server: {exc}", field="server") from exc
-    if item_id not in writer.done:
-        writer.write(result)
-    return str(result.provenance.config_hash)
+        raise ConfigError(f"server: {exc}", field="server") from exc
 
 
 def _with_id(item_id: str, request: Any) -> Any:
@@ -385,8 +492,48 @@ def _grade_via_server(
 # -- serve ------------------------------------------------------------------------------------
 
 
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {port}")
+    return port
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on, before loading anything.
+
+    Raises:
+        ConfigError: (``port``) binding it fails.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"port: cannot listen on {host}:{port}: {exc.strerror or exc}", field="port"
+            ) from None
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    _check_port_free(args.host, args.port)
     if args.local_llm:
         from judge.local_llm import start_local_llm
 
@@ -430,10 +577,27 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like every other mistake.
+
+    ``bonusjudge: error: ...`` and exit 2; argparse's default prints the whole usage first.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one-line error and exit 2."""
+        command = self.prog.removeprefix("bonusjudge").strip()
+        where = f" {command}" if command else ""
+        self.exit(2, f"bonusjudge{where}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bonusjudge", description="Grade free-form answers by bonus-point coverage."
+    )
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="show library logs (litellm, instructor's re-asks, transformers)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -454,14 +618,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grade.add_argument("--limit", type=int, help="grade at most N items of the input")
     grade.add_argument("--server", help="grade through a bonusjudge service at this URL")
+    grade.add_argument(
+        "--order",
+        choices=["completion", "input"],
+        default="completion",
+        help="order of the output lines: as items finish (default; a killed run keeps them) or "
+        "rewritten in input order at the end",
+    )
+    grade.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the one-token call that checks an LLM judge answers before grading "
+        "(credentials and the model name are still checked)",
+    )
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     add_judge_options(grade)
     grade.set_defaults(func=_cmd_grade)
 
     serve = sub.add_parser("serve", help="start the HTTP grading service")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another address needs API keys)",
+    )
+    serve.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    serve.add_argument(
+        "--workers", type=_positive, default=1,
+        help="worker processes (default 1; jobs are shared through the jobs database)",
+    )
     serve.add_argument(
         "--local-llm",
         action="store_true",
@@ -490,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bonusjudge`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _configure_logging(verbose=getattr(args, "verbose", False))
     try:
         return int(args.func(args) or 0)
     except JudgeError as exc:
@@ -499,7 +683,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (f" [{field}]" if field and field not in str(exc) else ""),
             file=sys.stderr,
         )
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, ConfigError | InputError) else 1
+    except OSError as exc:
+        # A file or disk problem (missing, unwritable, full): one line naming the file.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"bonusjudge: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(
             "bonusjudge: interrupted; finished results are saved (re-run to resume)",

@@ -72,7 +72,10 @@ class EngineStats:
     unscored: int = 0
     provider_calls: int = 0
     cache_hits: int = 0
+    metric_cache_hits: int = 0
+    reasks: int = 0
     retries: int = 0
+    retries_by_reason: Counter[str] = field(default_factory=Counter)
     outage_waits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -87,7 +90,10 @@ class EngineStats:
             "unscored": self.unscored,
             "judge_calls": self.provider_calls,
             "cache_hits": self.cache_hits,
+            "metric_cache_hits": self.metric_cache_hits,
+            "reasks": self.reasks,
             "retries": self.retries,
+            "retries_by_reason": dict(self.retries_by_reason),
             "outage_waits": self.outage_waits,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -867,6 +873,7 @@ class Grader:
         key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)
         cached = self.cache.get(key) if config.cache else None
         if cached is not None:
+            self.stats.metric_cache_hits += 1
             return RougeScore.model_validate(cached)
         value = rouge_l(response, reference, segmenter=config.rouge_segmenter)
         if config.cache:
@@ -880,6 +887,7 @@ class Grader:
         key = metric_key("bertscore", params, response, reference)
         cached = self.cache.get(key) if config.cache else None
         if cached is not None:
+            self.stats.metric_cache_hits += 1
             return BertScore.model_validate(cached)
         batcher = self._bert_batcher(config.encoder, config.encoder_layer)
         value = await batcher.submit((response, reference, language))
@@ -998,6 +1006,7 @@ class Grader:
                     if self.retry_budget.take():
                         retries += 1
                         self.stats.retries += 1
+                        self.stats.retries_by_reason[exc.reason] += 1
                         await self._sleep(
                             backoff_delay(retries, retry_after=exc.retry_after, rng=self._rng)
                         )
@@ -1016,6 +1025,7 @@ class Grader:
                 # The provider is up (it answered), so the breaker sees a success.
                 breaker.record_success()
                 attempts += max(0, exc.attempts - 1)
+                self.stats.reasks += max(0, exc.attempts - 1)
                 return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
             except Exception as exc:
                 if getattr(exc, "fatal", False):
@@ -1030,6 +1040,7 @@ class Grader:
                 )
             breaker.record_success()
             attempts += max(0, completion.attempts - 1)
+            self.stats.reasks += max(0, completion.attempts - 1)
             prompt_tokens += completion.prompt_tokens or 0
             completion_tokens += completion.completion_tokens or 0
             cost += completion.cost_usd or 0.0

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -97,6 +98,10 @@ def chartom_to_request(
         return GradeRequest.model_validate(data)
     except ValidationError as exc:
         field, message = _first_error(exc)
+        if field == "reference" and "reference" not in obj:
+            # A missing reference is named after the first alias; a line without `reference`
+            # is in CharToM's format (or none), whose key is `answer`: name the key it lacks.
+            field = "answer"
         raise InputError(
             f"{field}: {message}" if field else message, field=field, line=line
         ) from exc
@@ -195,17 +200,27 @@ class ResultWriter:
         if self._handle is None:
             raise RuntimeError("ResultWriter.open() first")
         obj = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
-        self._handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            self._handle.flush()
+        except OSError as exc:
+            # A full disk says "No space left on device" with no file name: name the file.
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         self.done[str(obj.get(self.id_field))] = obj
 
     def close(self) -> None:
         """Flush and close (fsync, so the file survives a machine crash too)."""
-        if self._handle is not None:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
-            self._handle = None
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+        finally:
+            with contextlib.suppress(OSError):  # the flush above already failed and said why
+                handle.close()
 
     def rewrite(self, keep: list[dict[str, Any]]) -> None:
         """Atomically replace the file with ``keep`` (used to drop unscored lines for a retry)."""

@@ -31,7 +31,8 @@ async def grade(
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
     request = check_request(body.to_request(), settings)
-    result = await grader.grade(request, config=config)
+    # An item without an id is item "1", as the first item of a batch is.
+    result = await grader.grade(request, config=config, item_id="1")
     _raise_if_outage(grader, config, [result])
     return result
 

@@ -258,3 +258,10 @@ def test_ready_reports_an_encoder_that_cannot_load(tmp_path: Path) -> None:
             time.sleep(0.05)
     assert response.status_code == 503
     assert "failed to load" in detail and "no-such-model" in detail
+
+
+def test_an_item_without_id_is_item_1_in_grade_as_in_batch(client: TestClient) -> None:
+    body = {k: v for k, v in ITEM.items() if k != "id"}
+    single = client.post("/v1/grade", json=body).json()
+    batch = client.post("/v1/grade/batch", json={"items": [body]}).json()
+    assert single["id"] == "1" == batch["results"][0]["result"]["id"]

@@ -120,3 +120,26 @@ def test_server_mode_passes_judge_options_and_writes_as_results_arrive(
         results = lines(tmp_path / "out.jsonl")
         assert {o["provenance"]["sampling"]["temperature"] for o in results} == {0.0}
         assert len(results) == 4
+
+
+def test_closing_line_counts_metric_cache_hits(tmp_path: Path) -> None:
+    source = write_items(tmp_path / "in.jsonl", ITEMS)
+    first = grade(tmp_path, source, "--metrics", "rouge_l")
+    (tmp_path / "out.jsonl").unlink()
+    again = grade(tmp_path, source, "--metrics", "rouge_l")
+    assert first.returncode == 0 and again.returncode == 0, again.stderr
+    assert "0 metric cache hit(s)" in first.stdout
+    assert "4 metric cache hit(s)" in again.stdout  # everything came from the cache
+
+
+def test_table_keeps_long_respondent_names_and_output_can_follow_input_order(
+    tmp_path: Path,
+) -> None:
+    items = [{**item, "respondent": f"very-long-model-name-{n % 2}"} for n, item in
+             enumerate(ITEMS)]
+    source = write_items(tmp_path / "in.jsonl", items)
+    done = grade(tmp_path, source, "--metrics", "rouge_l", "--order", "input")
+    assert done.returncode == 0, done.stderr
+    assert "model=very-long-model-name-0" in done.stdout
+    assert "model=very-long-model-name-1" in done.stdout
+    assert [o["id"] for o in lines(tmp_path / "out.jsonl")] == [i["id"] for i in ITEMS]

@@ -94,3 +94,16 @@ def test_writer_keeps_good_lines_after_a_corrupt_middle_line(tmp_path):
     assert w.corrupt_lines == [2] and w.recovered_tail
     w.close()
     assert path.read_text().endswith('{"id": "3"}\n')
+
+
+def test_missing_reference_is_named_by_the_key_the_line_uses(tmp_path):
+    # GradeRequest reads CharToM's `answer` as `reference`; the error names the user's key.
+    chartom = {k: v for k, v in ITEM.items() if k != "answer"}
+    plain = {"question": "Q?", "response": "A!"}
+    lines = [chartom, plain, {**plain, "reference": None}, {**plain, "answer": ""}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
+    problems = list(read_items(path))
+    assert all(isinstance(p, InputProblem) for p in problems)
+    assert [p.field for p in problems] == ["answer", "answer", "reference", "answer"]
+    assert str(problems[0]) == "line 1 (field answer): answer: Field required"
