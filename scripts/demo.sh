@@ -5,12 +5,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
-echo "installing (log: out/setup.log) ..."
-if ! scripts/setup.sh > out/setup.log 2>&1; then cat out/setup.log; exit 1; fi
+step() { printf '\n[%s] %s\n' "$1" "$2"; }
+step 1/4 "installing into .venv (pinned versions; the first time takes a few minutes; log: out/setup.log)"
+# pip's own progress, a line per package, instead of minutes of silence.
+if ! BONUSJUDGE_PIP_QUIET= scripts/setup.sh \
+    > >(tee out/setup.log | { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully)' || true; }) 2>&1
+then
+  sleep 1; echo "install failed; see out/setup.log"; exit 1
+fi
+sleep 1  # let the progress filter print its last lines
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 port=${BONUSJUDGE_PORT:-8765}
 workdir=${BONUSJUDGE_DEMO_DIR:-out/demo}
 mkdir -p "$workdir"
+step 2/4 "starting bonusjudge serve on 127.0.0.1:$port (offline embedded-matcher judge; loading the encoder)"
 .venv/bin/bonusjudge serve --port "$port" --cache-dir "$workdir/cache" > "$workdir/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
@@ -23,13 +31,16 @@ PY
   if ! kill -0 $server 2>/dev/null; then cat "$workdir/serve.log"; exit 1; fi
   sleep 1
 done
+step 3/4 "grading judge/data/examples_chartom.jsonl (English and Chinese) through the service"
 rm -f "$workdir/results.jsonl"
 .venv/bin/bonusjudge grade judge/data/examples_chartom.jsonl --server "http://127.0.0.1:$port" \
   --out "$workdir/results.jsonl" --summary "$workdir/summary.json" --quiet
+step 4/4 "stopping the service"
 cat <<MSG
 
 Results: $workdir/results.jsonl, summary: $workdir/summary.json (judge: embedded-matcher,
-offline; coverage only, defects not assessed). To grade with an LLM judge instead:
+offline; coverage only, defects not assessed). Run bonusjudge as .venv/bin/bonusjudge, or
+'source .venv/bin/activate' first. To grade with an LLM judge instead:
   .venv/bin/bonusjudge grade judge/data/examples_chartom.jsonl --out out/gpt4o.jsonl \\
       --model openai/gpt-4o --api-key-env OPENAI_API_KEY
 or a local OpenAI-compatible server (llama.cpp, vLLM, Ollama):

@@ -9,11 +9,13 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=".venv/.bonusjudge-installed${extras:+-$extras}"
+# pip is quiet unless BONUSJUDGE_PIP_QUIET is set to "" (demo.sh shows pip's progress).
+quiet=${BONUSJUDGE_PIP_QUIET--q}
 # Reinstall only when the pins or the project metadata changed since the last install.
 if [ ! -f "$stamp" ] || [ constraints.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install $quiet --upgrade pip
   # torch first, alone: pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build).
-  .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".${extras:+[$extras]}"
+  .venv/bin/python -m pip install $quiet -c constraints.txt "torch==2.13.0"
+  .venv/bin/python -m pip install $quiet -c constraints.txt -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi
