@@ -186,12 +186,13 @@ def _cmd_grade(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         if probe is not None:
-            if probe.id not in writer.done:
-                writer.write(probe)
             config_hash = str(probe.provenance.config_hash)
         else:
             config_hash = config.config_hash() if client is None else ""
         todo = _resume(args, entries, writer, config_hash, list(config.metrics))
+        if probe is not None and any(item_id == probe.id for item_id, _ in todo):
+            writer.write(probe)  # the probe graded it already
+            todo = [(item_id, req) for item_id, req in todo if item_id != probe.id]
         aggregator = Aggregator()
         for obj in writer.done.values():
             aggregator.add(GradeResult.model_validate(obj))
