@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from judge.errors import ConfigError, InputError
+from judge.io import load_json_line
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -165,7 +166,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = load_json_line(line)
             except ValueError as exc:
                 raise InputError(f"{path}:{number}: not valid JSON: {exc}", line=number) from exc
             if not isinstance(row, dict):

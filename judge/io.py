@@ -2,6 +2,8 @@
 
 * ``read_items``: JSONL in, one ``(item_id, GradeRequest)`` per good line; a bad line becomes an
   ``InputProblem`` with its line number and the field at fault, and the rest still load.
+* ``load_json_line``: the line parser of every JSONL reader (this one, the service's uploads and
+  the multiple-choice reader), so a malformed or absurdly nested line fails alike everywhere.
 * ``chartom_to_request``: a CharToM-QA item (``answer``, ``bonus_points``, ``context_0`` /
   ``context_1000`` / ``context_2000``, ``tom_dimension``...) plus ``response``, as a request.
 * ``ResultWriter``: appends one JSON line per result and flushes it, so a killed run keeps every
@@ -41,6 +43,27 @@ class InputProblem:
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
         return f"line {self.line}{where}: {self.message}"
+
+
+def load_json_line(raw: str | bytes) -> Any:
+    """Parse one line of a JSONL input: the one line parser every JSONL reader uses.
+
+    Args:
+        raw: The line's text (or its UTF-8 bytes).
+
+    Returns:
+        The decoded JSON value.
+
+    Raises:
+        json.JSONDecodeError: the line is not JSON, or nests too deep for the parser (which
+            raises ``RecursionError`` for that): either way that line's problem, not the file's.
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        # The stack is unwound by now; report it like any other malformed line.
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 def _first_error(exc: ValidationError) -> tuple[str | None, str]:
@@ -131,7 +154,7 @@ def read_items(
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj = load_json_line(raw)
             except json.JSONDecodeError as exc:
                 yield InputProblem(number, None, f"not valid JSON: {exc.msg}")
                 continue
@@ -188,7 +211,7 @@ class ResultWriter:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw)
+                obj = load_json_line(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 self.corrupt_lines.append(number)
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -33,6 +34,61 @@ MetricName = Literal["coverage", "defects", "rouge_l", "bertscore"]
 """What a caller can ask to be computed for an item."""
 
 ALL_METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l", "bertscore")
+
+MAX_METADATA_DEPTH = 32
+"""Deepest nesting of objects and arrays in ``metadata`` (the object itself is level 1)."""
+
+MAX_METADATA_ENTRIES = 4_096
+"""Most keys and array items ``metadata`` may hold, counted over all levels."""
+
+MAX_METADATA_BYTES = 64 * 1024
+"""Largest ``metadata`` may be, as compact UTF-8 JSON."""
+
+
+def check_json_value(
+    value: Any,
+    *,
+    max_depth: int = MAX_METADATA_DEPTH,
+    max_entries: int = MAX_METADATA_ENTRIES,
+    max_bytes: int = MAX_METADATA_BYTES,
+) -> None:
+    """Check that a free-form JSON value (an item's ``metadata``) is small, shallow and finite.
+
+    Free-form values are echoed into results, hashed and stored: one nested a few hundred levels
+    deep passes validation but breaks serialization after the judge was paid, so the bounds are
+    enforced when the item is read. The walk is iterative, so a value too deep for Python's
+    recursion limit is reported, not crashed on.
+
+    Args:
+        value: The decoded JSON value.
+        max_depth: Deepest allowed nesting of objects and arrays (``value`` itself is level 1).
+        max_entries: Most keys and array items, over all levels.
+        max_bytes: Largest size as compact UTF-8 JSON.
+
+    Raises:
+        ValueError: saying which bound is exceeded (the caller names the field).
+    """
+    entries = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list | tuple):
+            if depth > max_depth:
+                raise ValueError(f"nested more than {max_depth} levels deep")
+            entries += len(node)
+            if entries > max_entries:
+                raise ValueError(f"holds more than {max_entries} keys and items in all")
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(node, float) and not math.isfinite(node):
+            # JSON has no NaN or Infinity (Python's parser accepts them anyway): echoed, they
+            # would come back as null or as invalid JSON.
+            raise ValueError("NaN and Infinity are not valid JSON numbers")
+    # Bounded by the checks above, so this cannot recurse too deep; a non-JSON value (possible
+    # only from Python callers) is sized by its text.
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+    if size > max_bytes:
+        raise ValueError(f"is {size} bytes as JSON, more than the limit of {max_bytes}")
 
 
 def _strip_nonempty(value: str, field: str) -> str:
@@ -110,13 +166,22 @@ class GradeRequest(BaseModel):
         description="Model that wrote the response, for per-model breakdowns.",
     )
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description="Free metadata, echoed unchanged in the result."
+        default_factory=dict,
+        description="Free metadata, echoed unchanged in the result. At most "
+        f"{MAX_METADATA_DEPTH} levels deep, {MAX_METADATA_ENTRIES} keys and items in all and "
+        f"{MAX_METADATA_BYTES // 1024} KB as JSON; no NaN or Infinity.",
     )
 
     @field_validator("question", "reference")
     @classmethod
     def _not_blank(cls, value: str, info: Any) -> str:
         return _strip_nonempty(value, info.field_name)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounded(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_json_value(value)
+        return value
 
     def content_hash(self) -> str:
         """Short hash of everything graded about this item (all fields but ``id``).

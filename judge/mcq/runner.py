@@ -19,6 +19,7 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from judge.errors import ConfigError, InputError
+from judge.io import load_json_line
 from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
 from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize
 from judge.mcq.types import Aggregate, BadLine, LlmExtractor, McqItem, McqResult, McqSummary
@@ -70,7 +71,7 @@ def read_items(path: str | Path) -> Iterator[tuple[int, McqItem | BadLine]]:
 
 def _parse_line(raw: str, number: int) -> McqItem | BadLine:
     try:
-        data = json.loads(raw)
+        data = load_json_line(raw)
     except json.JSONDecodeError as exc:
         return BadLine(line=number, error=f"invalid JSON: {exc.msg} (column {exc.colno})")
     if not isinstance(data, dict):
