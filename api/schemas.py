@@ -403,7 +403,11 @@ class ReadyCheck(BaseModel):
 
 
 class Readiness(BaseModel):
-    """Response of ``GET /readyz`` (200 when ready, else 503)."""
+    """Response of ``GET /readyz`` (200 when ready, else 503).
+
+    A failing cache never makes the service unready: grading goes on uncached, so the ``cache``
+    check stays ``ok`` and ``degraded`` is true, with the error count in the check's detail.
+    """
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -415,13 +419,33 @@ class Readiness(BaseModel):
                         "cache": {"ok": True, "detail": "writable"},
                         "judge": {"ok": True, "detail": "openai/gpt-4o"},
                     },
-                }
+                    "degraded": False,
+                },
+                {
+                    "ready": True,
+                    "checks": {
+                        "encoder": {"ok": True, "detail": "not needed by the default judge"},
+                        "cache": {
+                            "ok": True,
+                            "detail": "degraded: 3 cache error(s) since start, cache not "
+                            "writable now; grading goes on uncached where the cache fails",
+                        },
+                        "judge": {"ok": True, "detail": "openai/gpt-4o"},
+                    },
+                    "degraded": True,
+                },
             ]
         }
     )
 
     ready: bool = Field(description="True when every check passes.")
     checks: dict[str, ReadyCheck] = Field(description="`encoder`, `cache` and `judge` checks.")
+    degraded: bool = Field(
+        default=False,
+        description="True when the service serves with less than it should: the judge-call "
+        "cache failed to open, read or write since start (judge calls are then not cached; see "
+        "the `cache` check's detail). It does not make the service unready.",
+    )
 
 
 # -- multiple choice -----------------------------------------------------------------------------

@@ -6,20 +6,36 @@ hash, cache format version) and nothing else: timeouts, retries and concurrency 
 changing them still hits (style.md practice 5). Only successful, validated outputs are stored, as
 JSON (never pickles), so a cached value can be read by any later version that keeps the format.
 diskcache is SQLite-backed and safe for several processes sharing one folder.
+
+A cache is disposable: a failing read is a miss and a failing write is dropped (counted in
+``JudgeCache.errors`` and logged at most once a minute), a database that is damaged when opened is
+moved aside (``cache.db.corrupt-<time>-<pid>``) for an empty one, and when even that fails grading
+runs uncached. Grading never stops because of the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from judge.config import CACHE_FORMAT_VERSION
-from judge.errors import CacheError
+
+log = logging.getLogger("bonusjudge.cache")
+
+_LOG_INTERVAL = 60.0
+"""Seconds between two logged cache errors: a broken cache fails every call, one line says so."""
+
+_CORRUPT_CODES = frozenset({11, 26})
+"""SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB."""
 
 
 def stable_hash(payload: Any) -> str:
@@ -45,6 +61,7 @@ def judge_call_key(
     messages: list[dict[str, str]],
     rubric: dict[str, Any],
     response_schema: str | None,
+    tenant: str | None = None,
 ) -> str:
     """The cache key of one judge call.
 
@@ -53,17 +70,20 @@ def judge_call_key(
         messages: The rendered messages, exactly as sent.
         rubric: Rubric id, version and content hash.
         response_schema: ``schema_hash`` of the response model, or None for text output.
+        tenant: The caller the entry is kept for, when the cache is partitioned by caller
+            (None: shared, and the key is the same as without it).
     """
-    return stable_hash(
-        {
-            "kind": "judge-call",
-            "format": CACHE_FORMAT_VERSION,
-            "config": output_fields,
-            "messages": messages,
-            "rubric": rubric,
-            "schema": response_schema,
-        }
-    )
+    payload: dict[str, Any] = {
+        "kind": "judge-call",
+        "format": CACHE_FORMAT_VERSION,
+        "config": output_fields,
+        "messages": messages,
+        "rubric": rubric,
+        "schema": response_schema,
+    }
+    if tenant is not None:
+        payload["tenant"] = tenant
+    return stable_hash(payload)
 
 
 def metric_key(metric: str, params: dict[str, Any], response: str, reference: str) -> str:
@@ -78,6 +98,24 @@ def metric_key(metric: str, params: dict[str, Any], response: str, reference: st
             "reference": reference,
         }
     )
+
+
+def _make_private(folder: Path) -> None:
+    """Make the cache folder 0700 and diskcache's database files 0600, whatever the umask.
+
+    Cached judge outputs quote the graded answers. diskcache creates its files with the umask's
+    mode; the folder's mode keeps other users out of those created later (value files). An
+    empty ``cache.db`` is made 0600 before diskcache opens it: SQLite gives -wal/-shm its mode.
+    """
+    database = folder / "cache.db"
+    if not database.exists():
+        os.close(os.open(database, os.O_RDWR | os.O_CREAT, 0o600))
+    for path, mode in ((folder, 0o700), (database, 0o600),
+                       (folder / "cache.db-wal", 0o600), (folder / "cache.db-shm", 0o600)):
+        try:
+            os.chmod(path, mode)
+        except OSError:  # absent, or another user's folder: diskcache reports what matters
+            continue
 
 
 @dataclass
@@ -104,26 +142,107 @@ class JudgeCache:
     def __init__(self, directory: str | Path | None, *, size_limit: int = 4 * 2**30) -> None:
         self.directory = Path(directory) if directory is not None else None
         self.stats = CacheStats()
+        self.errors = 0
+        """Cache reads, writes and opens that failed since it was made (grading went on)."""
+        self.moved_aside: Path | None = None
+        """Where a database found damaged when opening was moved, if one was."""
         self._lock = threading.Lock()
+        self._next_log = 0.0
+        self._unlogged = 0
         self._cache: Any = None
+        self._size_limit = size_limit
         if self.directory is not None:
             import diskcache
 
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
+                _make_private(self.directory)
                 # eviction "least-recently-stored" avoids a write on every read (LRU would).
                 self._cache = diskcache.Cache(
                     str(self.directory),
                     size_limit=size_limit,
                     eviction_policy="least-recently-stored",
                 )
-            except Exception as exc:  # sqlite, permissions, full disk
-                raise CacheError(f"cannot open cache folder {self.directory}: {exc}") from exc
+            except Exception as exc:  # sqlite, permissions, full disk: a cache is disposable
+                self._cache = self._recover(exc)
+            if self._cache is not None:  # an uncached run has no files of its own to protect
+                _make_private(self.directory)
+
+    def _open(self) -> Any:
+        """The diskcache database in ``self.directory`` (raises what diskcache raises)."""
+        import diskcache
+
+        assert self.directory is not None
+        _make_private(self.directory)
+        # eviction "least-recently-stored" avoids a write on every read (LRU would).
+        return diskcache.Cache(
+            str(self.directory),
+            size_limit=self._size_limit,
+            eviction_policy="least-recently-stored",
+        )
+
+    def _recover(self, exc: Exception) -> Any:
+        """A fresh database after ``exc`` stopped the folder opening, or None to run uncached.
+
+        A damaged database is moved aside (kept for a post-mortem, never deleted) and an empty
+        one made. Other failures (permissions, a full disk, a file-size limit) are not the file's
+        fault, so nothing is moved: grading runs uncached. Never raises.
+
+        Args:
+            exc: What opening the folder raised.
+
+        Returns:
+            The new diskcache database, or None.
+        """
+        assert self.directory is not None
+        self.errors += 1
+        if _is_corrupt(exc):
+            try:
+                self.moved_aside = _move_aside(self.directory / "cache.db")
+                log.warning(
+                    "cache database in %s is damaged (%s); moved aside to %s, starting empty",
+                    self.directory, exc, self.moved_aside,
+                )
+                return self._open()
+            except Exception as again:  # the folder is read-only, the disk full, ...
+                exc = again
+                self.errors += 1
+        log.warning(
+            "cannot open cache folder %s (%s: %s); grading goes on uncached",
+            self.directory, type(exc).__name__, exc,
+        )
+        return None
+
+    def _failed(self, action: str, exc: Exception) -> None:
+        """Count a failed cache call and log it, at most once per ``_LOG_INTERVAL`` seconds.
+
+        Args:
+            action: What failed (``read``, ``write``, ...), for the log line.
+            exc: What the call raised.
+        """
+        now = time.monotonic()
+        with self._lock:
+            self.errors += 1
+            if now < self._next_log:
+                self._unlogged += 1
+                return
+            unlogged, self._unlogged = self._unlogged, 0
+            self._next_log = now + _LOG_INTERVAL
+        more = f"; {unlogged} more cache error(s) since the last message" if unlogged else ""
+        log.warning(
+            "cache %s failed in %s (%s: %s); going on uncached%s",
+            action, self.directory, type(exc).__name__, exc, more,
+        )
 
     @property
     def enabled(self) -> bool:
         """Whether a cache folder is in use."""
         return self._cache is not None
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the cache has failed since it was made (a folder that did not open included)."""
+        return self.errors > 0
 
     def get(self, key: str) -> Any | None:
         """The JSON value stored under ``key``, or None (counted as a hit or a miss)."""
@@ -131,8 +250,9 @@ class JudgeCache:
             return None
         try:
             raw = self._cache.get(key)
-        except Exception:
-            raw = None  # a damaged entry is a miss, never a crash
+        except Exception as exc:  # a damaged entry or file is a miss, never a crash
+            self._failed("read", exc)
+            raw = None
         with self._lock:
             if raw is None:
                 self.stats.misses += 1
@@ -144,14 +264,15 @@ class JudgeCache:
             return None
 
     def set(self, key: str, value: Any) -> None:
-        """Store a JSON-serialisable value under ``key``."""
+        """Store a JSON-serialisable value under ``key`` (dropped, and counted, if that fails)."""
         if self._cache is None:
             return
         blob = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         try:
             self._cache.set(key, blob)
-        except Exception as exc:
-            raise CacheError(f"cannot write to cache folder {self.directory}: {exc}") from exc
+        except Exception as exc:  # a full disk or a damaged file: the result is already paid for
+            self._failed("write", exc)
+            return
         with self._lock:
             self.stats.writes += 1
 
@@ -162,17 +283,71 @@ class JudgeCache:
         try:
             self._cache.set("__probe__", "1", expire=60)
             return bool(self._cache.get("__probe__") == "1")
-        except Exception:
+        except Exception as exc:
+            self._failed("probe", exc)
             return False
 
     def volume(self) -> int:
-        """Bytes the cache occupies on disk (0 when disabled)."""
-        return int(self._cache.volume()) if self._cache is not None else 0
+        """Bytes the cache occupies on disk (0 when disabled or unreadable)."""
+        if self._cache is None:
+            return 0
+        try:
+            return int(self._cache.volume())
+        except Exception as exc:
+            self._failed("read", exc)
+            return 0
 
     def __len__(self) -> int:
-        return len(self._cache) if self._cache is not None else 0
+        if self._cache is None:
+            return 0
+        try:
+            return len(self._cache)
+        except Exception as exc:
+            self._failed("read", exc)
+            return 0
 
     def close(self) -> None:
-        """Close the underlying database."""
+        """Close the underlying database (a failure is counted, never raised)."""
         if self._cache is not None:
-            self._cache.close()
+            try:
+                self._cache.close()
+            except Exception as exc:
+                self._failed("close", exc)
+
+
+def _is_corrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the SQLite file itself is damaged."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sqlite3.DatabaseError):
+            code = getattr(seen, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF in _CORRUPT_CODES:
+                return True
+            text = str(seen).lower()
+            if "malformed" in text or "not a database" in text:
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _move_aside(database: Path) -> Path:
+    """Rename ``database`` and its -wal/-shm files to ``<name>.corrupt-<UTC time>-<pid>``.
+
+    The pid keeps two processes that find the same damage in the same second from overwriting
+    each other's copy. The journal files go along: SQLite would replay a stale -wal into the new
+    database.
+
+    Args:
+        database: The damaged ``cache.db``.
+
+    Returns:
+        The new path of the database.
+    """
+    suffix = f".corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    target = database.with_name(database.name + suffix)
+    database.rename(target)
+    for extra in ("-wal", "-shm"):
+        journal = database.with_name(database.name + extra)
+        if journal.exists():
+            journal.rename(journal.with_name(journal.name + suffix))
+    return target

@@ -27,15 +27,12 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "Not ready; see the failing checks."}},
 )
 async def readyz(request: Request, grader: GraderDep) -> JSONResponse:
-    """Encoder loaded (when the default judge needs it), cache writable, judge configured."""
+    """Encoder loaded (when the default judge needs it), judge configured; cache degradation."""
     warmup: EncoderWarmup = request.app.state.warmup
-    checks = {
-        "encoder": warmup.check(),
-        "cache": await _cache_check(grader),
-        "judge": _judge_check(grader),
-    }
+    cache, degraded = await _cache_check(grader)
+    checks = {"encoder": warmup.check(), "cache": cache, "judge": _judge_check(grader)}
     ready = all(check.ok for check in checks.values())
-    body = Readiness(ready=ready, checks=checks)
+    body = Readiness(ready=ready, checks=checks, degraded=degraded)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
@@ -50,11 +47,28 @@ async def prometheus(observability: ObservabilityDep) -> Response:
     return Response(payload, media_type=METRICS_CONTENT_TYPE)
 
 
-async def _cache_check(grader: Grader) -> ReadyCheck:
-    if not grader.cache.enabled:
-        return ReadyCheck(ok=True, detail="disabled: judge calls are not cached")
-    writable = await asyncio.to_thread(grader.cache.writable)
-    return ReadyCheck(ok=writable, detail="writable" if writable else "cache folder not writable")
+async def _cache_check(grader: Grader) -> tuple[ReadyCheck, bool]:
+    """The cache check and whether the cache is degraded.
+
+    Always ok: a failing cache only costs repeated judge calls, so the service keeps serving.
+    The detail counts errors and never names the folder or quotes an error (``/readyz`` needs no
+    key, and an OSError's text carries the path).
+    """
+    cache = grader.cache
+    if not cache.enabled and cache.directory is None:
+        return ReadyCheck(ok=True, detail="disabled: judge calls are not cached"), False
+    writable = cache.enabled and await asyncio.to_thread(cache.writable)
+    if writable and not cache.degraded:
+        return ReadyCheck(ok=True, detail="writable"), False
+    if not cache.enabled:
+        state = "could not be opened"
+    else:
+        state = "writable now" if writable else "not writable now"
+    detail = (
+        f"degraded: {cache.errors} cache error(s) since start, cache {state}; grading goes on "
+        "uncached where the cache fails"
+    )
+    return ReadyCheck(ok=True, detail=detail), True
 
 
 def _judge_check(grader: Grader) -> ReadyCheck:
