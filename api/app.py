@@ -157,7 +157,9 @@ def install_docs(app: FastAPI) -> None:
 
 def build_grader(settings: Settings) -> Grader:
     """The engine for these settings: the default judge and the on-disk cache."""
-    return Grader(settings.judge, cache=JudgeCache(settings.cache_dir))
+    return Grader(
+        settings.judge, cache=JudgeCache(settings.cache_dir), cache_scope=settings.cache_scope
+    )
 
 
 def create_app(

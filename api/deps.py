@@ -20,7 +20,7 @@ from api.errors import JudgeNotConfigured, Unavailable
 from api.jobs import JobManager
 from api.observability import EncoderWarmup, Observability
 from judge.config import JudgeConfig, JudgeOverrides, Settings
-from judge.engine import Grader
+from judge.engine import TENANT, Grader
 from judge.errors import ConfigError, InputError, RubricNotFound
 from judge.metrics import needs_encoder
 
@@ -128,6 +128,16 @@ def require_owner(request: Request, settings: SettingsDep) -> str:
 
 OwnerDep = Annotated[str, Depends(require_owner)]
 """The authenticated caller; raises 401 when keys are configured and none valid is sent."""
+
+
+async def bind_tenant(owner: OwnerDep) -> str:
+    """Authenticate, and make the caller the tenant of this request's judge calls.
+
+    Async on purpose: a sync dependency runs in a worker thread's copy of the context, and the
+    tenant set there would never reach the route.
+    """
+    TENANT.set(owner)
+    return owner
 
 
 def select_judge(

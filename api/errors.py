@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
@@ -229,7 +230,23 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(JudgeError, _judge_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(sqlite3.Error, _store_error)
     app.add_exception_handler(Exception, _internal_error)
+
+
+STORE_RETRY_AFTER = 10
+"""Seconds a caller is told to wait when the job store cannot be written (``Retry-After``)."""
+
+
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    # A full disk or a long lock on the jobs database: temporary, and the caller's request was
+    # not stored. The database's path and SQLite's text stay in the log.
+    log.error("job store error on %s %s: %s", request.method, request.url.path, exc)
+    return error_response(
+        503, "store_unavailable",
+        "the job store cannot be written right now (e.g. its disk is full); try again later",
+        headers={"Retry-After": str(STORE_RETRY_AFTER)},
+    )
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

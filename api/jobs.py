@@ -40,7 +40,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -49,9 +49,9 @@ from api.errors import Conflict, NotFound, UnsupportedMediaType, field_of
 from api.schemas import ItemError, JobBody, JobState, JobStatus
 from judge.aggregate import Aggregator, Summary
 from judge.config import JudgeConfig, JudgeOverrides, Settings
-from judge.engine import Grader
+from judge.engine import TENANT, Grader
 from judge.errors import InputError, JudgeError
-from judge.io import chartom_to_request
+from judge.io import chartom_to_request, load_json_line
 from judge.types import GradeRequest, GradeResult
 
 log = logging.getLogger("bonusjudge.jobs")
@@ -184,7 +184,7 @@ def parse_jsonl(data: bytes, *, field: str) -> list[tuple[int | None, Any, str |
         if not raw.strip():
             continue
         try:
-            out.append((number, json.loads(raw), None))
+            out.append((number, load_json_line(raw), None))
         except json.JSONDecodeError as exc:
             out.append((number, None, f"line {number}: not valid JSON: {exc.msg}"))
     return out
@@ -320,6 +320,13 @@ class JobStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Jobs hold every caller's items and results: this user only, whatever the umask. The
+        # file exists before SQLite opens it because SQLite gives -wal and -shm its mode.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        for private, mode in ((self.path.parent, 0o700), (self.path, 0o600),
+                              (Path(f"{self.path}-wal"), 0o600), (Path(f"{self.path}-shm"), 0o600)):
+            with suppress(OSError):  # absent, or another user's: SQLite reports what matters
+                os.chmod(private, mode)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
@@ -481,6 +488,15 @@ class JobStore:
             if cursor.rowcount == 1:
                 claimed.append(row["id"])
         return claimed
+
+    def stale_own(self, token: str) -> list[str]:
+        """Active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
+        rows = self._conn().execute(
+            "SELECT id FROM jobs WHERE lease_owner = ? AND lease_expires < ? AND status IN (?, ?)"
+            " ORDER BY created_at",
+            (token, time.time(), *_ACTIVE),
+        ).fetchall()
+        return [str(r["id"]) for r in rows]
 
     def renew(self, job_id: str, token: str, lease_seconds: float) -> bool:
         """Extend a lease this process holds; False when lost or the job is no longer active."""
@@ -809,6 +825,28 @@ def _summarize(store: JobStore, job_id: str) -> Summary:
 
 # -- the runner ----------------------------------------------------------------------------------
 
+_T = TypeVar("_T")
+
+_STORE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Waits between attempts of a store write that failed (a full disk, a long lock)."""
+
+
+async def _store_retry(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a store call in a thread, retrying it when the database fails for a while.
+
+    Raises:
+        sqlite3.Error: the last failure, once the retries are spent.
+    """
+    for delay in (*_STORE_RETRY_DELAYS, None):
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except sqlite3.OperationalError:
+            if delay is None:
+                raise
+            log.warning("job store: %s failed; retrying in %.1f s", fn.__name__, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
 JobRunner = Callable[["JobManager", str, sqlite3.Row], Awaitable[None]]
 """Runs one claimed job of a kind: ``runner(manager, job_id, row)``.
 
@@ -900,6 +938,18 @@ class JobManager:
             if not held and not task.done():
                 log.info("job %s: lease lost or job cancelled; stopping it here", job_id)
                 task.cancel()
+        if not self._stopping.is_set():
+            # Jobs this process holds but no longer runs (a release that failed on a full disk):
+            # take them up again, rather than leaving them "running" until a restart.
+            for job_id in await asyncio.to_thread(self.store.stale_own, self.token):
+                running = self._tasks.get(job_id)
+                if running is not None and not running.done():
+                    continue  # still running here; its next renewal revives the lease
+                if len(self._tasks) < self.max_running and await asyncio.to_thread(
+                    self.store.renew, job_id, self.token, self.lease_seconds
+                ):
+                    log.info("job %s: reclaiming this process's lapsed lease", job_id)
+                    self._launch(job_id)
         free = self.max_running - len(self._tasks)
         if free > 0 and not self._stopping.is_set():
             claimed = await asyncio.to_thread(
@@ -1045,16 +1095,24 @@ class JobManager:
             row = await asyncio.to_thread(self.store.get, job_id)
             runner = self._runners.get(row["kind"]) if row is not None else None
             if row is not None and runner is not None:
+                # This task's judge calls are made for the job's owner (its own context copy).
+                TENANT.set(str(row["owner"]))
                 await runner(self, job_id, row)
         except asyncio.CancelledError:
             log.info("job %s: stopped in this process", job_id)
             raise
+        except sqlite3.Error:
+            # The store itself failed (a full disk): not the job's fault. It is released below
+            # (or, if even that fails, its lease lapses and this process reclaims it), so it
+            # goes on once the store works again.
+            log.exception("job %s: the job store failed; the job will be retried", job_id)
         except Exception as exc:
             log.exception("job %s failed", job_id)
             detail = str(exc) if isinstance(exc, JudgeError) else (
                 f"grading stopped by an unexpected {type(exc).__name__}; see the service log"
             )
-            await asyncio.to_thread(self.store.fail, job_id, self.token, detail)
+            with suppress(sqlite3.Error):  # if even this fails, the lease lapses and is reclaimed
+                await _store_retry(self.store.fail, job_id, self.token, detail)
         finally:
             if self._tasks.get(job_id) is asyncio.current_task():
                 del self._tasks[job_id]
@@ -1103,5 +1161,5 @@ class JobManager:
             if index is None:
                 log.error("job %s: result for unknown item id %r dropped", job_id, result.id)
                 continue
-            await asyncio.to_thread(self.store.save_result, job_id, index, result)
-        await asyncio.to_thread(self.store.complete_if_finished, job_id, self.token)
+            await _store_retry(self.store.save_result, job_id, index, result)
+        await _store_retry(self.store.complete_if_finished, job_id, self.token)

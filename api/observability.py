@@ -1,7 +1,9 @@
 """Prometheus metrics of one app, in a private registry (never the process-global one).
 
 Request counts and latencies are recorded by an ASGI middleware, labelled with the route
-*template* (``/v1/jobs/{job_id}``), never the raw path, so job ids cannot blow up the label set.
+*template* (``/v1/jobs/{job_id}``, ``unmatched`` for unknown paths), never the raw path, and with
+the method from a fixed set (anything else is ``OTHER``): the middleware runs before the key check,
+so any label taken from the request as sent would let anyone grow the registry without bound.
 Engine counters (judge calls, cache hits, retries, tokens, cost, unscored items by reason) are
 read from ``grader.stats`` at scrape time by a custom collector, so the engine needs no Prometheus
 code; job counts by status come from the jobs database the same way.
@@ -31,6 +33,9 @@ log = logging.getLogger("bonusjudge.api")
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 """Content type of the Prometheus text exposition."""
 
+HTTP_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+"""Methods recorded under their own name; any other method is labelled ``OTHER``."""
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -49,6 +54,10 @@ class _EngineCollector(Collector):
         )
         yield CounterMetricFamily(
             "bonusjudge_cache_hits", "Judge calls served from the cache.", value=stats.cache_hits
+        )
+        yield CounterMetricFamily(
+            "bonusjudge_cache_errors", "Cache opens, reads and writes that failed (run uncached).",
+            value=self._grader.cache.errors,
         )
         yield CounterMetricFamily(
             "bonusjudge_judge_retries", "Retries of failed provider calls.", value=stats.retries
@@ -152,8 +161,21 @@ class MetricsMiddleware:
             # The template, not the path: one label value per route whatever the ids.
             template = getattr(route, "path", None) or "unmatched"
             self.observability.observe(
-                scope.get("method", "GET"), template, status, time.perf_counter() - started
+                method_label(scope.get("method", "GET")), template, status,
+                time.perf_counter() - started,
             )
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label of a request: its method if standard, else ``OTHER``.
+
+    Args:
+        method: The method as the client sent it (any token the HTTP parser accepts).
+
+    Returns:
+        One of ``HTTP_METHODS`` or ``OTHER``, so invented methods share one series.
+    """
+    return method if method in HTTP_METHODS else "OTHER"
 
 
 class EncoderWarmup:

@@ -9,6 +9,12 @@ workers is safe.
 
 Without an API key the service refuses to listen beyond the loopback interface: an open grading
 service spends the operator's judge budget for anyone who finds it.
+
+uvicorn closes idle keep-alive connections after ``KEEP_ALIVE_SECONDS`` and refuses a request
+line plus headers larger than ``MAX_HEADER_BYTES``, but it has no timeout for reading the headers
+of a request (nor its body): a client sending a byte every few seconds holds a connection open.
+Exposed beyond a trusted network, run it behind a proxy that times out slow clients (README,
+"Deploying behind a proxy").
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from judge.config import Settings
 from judge.errors import ConfigError
@@ -28,6 +35,25 @@ APP_FACTORY = "api.app:app_from_env"
 """Import string uvicorn uses to build the app in each worker process."""
 
 SETTINGS_ENV = "BONUSJUDGE_SETTINGS_FILE"
+
+KEEP_ALIVE_SECONDS = 5
+"""How long uvicorn keeps an idle connection open after a response."""
+
+MAX_HEADER_BYTES = 16 * 1024
+"""Largest request line plus headers uvicorn's h11 parser buffers before refusing the request."""
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The connection limits passed to ``uvicorn.run``, set explicitly so they cannot drift.
+
+    ``http="h11"``: ``h11_max_incomplete_event_size`` applies to the h11 parser only (httptools,
+    when installed, would be chosen by ``auto`` and ignore it).
+    """
+    return {
+        "http": "h11",
+        "timeout_keep_alive": KEEP_ALIVE_SECONDS,
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+    }
 
 
 def is_loopback(host: str) -> bool:
@@ -58,6 +84,7 @@ def write_settings_file(settings: Settings) -> Path:
     """Write ``settings`` for worker processes to a 0600 file in the data folder; its path."""
     folder = settings.resolved_data_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # the service's data: this user only, whatever the umask
     path = folder / "serve-settings.json"
     dump = settings.model_dump(mode="json")
     if settings.judge.api_key is not None:
@@ -101,10 +128,13 @@ def serve(
     if workers == 1:
         from api.app import create_app
 
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level)
+        uvicorn.run(
+            create_app(settings), host=host, port=port, log_level=log_level, **uvicorn_options()
+        )
         return
     if not os.environ.get(SETTINGS_ENV):
         os.environ[SETTINGS_ENV] = str(write_settings_file(settings))
     uvicorn.run(
-        APP_FACTORY, factory=True, host=host, port=port, workers=workers, log_level=log_level
+        APP_FACTORY, factory=True, host=host, port=port, workers=workers, log_level=log_level,
+        **uvicorn_options(),
     )

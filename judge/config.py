@@ -42,6 +42,18 @@ StructuredMode = Literal["tools", "json_schema", "json", "md_json", "json_object
 CACHE_FORMAT_VERSION = 1
 """Bumped whenever cached values change shape, so old entries are never misread."""
 
+CHARTOM_WINDOWS = (0, 1000, 2000)
+"""The CharToM plot windows (``context_0``, ``context_1000``, ``context_2000``)."""
+
+
+def _check_window(value: int | None) -> int | None:
+    # Any other number would make every CharToM item of a job invalid, after a 202.
+    if value is not None and value not in CHARTOM_WINDOWS:
+        raise ValueError(
+            f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {value})"
+        )
+    return value
+
 
 def default_cache_dir() -> Path:
     """The user cache folder: ``$XDG_CACHE_HOME/bonusjudge`` or ``~/.cache/bonusjudge``."""
@@ -129,6 +141,11 @@ class JudgeConfig(BaseModel):
         "mapped to the human scale. Refused if made for another configuration.",
     )
 
+    @field_validator("context_window")
+    @classmethod
+    def _check_context_window(cls, value: int | None) -> int | None:
+        return _check_window(value)
+
     @field_validator("metrics", mode="before")
     @classmethod
     def _parse_metrics(cls, value: Any) -> Any:
@@ -205,7 +222,14 @@ class JudgeOverrides(BaseModel):
     rubric: str | None = Field(default=None, description="Rubric family id.")
     metrics: tuple[MetricName, ...] | None = Field(default=None, description="Metrics to compute.")
     length_control: bool | None = Field(default=None, description="Apply the length cap.")
-    context_window: int | None = Field(default=None, description="CharToM plot window.")
+    context_window: int | None = Field(
+        default=None, description="CharToM plot window (0, 1000, 2000)."
+    )
+
+    @field_validator("context_window")
+    @classmethod
+    def _check_context_window(cls, value: int | None) -> int | None:
+        return _check_window(value)
 
     @field_validator("metrics", mode="before")
     @classmethod
@@ -246,6 +270,12 @@ class Settings(BaseSettings):
     max_bonus_points: int = Field(default=32, ge=1, le=32, description="Points per item.")
     cors_origins: list[str] = Field(default_factory=list, description="CORS origins (off).")
     calibration_dir: Path | None = Field(default=None, description="Human-rating sets folder.")
+    cache_scope: Literal["shared", "per_key"] = Field(
+        default="shared",
+        description="How API keys share the judge-call cache: `shared` (a hit on an entry "
+        "another key paid for is reported to this key as a fresh call, so no key learns what "
+        "another graded) or `per_key` (each key's calls are cached apart, paid again per key).",
+    )
 
     @field_validator("api_keys")
     @classmethod

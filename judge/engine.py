@@ -12,6 +12,7 @@ as *unscored* with its reason; nothing is silently zero, and nothing unscored co
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 import time
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -56,6 +57,16 @@ from rubrics.loader import RubricLibrary, load_library
 from rubrics.schema import Rubric
 
 log = logging.getLogger("bonusjudge")
+
+TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "bonusjudge_tenant", default=None
+)
+"""Who the judge calls of the current task are made for (the service sets the API-key digest).
+
+A context variable rather than a parameter: the service sets it once per request or job, and
+every task ``grade_many`` starts inherits it. None (the CLI, the calibration runner) means one
+caller.
+"""
 
 try:
     BONUSJUDGE_VERSION = version("bonusjudge")
@@ -127,6 +138,10 @@ class Grader:
             request selects gets its own, with the same settings.
         rng: Random source for backoff jitter (seedable for tests).
         sleep: The sleep used between retries (tests inject a fast one).
+        cache_scope: ``shared``: one cache for every caller (:data:`TENANT`), a hit on an entry
+            another caller paid for reported as a fresh call; ``per_key``: each caller's judge
+            calls are cached apart (no caller ever sees another's entries, at the cost of
+            paying again).
     """
 
     def __init__(
@@ -140,8 +155,10 @@ class Grader:
         breaker: CircuitBreaker | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        cache_scope: Literal["shared", "per_key"] = "shared",
     ) -> None:
         self.config = config or JudgeConfig()
+        self.cache_scope = cache_scope
         if provider is None:
             from judge.provider import LiteLLMProvider
 
@@ -932,24 +949,29 @@ class Grader:
         and nothing is cached.
         """
         ref = _rubric_ref(rubric, language)
+        tenant = TENANT.get() or None  # "" is the one caller of a service without keys
         key = judge_call_key(
             output_fields=config.output_fields(),
             messages=messages,
             rubric={"id": rubric.id, "version": rubric.version, "hash": rubric.hash},
             response_schema=schema_hash(response_model),
+            tenant=tenant if self.cache_scope == "per_key" else None,
         )
         started = time.monotonic()
         if config.cache:
             cached = self.cache.get(key)
             if cached is not None:
                 self.stats.cache_hits += 1
+                # An entry another caller paid for is reported as a fresh call: "cached" would
+                # tell this caller that someone else graded the same item (a cross-key oracle).
+                own = tenant is None or cached.get("tenant") == tenant
                 return _CallOutcome(
                     value=cached["value"],
                     record=CallRecord(
                         task=task,
                         rubric=ref,
-                        cached=True,
-                        attempts=0,
+                        cached=own,
+                        attempts=0 if own else 1,
                         outcome="ok",
                         cache_key=key,
                         latency_s=round(time.monotonic() - started, 4),
@@ -1052,7 +1074,7 @@ class Grader:
             except JudgeOutputError as exc:
                 return _CallOutcome(None, record(exc.reason), exc.reason, str(exc))
             if config.cache:
-                self.cache.set(key, {"value": value, "raw": completion.raw_text})
+                self.cache.set(key, {"value": value, "raw": completion.raw_text, "tenant": tenant})
             return _CallOutcome(value, record("ok"))
 
     async def _await_breaker(self, breaker: CircuitBreaker, config: JudgeConfig) -> bool:

@@ -402,14 +402,19 @@ async def get_report_file(
     `GET /v1/reports`). A name leaving the folder, a hidden file or another type is a 404.
     """
     folder = (await _report_folder(report_id, jobs, owner, settings)).resolve()
-    target = (folder / name).resolve()
-    if (
-        not target.is_relative_to(folder)
-        or target == folder
-        or any(part.startswith(".") for part in target.relative_to(folder).parts)
-        or target.suffix not in _SERVED
-        or not target.is_file()
-    ):
+    try:
+        target = (folder / name).resolve()
+        served = (
+            target.is_relative_to(folder)
+            and target != folder
+            and not any(part.startswith(".") for part in target.relative_to(folder).parts)
+            and target.suffix in _SERVED
+            and target.is_file()
+        )
+    except (ValueError, OSError):
+        # A NUL byte (ValueError) or a name too long for the file system: no such file either.
+        served = False
+    if not served:
         raise NotFound(f"report {report_id!r} has no file {name!r}")
     return FileResponse(target, media_type=_SERVED[target.suffix])
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import ValidationError
 
-from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner, select_judge
+from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant, select_judge
 from api.errors import ERROR_RESPONSES, ProviderOutage, classify, field_of
 from api.jobs import check_request
 from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
@@ -18,7 +18,7 @@ from judge.errors import InputError, JudgeError
 from judge.types import ExtractResult, GradeRequest, GradeResult
 
 router = APIRouter(
-    prefix="/v1", tags=["grading"], dependencies=[Depends(require_owner)],
+    prefix="/v1", tags=["grading"], dependencies=[Depends(bind_tenant)],
     responses=ERROR_RESPONSES,
 )
 

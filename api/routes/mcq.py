@@ -25,7 +25,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, require_owner
+from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
 from api.errors import ERROR_RESPONSES, JudgeNotConfigured, UnsupportedMediaType, field_of
 from api.jobs import JSONL_TYPES, JobItem, JobManager, JobStore, media_type, parse_jsonl, with_line
 from api.schemas import MCQ_JOB_EXAMPLE, ItemError, JobStatus, McqBody, McqEntry, McqResponse
@@ -303,7 +303,7 @@ def _bad_line(index: int, line: int | None, error: ItemError) -> BadLine:
 
 
 @router.post(
-    "", summary="Score multiple-choice answers", dependencies=[Depends(require_owner)]
+    "", summary="Score multiple-choice answers", dependencies=[Depends(bind_tenant)]
 )
 async def score_mcq(body: McqBody, grader: GraderDep, settings: SettingsDep) -> McqResponse:
     """Extract the chosen option of each item's response, score it, and summarise.
