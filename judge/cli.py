@@ -152,6 +152,8 @@ def _cmd_grade(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     config = settings.judge
+    from judge.io import check_input_file, check_output_path
+
     check_input_file(args.input, "input")
     check_output_path(args.out, "out")
     if args.summary:
@@ -261,40 +263,6 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
     warning = preflight(config, call=not args.no_preflight)
     if warning:
         print(warning, file=sys.stderr)
-
-
-def check_input_file(path: Path, field: str) -> None:
-    """Refuse an input that is missing or not a file, naming it.
-
-    Raises:
-        ConfigError: (``field``) the path does not name a readable file.
-    """
-    if not path.exists():
-        raise ConfigError(f"{field}: no such file: {path}", field=field)
-    if not path.is_file():
-        raise ConfigError(f"{field}: not a file: {path}", field=field)
-    if not os.access(path, os.R_OK):
-        raise ConfigError(f"{field}: not readable: {path}", field=field)
-
-
-def check_output_path(path: Path, field: str) -> None:
-    """Refuse an output path that cannot be written, before anything is created.
-
-    Raises:
-        ConfigError: (``field``) the path is a folder, or its nearest existing folder is not
-            writable (or is a file).
-    """
-    if path.is_dir():
-        raise ConfigError(f"{field}: is a folder, not a file: {path}", field=field)
-    if path.exists() and not path.is_file():
-        raise ConfigError(f"{field}: not a regular file: {path}", field=field)
-    parent = path.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{field}: {parent} is not a folder: {path}", field=field)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{field}: cannot write in {parent}: {path}", field=field)
 
 
 def _resume(

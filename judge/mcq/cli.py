@@ -241,7 +241,13 @@ def run(
         if args.group_by
         else None
     )
+    from judge.io import check_input_file, check_output_path
+
     try:
+        # Checked before anything is created: a mistake leaves no output file behind.
+        check_input_file(input_path, "input")
+        check_output_path(out, "out")
+        check_output_path(summary_path, "summary")
         summary = score_file(
             input_path,
             out,

@@ -199,7 +199,8 @@ def test_cli_main_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert f"{src}:21: skipped: invalid JSON" in capsys.readouterr().err
     assert cli.main([str(src), "--quiet", "--fail-on-bad-lines"]) == 1
     assert cli.main([str(tmp_path / "missing.jsonl"), "--quiet"]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "missing.mcq.jsonl").exists()  # a mistake creates no output
     with pytest.raises(SystemExit):
         cli.main([str(src), "--fuzzy-threshold", "lots"])
 
