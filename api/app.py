@@ -196,11 +196,14 @@ def create_app(
     store = JobStore(data_dir / JOBS_DB)
     manager = JobManager(
         store, engine, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
-        drain_timeout=drain_timeout,
+        drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
     )
     # Other job kinds share the store and the leases; this process runs them too.
     manager.register(mcq.MCQ, mcq.run_mcq_job)
-    manager.register(calibration.CALIBRATE, calibration.make_runner(settings))
+    manager.register(
+        calibration.CALIBRATE, calibration.make_runner(settings),
+        purge=calibration.report_remover(settings),
+    )
     observability = Observability(engine, store.status_counts)
     default = engine.config
     warmup = EncoderWarmup(default, loader=warm_up)

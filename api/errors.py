@@ -15,6 +15,7 @@ Service errors::
         ├── NotFound               404  unknown job or rubric (or another key's job)
         ├── Unauthorized           401  missing or invalid API key
         ├── UnsupportedMediaType   415  a job upload in a format the service does not read
+        ├── QuotaExceeded          429  a key's jobs, queued items or stored bytes at their limit
         └── JudgeNotConfigured     503  the request needs an LLM judge and none is configured
 
 Engine errors: InputError and RubricNotFound are the caller's (422); ConfigError, RubricInvalid
@@ -92,6 +93,23 @@ class ProviderOutage(Unavailable):
     """The judge provider keeps failing and its circuit breaker is open."""
 
 
+class QuotaExceeded(ServiceError):
+    """A per-key limit (jobs, queued items, stored bytes) would be exceeded: answered 429.
+
+    Args:
+        message: Which limit, and the key's current use of it.
+        retry_after: Seconds after which trying again may succeed (``Retry-After``), or None
+            when waiting alone does not help (stored bytes wait for retention).
+        field: The input field concerned, if any.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
 class Conflict(ServiceError):
     """The request does not fit the resource's current state (e.g. a job still running)."""
 
@@ -117,6 +135,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     Unauthorized: (401, "unauthorized"),
     UnsupportedMediaType: (415, "unsupported_media_type"),
     Conflict: (409, "conflict"),
+    QuotaExceeded: (429, "quota_exceeded"),
     ProviderOutage: (503, "provider_outage"),
     Unavailable: (503, "unavailable"),
     JudgeNotConfigured: (503, "judge_not_configured"),
@@ -203,6 +222,8 @@ async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     if isinstance(exc, Unavailable):
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+    if isinstance(exc, QuotaExceeded) and exc.retry_after is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
     field = getattr(exc, "field", None)
     return error_response(status, type_, str(exc), field=field, headers=headers)
 
@@ -260,3 +281,10 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 """OpenAPI ``responses`` entry shared by the routes: each error status documents ``ErrorBody``."""
+
+QUOTA_RESPONSE: dict[str, Any] = {
+    "model": ErrorBody,
+    "description": "A per-key quota (jobs, unfinished items, stored bytes) would be exceeded; "
+    "the message names the limit and the key's use, `Retry-After` says when to try again.",
+}
+"""OpenAPI ``responses`` entry for 429 on the routes that submit jobs."""

@@ -15,8 +15,16 @@ Tables::
 
     jobs   id, kind, owner (API-key digest), status, counts, judge overrides + config hash,
            options (kind-specific JSON), lease_owner, lease_expires, next_seq (results are
-           numbered in finishing order)
+           numbered in finishing order), bytes (stored size, for the owner's quota),
+           request_dict / result_dict (the job's compression dictionaries)
     items  (job_id, idx) -> item id, request JSON or input error, result JSON, seq
+           (JSON compressed with the job's dictionaries: ``pack`` / ``unpack``)
+
+Keys share the service fairly: ``JobStore.claim`` gives the next lease to the owner holding the
+fewest jobs, a full process hands a slot of the busiest owner over to a waiting one
+(``JobManager._make_room``), and each running job has at most its share of the grader's
+concurrency in flight. Quotas (``Quota``) are checked in the transaction that stores a job;
+finished jobs are deleted after the retention period (``JobManager._purge_expired``).
 
 Job kinds share the store, the leases and the result stream: ``grade`` (this module grades them),
 ``mcq`` (multiple-choice scoring) and ``calibrate`` (a calibration run writing a report folder;
@@ -30,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -45,7 +55,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from api.errors import Conflict, NotFound, UnsupportedMediaType, field_of
+from api.errors import Conflict, NotFound, QuotaExceeded, UnsupportedMediaType, field_of
 from api.schemas import ItemError, JobBody, JobState, JobStatus
 from judge.aggregate import Aggregator, Summary
 from judge.config import JudgeConfig, JudgeOverrides, Settings
@@ -56,7 +66,7 @@ from judge.types import GradeRequest, GradeResult
 
 log = logging.getLogger("bonusjudge.jobs")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 JSONL_TYPES = frozenset(
     {
         "application/x-ndjson",
@@ -89,7 +99,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     run_started_at REAL,
     run_start_done INTEGER NOT NULL DEFAULT 0,
     lease_owner TEXT,
-    lease_expires REAL NOT NULL DEFAULT 0
+    lease_expires REAL NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    request_dict BLOB,
+    result_dict BLOB
 );
 CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
 CREATE TABLE IF NOT EXISTS items (
@@ -109,11 +122,127 @@ CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT 
 
 _ACTIVE = ("queued", "running")
 
-# Columns added after version 1; a version-1 database gains them on open (existing jobs: grade).
+# Columns added after version 1; an older database gains them on open (existing jobs: grade;
+# their stored bytes count as 0 towards a key's quota until they expire).
 _ADDED_COLUMNS = (
     ("kind", "TEXT NOT NULL DEFAULT 'grade'"),
     ("options", "TEXT NOT NULL DEFAULT '{}'"),
+    ("bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("request_dict", "BLOB"),
+    ("result_dict", "BLOB"),
 )
+
+# Created after the columns exist (an older database has no ``owner`` index yet either).
+_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, status);"
+
+_FINISHED = ("done", "failed", "cancelled")
+
+_PLAIN, _REQUESTS, _RESULTS = 1, 2, 3
+"""First byte of a compressed blob: zlib alone, or with the job's request or result dictionary."""
+
+Dicts = Mapping[int, bytes]
+"""A job's compression dictionaries by tag (``_REQUESTS``, ``_RESULTS``), as far as it has any."""
+
+
+def pack(text: str, dicts: Dicts | None = None, tag: int = _PLAIN) -> str | bytes:
+    """A request, result or error JSON as stored: compressed when that is smaller.
+
+    The items of one job share their keys and much of their values (a result's provenance is
+    the same for every item), so each job keeps one request and one result as a zlib preset
+    dictionary (``jobs.request_dict``, ``jobs.result_dict``), and a blob compressed with it is a
+    fraction of one compressed alone: what keeps a job of small items within a few times its
+    upload. A compressed blob is a ``BLOB`` starting with its tag byte; a text stays ``TEXT``, so
+    rows written before compression (schema version 2 and older) read as they are.
+
+    Args:
+        text: The JSON text.
+        dicts: The job's dictionaries; ``tag``'s is used when present, else plain zlib.
+        tag: ``_REQUESTS`` or ``_RESULTS`` to use that dictionary.
+    """
+    raw = text.encode("utf-8")
+    zdict = (dicts or {}).get(tag)
+    if zdict is None:
+        tag = _PLAIN
+        compressor = zlib.compressobj(6)
+    else:
+        compressor = zlib.compressobj(6, zlib.DEFLATED, 15, 9, zlib.Z_DEFAULT_STRATEGY, zdict)
+    packed = bytes([tag]) + compressor.compress(raw) + compressor.flush()
+    return packed if len(packed) < len(raw) else text
+
+
+def unpack(value: str | bytes, dicts: Dicts | None = None) -> str:
+    """The JSON text of a stored blob (text, or compressed by ``pack`` with ``dicts``)."""
+    if isinstance(value, str):
+        return value
+    tag = value[0]
+    if tag == _PLAIN:
+        return zlib.decompress(value[1:]).decode("utf-8")
+    decompressor = zlib.decompressobj(zdict=(dicts or {})[tag])
+    return (decompressor.decompress(value[1:]) + decompressor.flush()).decode("utf-8")
+
+
+def _stored_size(value: str | bytes | None) -> int:
+    if value is None:
+        return 0
+    return len(value) if isinstance(value, bytes) else len(value.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Per-key limits checked when a job is stored (in the same transaction, so across replicas).
+
+    Attributes:
+        max_jobs: Queued or running jobs of any kind per key.
+        max_queued_items: Unfinished items across a key's queued and running jobs.
+        max_stored_bytes: Bytes of items and results a key's jobs keep in the store.
+        retry_after: Seconds a caller over the job or item limit is told to wait.
+    """
+
+    max_jobs: int
+    max_queued_items: int
+    max_stored_bytes: int
+    retry_after: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Quota:
+        """The limits configured in ``settings`` (``max_*_per_key``)."""
+        return cls(
+            max_jobs=settings.max_jobs_per_key,
+            max_queued_items=settings.max_queued_items_per_key,
+            max_stored_bytes=settings.max_stored_bytes_per_key,
+        )
+
+    def check(self, conn: sqlite3.Connection, owner: str, items: int, stored: int) -> None:
+        """Refuse a new job of ``items`` units and ``stored`` bytes that would break a limit.
+
+        Raises:
+            QuotaExceeded: naming the limit and the key's current use.
+        """
+        row = conn.execute(
+            "SELECT COALESCE(SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END), 0) AS jobs,"
+            " COALESCE(SUM(CASE WHEN status IN (?, ?) THEN MAX(total - done, 0) ELSE 0 END), 0)"
+            " AS queued, COALESCE(SUM(bytes), 0) AS stored FROM jobs WHERE owner = ?",
+            (*_ACTIVE, *_ACTIVE, owner),
+        ).fetchone()
+        jobs, queued, used = int(row["jobs"]), int(row["queued"]), int(row["stored"])
+        if jobs + 1 > self.max_jobs:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_jobs} queued or running jobs per API key, "
+                f"and this key has {jobs}; wait for one to finish or cancel one",
+                retry_after=self.retry_after,
+            )
+        if queued + items > self.max_queued_items:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_queued_items} unfinished items per API key; "
+                f"this key has {queued} queued and the job adds {items}",
+                retry_after=self.retry_after, field="items",
+            )
+        if used + stored > self.max_stored_bytes:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_stored_bytes} stored bytes per API key; "
+                f"this key's jobs keep {used} and the job needs {stored}; finished jobs are "
+                "removed after the retention period",
+            )
 
 GRADE = "grade"
 """Kind of the grading jobs of ``POST /v1/jobs``."""
@@ -333,11 +462,17 @@ class JobStore:
         conn = self._conn()
         conn.executescript(_SCHEMA)
         self._migrate(conn)
+        conn.executescript(_INDEXES)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
-        """Add the columns a version-1 database lacks (several workers may race to do it)."""
+        """Add the columns an older database lacks (several workers may race to do it).
+
+        Version 3 stores request, result and error JSON compressed (``pack``, with the job's
+        dictionaries); rows of older versions stay text, which ``unpack`` reads as is, so
+        nothing is rewritten.
+        """
         for name, definition in _ADDED_COLUMNS:
             present = {str(r["name"]) for r in conn.execute("PRAGMA table_info(jobs)")}
             if name in present:
@@ -400,6 +535,7 @@ class JobStore:
         total: int | None = None,
         model: str | None = None,
         config_hash: str | None = None,
+        quota: Quota | None = None,
     ) -> None:
         """Store a new job and its items; invalid items are recorded as finished entries.
 
@@ -417,6 +553,10 @@ class JobStore:
             total: Units of work when the job has no item rows (default: the valid items).
             model: The judge model shown in the status (default ``config.model``).
             config_hash: The configuration hash shown in the status (default ``config``'s).
+            quota: The owner's limits, checked in the storing transaction (none when None).
+
+        Raises:
+            QuotaExceeded: the job would take the owner over a limit of ``quota``.
         """
         now = time.time()
         valid = sum(1 for item in items if item.request is not None)
@@ -431,23 +571,33 @@ class JobStore:
         holder = lease_owner if valid else None
         seq = 0
         rows: list[tuple[Any, ...]] = []
+        stored = 0
+        first = next((item.request for item in items if item.request is not None), None)
+        request_dict = first.model_dump_json().encode("utf-8") if first is not None else None
+        dicts = {_REQUESTS: request_dict} if request_dict is not None else {}
+        stored += len(request_dict or b"")
         for item in items:
             if item.request is not None:
-                rows.append((job_id, item.index, item.item_id, item.line,
-                             item.request.model_dump_json(), None, None))
+                request = pack(item.request.model_dump_json(), dicts, _REQUESTS)
+                stored += _stored_size(request)
+                rows.append((job_id, item.index, item.item_id, item.line, request, None, None))
             else:
                 seq += 1
-                error = item.error.model_dump_json() if item.error is not None else None
+                error = pack(item.error.model_dump_json()) if item.error is not None else None
+                stored += _stored_size(error)
                 rows.append((job_id, item.index, item.item_id, item.line, None, error, seq))
         overrides_json = overrides.model_dump_json(exclude_none=True) if overrides else "{}"
         with self._tx() as conn:
+            if quota is not None:
+                quota.check(conn, owner, valid, stored)
             conn.execute(
                 "INSERT INTO jobs (id, kind, options, owner, status, total, invalid, next_seq,"
                 " overrides, model, config_hash, created_at, updated_at, lease_owner,"
-                " lease_expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " lease_expires, bytes, request_dict) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (job_id, kind, json.dumps(dict(options or {})), owner, status, valid, invalid,
                  seq, overrides_json, shown_model, shown_hash, now, now, holder,
-                 now + lease_seconds if holder else 0.0),
+                 now + lease_seconds if holder else 0.0, stored, request_dict),
             )
             conn.executemany(
                 "INSERT INTO items (job_id, idx, item_id, line, request, error, seq)"
@@ -458,36 +608,85 @@ class JobStore:
     def claim(
         self, token: str, lease_seconds: float, limit: int, kinds: Sequence[str] = (GRADE,)
     ) -> list[str]:
-        """Take the leases of up to ``limit`` unfinished jobs nobody holds (oldest first).
+        """Take the leases of up to ``limit`` unfinished jobs nobody holds, fairly across owners.
+
+        Each lease goes to a job of the owner with the fewest jobs held right now (a live lease,
+        in any process), oldest first among equals: a key with one small job is not queued
+        behind every job of a key that submitted many. The counts are read in the claiming
+        transaction, so the order holds across processes sharing the database.
 
         A job whose lease ``token`` itself holds is never claimed again, even when that lease
         has lapsed (an event loop blocked for a while): its runner is still alive here, and the
         next renewal revives the lease. Only jobs of ``kinds`` are claimed.
         """
-        now = time.time()
         claimed: list[str] = []
         if not kinds:
             return claimed
-        conn = self._conn()
         marks = ", ".join("?" for _ in kinds)
-        candidates = conn.execute(
-            "SELECT id FROM jobs WHERE status IN (?, ?) AND (lease_owner IS NULL OR"
+        claimable = (
+            "SELECT id FROM jobs AS j WHERE status IN (?, ?) AND (lease_owner IS NULL OR"
             f" (lease_expires < ? AND lease_owner != ?)) AND kind IN ({marks})"
-            " ORDER BY created_at LIMIT ?",
-            (*_ACTIVE, now, token, *kinds, limit),
-        ).fetchall()
-        for row in candidates:
-            with self._tx() as tx:
-                # Re-checked under the write lock: another worker may have claimed it meanwhile.
-                cursor = tx.execute(
-                    "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE id = ? AND"
-                    " status IN (?, ?) AND (lease_owner IS NULL OR (lease_expires < ? AND"
-                    " lease_owner != ?))",
-                    (token, now + lease_seconds, row["id"], *_ACTIVE, now, token),
+        )
+        # A plain read first: an idle poll takes no write lock.
+        if self._conn().execute(
+            f"{claimable} LIMIT 1", (*_ACTIVE, time.time(), token, *kinds)
+        ).fetchone() is None:
+            return claimed
+        for _ in range(limit):
+            now = time.time()
+            with self._tx() as conn:
+                row = conn.execute(
+                    f"{claimable} ORDER BY (SELECT COUNT(*) FROM jobs AS r WHERE"
+                    " r.owner = j.owner AND r.status IN (?, ?) AND r.lease_owner IS NOT NULL"
+                    " AND r.lease_expires >= ?), created_at LIMIT 1",
+                    (*_ACTIVE, now, token, *kinds, *_ACTIVE, now),
+                ).fetchone()
+                if row is None:
+                    break
+                conn.execute(
+                    "UPDATE jobs SET lease_owner = ?, lease_expires = ? WHERE id = ?",
+                    (token, now + lease_seconds, row["id"]),
                 )
-            if cursor.rowcount == 1:
-                claimed.append(row["id"])
+            claimed.append(str(row["id"]))
         return claimed
+
+    def held_by_owner(self) -> dict[str, int]:
+        """Jobs held by a live lease (running somewhere), per owner."""
+        rows = self._conn().execute(
+            "SELECT owner, COUNT(*) AS n FROM jobs WHERE status IN (?, ?) AND lease_owner IS NOT"
+            " NULL AND lease_expires >= ? GROUP BY owner",
+            (*_ACTIVE, time.time()),
+        ).fetchall()
+        return {str(r["owner"]): int(r["n"]) for r in rows}
+
+    def waiting_owners(self, kinds: Sequence[str]) -> set[str]:
+        """Owners with a job of ``kinds`` that nobody holds (waiting to be claimed)."""
+        if not kinds:
+            return set()
+        marks = ", ".join("?" for _ in kinds)
+        rows = self._conn().execute(
+            "SELECT DISTINCT owner FROM jobs WHERE status IN (?, ?) AND (lease_owner IS NULL OR"
+            f" lease_expires < ?) AND kind IN ({marks})",
+            (*_ACTIVE, time.time(), *kinds),
+        ).fetchall()
+        return {str(r["owner"]) for r in rows}
+
+    def purge(self, before: float, limit: int = 200) -> list[tuple[str, str]]:
+        """Delete up to ``limit`` finished jobs last changed before ``before``, with their items.
+
+        Returns:
+            ``(job id, kind)`` of each job deleted (the caller removes files kept beside them).
+        """
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT id, kind FROM jobs WHERE status IN (?, ?, ?) AND updated_at < ?"
+                " ORDER BY updated_at LIMIT ?",
+                (*_FINISHED, before, limit),
+            ).fetchall()
+            for row in rows:
+                conn.execute("DELETE FROM items WHERE job_id = ?", (row["id"],))
+                conn.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
+        return [(str(r["id"]), str(r["kind"])) for r in rows]
 
     def stale_own(self, token: str) -> list[str]:
         """Active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
@@ -539,26 +738,40 @@ class JobStore:
             return 0
         saved = 0
         scored_count = 0
+        added = 0
         with self._tx() as conn:
-            row = conn.execute("SELECT next_seq FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute(
+                "SELECT next_seq, result_dict FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
             if row is None:
                 return 0
             seq = int(row["next_seq"])
+            result_dict: bytes | None = row["result_dict"]
+            if result_dict is None:
+                # The job's first result becomes the dictionary of all its results.
+                result_dict = results[0][1].encode("utf-8")
+                conn.execute(
+                    "UPDATE jobs SET result_dict = ?, bytes = bytes + ? WHERE id = ?",
+                    (result_dict, len(result_dict), job_id),
+                )
+            dicts = {_RESULTS: result_dict}
             for index, payload, status, scored in results:
+                stored = pack(payload, dicts, _RESULTS)
                 cursor = conn.execute(
                     "UPDATE items SET result = ?, status = ?, seq = ? WHERE job_id = ? AND"
                     " idx = ? AND result IS NULL AND request IS NOT NULL",
-                    (payload, status, seq + 1, job_id, index),
+                    (stored, status, seq + 1, job_id, index),
                 )
                 if cursor.rowcount == 1:
                     seq += 1
                     saved += 1
                     scored_count += int(scored)
+                    added += _stored_size(stored)
             if saved:
                 conn.execute(
                     "UPDATE jobs SET next_seq = ?, done = done + ?, scored = scored + ?,"
-                    " unscored = unscored + ?, updated_at = ? WHERE id = ?",
-                    (seq, saved, scored_count, saved - scored_count, time.time(), job_id),
+                    " unscored = unscored + ?, bytes = bytes + ?, updated_at = ? WHERE id = ?",
+                    (seq, saved, scored_count, saved - scored_count, added, time.time(), job_id),
                 )
         return saved
 
@@ -618,6 +831,11 @@ class JobStore:
                     "items can be graded again",
                     field="job_id",
                 )
+            freed = conn.execute(
+                "SELECT COALESCE(SUM(LENGTH(CAST(result AS BLOB))), 0) AS n FROM items WHERE"
+                " job_id = ? AND status = 'unscored' AND request IS NOT NULL",
+                (job_id,),
+            ).fetchone()["n"]
             reset = conn.execute(
                 "UPDATE items SET result = NULL, status = NULL, seq = NULL WHERE job_id = ? AND"
                 " status = 'unscored' AND request IS NOT NULL",
@@ -626,10 +844,10 @@ class JobStore:
             if reset:
                 conn.execute(
                     "UPDATE jobs SET status = 'queued', detail = NULL, done = done - ?,"
-                    " unscored = unscored - ?, lease_owner = ?, lease_expires = ?,"
-                    " updated_at = ? WHERE id = ?",
-                    (reset, reset, lease_owner, now + lease_seconds if lease_owner else 0.0,
-                     now, job_id),
+                    " unscored = unscored - ?, bytes = MAX(bytes - ?, 0), lease_owner = ?,"
+                    " lease_expires = ?, updated_at = ? WHERE id = ?",
+                    (reset, reset, int(freed), lease_owner,
+                     now + lease_seconds if lease_owner else 0.0, now, job_id),
                 )
         return reset
 
@@ -712,6 +930,16 @@ class JobStore:
         params += [-1 if limit is None else min(limit, 2**63 - 1), min(offset, 2**63 - 1)]
         return self._conn().execute(query, params).fetchall()
 
+    def _dicts(self, job_id: str) -> dict[int, bytes]:
+        """The job's compression dictionaries (what ``unpack`` needs to read its blobs)."""
+        row = self._conn().execute(
+            "SELECT request_dict, result_dict FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        if row is None:
+            return {}
+        found = {_REQUESTS: row["request_dict"], _RESULTS: row["result_dict"]}
+        return {tag: bytes(value) for tag, value in found.items() if value is not None}
+
     def item_errors(self, job_id: str) -> list[tuple[int, int | None, str]]:
         """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""
         rows = self._conn().execute(
@@ -720,7 +948,7 @@ class JobStore:
             (job_id,),
         ).fetchall()
         return [
-            (int(r["idx"]), None if r["line"] is None else int(r["line"]), str(r["error"]))
+            (int(r["idx"]), None if r["line"] is None else int(r["line"]), unpack(r["error"]))
             for r in rows
         ]
 
@@ -731,7 +959,8 @@ class JobStore:
             " result IS NULL AND request IS NOT NULL ORDER BY idx LIMIT ?",
             (job_id, after, limit),
         ).fetchall()
-        return [(int(r["idx"]), str(r["item_id"]), str(r["request"])) for r in rows]
+        dicts = self._dicts(job_id) if rows else {}
+        return [(int(r["idx"]), str(r["item_id"]), unpack(r["request"], dicts)) for r in rows]
 
     def entries(self, job_id: str, after_seq: int, up_to: int, limit: int) -> list[tuple[int, str]]:
         """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines."""
@@ -740,12 +969,14 @@ class JobStore:
             " AND seq <= ? ORDER BY seq LIMIT ?",
             (job_id, after_seq, up_to, limit),
         ).fetchall()
-        # The stored JSON is spliced in as is: no parse and re-dump per line.
+        dicts = self._dicts(job_id) if rows else {}
+        # The stored JSON is spliced in as is (once decompressed): no parse and re-dump per line.
         return [
             (
                 int(r["seq"]),
                 f'{{"index": {int(r["idx"])}, "id": {json.dumps(r["item_id"])}, '
-                f'"result": {r["result"] or "null"}, "error": {r["error"] or "null"}}}\n',
+                f'"result": {unpack(r["result"], dicts) if r["result"] else "null"}, '
+                f'"error": {unpack(r["error"], dicts) if r["error"] else "null"}}}\n',
             )
             for r in rows
         ]
@@ -766,8 +997,9 @@ class JobStore:
             ).fetchall()
             if not rows:
                 return
+            dicts = self._dicts(job_id)  # per page: the result dictionary comes with a result
             for row in rows:
-                yield str(row["result"])
+                yield unpack(row["result"], dicts)
             after = int(rows[-1]["seq"])
 
     def status_counts(self) -> dict[str, int]:
@@ -867,7 +1099,12 @@ class JobManager:
             taken over this long after its last renewal.
         poll_seconds: How often leases are renewed and unclaimed jobs looked for.
         drain_timeout: On shutdown, how long in-flight items may take to finish and be stored.
-        max_running: Jobs one process runs at once (they share the grader's concurrency).
+        max_running: Jobs one process runs at once (they share the grader's concurrency; each
+            grading job has at most its share of it in flight, so a newly started job's items
+            are graded at once rather than queued behind the others').
+        retention_seconds: Finished jobs (items, results, files) are deleted this long after
+            they last changed; 0 keeps them.
+        purge_seconds: How often the poll loop looks for expired jobs.
     """
 
     def __init__(
@@ -879,6 +1116,8 @@ class JobManager:
         poll_seconds: float = 1.0,
         drain_timeout: float = 30.0,
         max_running: int = 4,
+        retention_seconds: float = 0.0,
+        purge_seconds: float = 300.0,
     ) -> None:
         if lease_seconds <= 2 * poll_seconds:
             raise ValueError("lease_seconds must exceed twice poll_seconds, or leases lapse")
@@ -893,10 +1132,25 @@ class JobManager:
         self._stopping = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
         self._runners: dict[str, JobRunner] = {GRADE: JobManager._run_grade}
+        self._purgers: dict[str, Callable[[str], None]] = {}
+        self.retention_seconds = retention_seconds
+        self.purge_seconds = purge_seconds
+        self._last_purge = float("-inf")
+        # Jobs running here: (owner, kind), and the grading jobs asked to make room for others.
+        self._running: dict[str, tuple[str, str]] = {}
+        self._yielding: set[str] = set()
 
-    def register(self, kind: str, runner: JobRunner) -> None:
-        """Run jobs of ``kind`` with ``runner`` (this process then claims that kind too)."""
+    def register(
+        self, kind: str, runner: JobRunner, *, purge: Callable[[str], None] | None = None
+    ) -> None:
+        """Run jobs of ``kind`` with ``runner`` (this process then claims that kind too).
+
+        ``purge(job_id)``, when given, removes what a job of this kind keeps outside the store
+        (a calibration report) once retention deletes the job.
+        """
         self._runners[kind] = runner
+        if purge is not None:
+            self._purgers[kind] = purge
 
     @property
     def stopping(self) -> asyncio.Event:
@@ -957,6 +1211,57 @@ class JobManager:
             )
             for job_id in claimed:
                 self._launch(job_id)
+        elif not self._stopping.is_set():
+            await self._make_room()
+        await self._purge_expired()
+
+    async def _make_room(self) -> None:
+        """When full and another owner waits with fewer jobs held, hand one slot over.
+
+        The grading job (run here) of the owner holding the most jobs stops feeding items, lets
+        its in-flight ones finish and be stored, and goes back to the queue, where the fair
+        claim order gives the slot to the waiting owner. One at a time, and only while that
+        owner holds at least two jobs more than the waiting one, so shares even out without
+        jobs changing hands back and forth.
+        """
+        if self._yielding & set(self._tasks):
+            return  # one hand-over at a time
+        waiting = await asyncio.to_thread(self.store.waiting_owners, tuple(self._runners))
+        if not waiting:
+            return
+        held = await asyncio.to_thread(self.store.held_by_owner)
+        fewest = min(held.get(owner, 0) for owner in waiting)
+        candidates = [
+            (held.get(owner, 0), job_id)
+            for job_id, (owner, kind) in self._running.items()
+            if kind == GRADE and job_id in self._tasks and job_id not in self._yielding
+            and held.get(owner, 0) >= fewest + 2
+        ]
+        if candidates:
+            _, job_id = max(candidates)
+            log.info("job %s: making room for another API key's job", job_id)
+            self._yielding.add(job_id)
+
+    async def _purge_expired(self) -> None:
+        """Delete finished jobs past the retention period (at most every ``purge_seconds``)."""
+        now = time.monotonic()
+        if self.retention_seconds <= 0 or now - self._last_purge < self.purge_seconds:
+            return
+        self._last_purge = now
+        before = time.time() - self.retention_seconds
+        while True:
+            purged = await asyncio.to_thread(self.store.purge, before)
+            for job_id, kind in purged:
+                purge = self._purgers.get(kind)
+                if purge is not None:
+                    try:
+                        await asyncio.to_thread(purge, job_id)
+                    except OSError:
+                        log.exception("job %s: could not remove its files", job_id)
+            if purged:
+                log.info("retention: deleted %d finished job(s)", len(purged))
+            if len(purged) < 200:
+                return
 
     def _launch(self, job_id: str) -> None:
         running = self._tasks.get(job_id)
@@ -980,11 +1285,15 @@ class JobManager:
         model: str | None = None,
         config_hash: str | None = None,
         job_id: str | None = None,
+        quota: Quota | None = None,
     ) -> JobStatus:
         """Store a job and start running it here when this process has room.
 
         The keyword arguments after ``config`` are those of ``JobStore.create``; ``job_id`` is
         generated unless given (a caller that prepares files under the id first passes it).
+
+        Raises:
+            QuotaExceeded: the job would take ``owner`` over a limit of ``quota``.
         """
         job_id = job_id or uuid.uuid4().hex
         run_here = (
@@ -997,6 +1306,7 @@ class JobManager:
                 job_id=job_id, owner=owner, items=items, overrides=overrides, config=config,
                 lease_owner=self.token if run_here else None, lease_seconds=self.lease_seconds,
                 kind=kind, options=options, total=total, model=model, config_hash=config_hash,
+                quota=quota,
             )
         )
         row = await asyncio.to_thread(self.store.get, job_id)
@@ -1095,6 +1405,7 @@ class JobManager:
             row = await asyncio.to_thread(self.store.get, job_id)
             runner = self._runners.get(row["kind"]) if row is not None else None
             if row is not None and runner is not None:
+                self._running[job_id] = (str(row["owner"]), str(row["kind"]))
                 # This task's judge calls are made for the job's owner (its own context copy).
                 TENANT.set(str(row["owner"]))
                 await runner(self, job_id, row)
@@ -1116,6 +1427,8 @@ class JobManager:
         finally:
             if self._tasks.get(job_id) is asyncio.current_task():
                 del self._tasks[job_id]
+                self._running.pop(job_id, None)
+                self._yielding.discard(job_id)
             try:
                 # Synchronous on purpose: it must run even while this task is being cancelled.
                 self.store.release(job_id, self.token)
@@ -1141,25 +1454,58 @@ class JobManager:
         await self.grader.prepare(config)
         if not await asyncio.to_thread(self.store.start_run, job_id, self.token):
             return
-        in_flight: dict[str, int] = {}
-
-        async def feed() -> AsyncIterator[tuple[str, GradeRequest]]:
-            after = -1
-            while not self._stopping.is_set():
-                page = await asyncio.to_thread(self.store.pending, job_id, after, 256)
-                if not page:
-                    return
-                for index, item_id, payload in page:
-                    if self._stopping.is_set():
-                        return  # shutting down: what is in flight drains, the rest waits
-                    after = index
-                    in_flight[item_id] = index
-                    yield item_id, GradeRequest.model_validate_json(payload)
-
-        async for result in self.grader.grade_many(feed(), config=config):
-            index = in_flight.pop(result.id, None)
-            if index is None:
-                log.error("job %s: result for unknown item id %r dropped", job_id, result.id)
-                continue
-            await _store_retry(self.store.save_result, job_id, index, result)
+        await self._grade_items(job_id, config)
         await _store_retry(self.store.complete_if_finished, job_id, self.token)
+
+    def share(self, concurrency: int) -> int:
+        """Items one job may have in flight: its share of the grader's concurrency.
+
+        Jobs running here share the grader's semaphore; were each to queue as many items as it
+        can, a job started later would wait behind all of theirs. With at most its share in
+        flight, each job gets about the same number of slots whenever one frees up.
+        """
+        return max(1, math.ceil(concurrency / max(1, len(self._tasks))))
+
+    def halted(self, job_id: str) -> bool:
+        """Whether a job should stop feeding work (shutdown, or making room for another key)."""
+        return self._stopping.is_set() or job_id in self._yielding
+
+    async def _grade_items(self, job_id: str, config: JudgeConfig) -> None:
+        """Grade a job's pending items, at most ``share`` in flight, storing each result."""
+        pending: dict[asyncio.Task[GradeResult], int] = {}
+        page: list[tuple[int, str, str]] = []
+        after = -1
+        exhausted = False
+
+        async def fill() -> None:
+            nonlocal page, after, exhausted
+            while (
+                not exhausted and not self.halted(job_id)
+                and len(pending) < self.share(config.concurrency)
+            ):
+                if not page:
+                    page = await asyncio.to_thread(self.store.pending, job_id, after, 256)
+                    page.reverse()  # popped from the end, in index order
+                    if not page:
+                        exhausted = True
+                        return
+                index, item_id, payload = page.pop()
+                after = index
+                request = GradeRequest.model_validate_json(payload)
+                task = asyncio.ensure_future(
+                    self.grader.grade(request, config=config, item_id=item_id)
+                )
+                pending[task] = index
+
+        try:
+            await fill()
+            while pending:
+                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                finished = [(pending.pop(task), task) for task in done]
+                await fill()  # the freed slots work while the results are stored
+                for index, task in finished:
+                    await _store_retry(self.store.save_result, job_id, index, task.result())
+                await fill()
+        finally:
+            for task in pending:
+                task.cancel()

@@ -277,6 +277,25 @@ class Settings(BaseSettings):
         "another graded) or `per_key` (each key's calls are cached apart, paid again per key).",
     )
 
+    max_jobs_per_key: int = Field(
+        default=16, ge=1,
+        description="Queued or running jobs one API key may have at once (any kind).",
+    )
+    max_queued_items_per_key: int = Field(
+        default=200_000, ge=1,
+        description="Items not yet finished across one API key's queued and running jobs.",
+    )
+    max_stored_bytes_per_key: int = Field(
+        default=2_000_000_000, ge=1,
+        description="Bytes of items and results one API key's jobs may keep in the job store "
+        "(as stored, compressed); freed when its jobs expire (`retention_days`).",
+    )
+    retention_days: float = Field(
+        default=30.0, ge=0,
+        description="Days a finished job (its items and results, and a calibration run's "
+        "report) is kept after it last changed; 0 keeps them forever.",
+    )
+
     @field_validator("api_keys")
     @classmethod
     def _hash_keys(cls, value: list[str]) -> list[str]:

@@ -40,7 +40,7 @@ from fastapi.responses import FileResponse
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, require_owner
 from api.errors import ERROR_RESPONSES, JudgeNotConfigured, NotFound
-from api.jobs import JobManager, JobRunner, job_status
+from api.jobs import JobManager, JobRunner, Quota, job_status
 from api.schemas import (
     CalibrateBody,
     CalibrationJob,
@@ -92,6 +92,17 @@ def reports_dir(settings: Settings) -> Path:
 
 
 # -- loading sets --------------------------------------------------------------------------------
+
+
+def report_remover(settings: Settings) -> Callable[[str], None]:
+    """What removes a calibration run's report folder once retention deletes its job."""
+    root = reports_dir(settings)
+
+    def remove(job_id: str) -> None:
+        # The id comes from the job store (a uuid hex), never from a request.
+        shutil.rmtree(root / job_id, ignore_errors=True)
+
+    return remove
 
 
 def _source_of(name: str) -> str:
@@ -289,10 +300,15 @@ async def calibrate(
     options["problems"] = len(dataset.problems)
     options["problem_lines"] = _problems(dataset)
     total = min(len(dataset.items), body.limit) if body.limit else len(dataset.items)
-    await jobs.submit(
-        owner=owner, items=[], overrides=None, config=None, kind=CALIBRATE, options=options,
-        total=total, model=", ".join(judges), config_hash=dataset.short_hash, job_id=job_id,
-    )
+    try:
+        await jobs.submit(
+            owner=owner, items=[], overrides=None, config=None, kind=CALIBRATE, options=options,
+            total=total, model=", ".join(judges), config_hash=dataset.short_hash, job_id=job_id,
+            quota=Quota.from_settings(settings),
+        )
+    except BaseException:  # over quota (or the store failed): the prepared folder goes too
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        raise
     response.headers["Location"] = f"/v1/calibrate/{job_id}"
     return calibration_status(await jobs.row(job_id, owner, CALIBRATE), settings)
 

@@ -10,8 +10,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, select_judge
-from api.errors import ERROR_RESPONSES, field_of
-from api.jobs import GRADE, build_items, job_status, read_job_upload
+from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE, field_of
+from api.jobs import GRADE, Quota, build_items, job_status, read_job_upload
 from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
@@ -84,6 +84,7 @@ def judge_query(
 @router.post(
     "", status_code=202, summary="Submit a grading job", openapi_extra=_UPLOAD_DOC,
     response_description="The job, queued or already running.",
+    responses={429: QUOTA_RESPONSE},
 )
 async def submit_job(
     request: Request,
@@ -100,6 +101,9 @@ async def submit_job(
     `invalid` count and the error entries of the results); the rest are graded in the background,
     and survive a restart of the service. For JSONL and multipart uploads, the judge is selected
     with query parameters (or a multipart `judge` field), never both.
+
+    A key over its quota (queued or running jobs, unfinished items, stored bytes) is answered
+    429 naming the limit and its current use.
     """
     upload = await read_job_upload(request)
     if upload.judge is not None and query_judge is not None:
@@ -108,7 +112,10 @@ async def submit_job(
     overrides = upload.judge or query_judge
     config = select_judge(grader=grader, settings=settings, overrides=overrides)
     items = build_items(upload, context_window=config.context_window, settings=settings)
-    status = await jobs.submit(owner=owner, items=items, overrides=overrides, config=config)
+    status = await jobs.submit(
+        owner=owner, items=items, overrides=overrides, config=config,
+        quota=Quota.from_settings(settings),
+    )
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
 

@@ -27,7 +27,16 @@ from pydantic import ValidationError
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
 from api.errors import ERROR_RESPONSES, JudgeNotConfigured, UnsupportedMediaType, field_of
-from api.jobs import JSONL_TYPES, JobItem, JobManager, JobStore, media_type, parse_jsonl, with_line
+from api.jobs import (
+    JSONL_TYPES,
+    JobItem,
+    JobManager,
+    JobStore,
+    Quota,
+    media_type,
+    parse_jsonl,
+    with_line,
+)
 from api.schemas import MCQ_JOB_EXAMPLE, ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from judge.config import Settings
 from judge.engine import Grader
@@ -395,6 +404,7 @@ async def submit_mcq_job(
     status = await jobs.submit(
         owner=owner, items=items, overrides=None, config=None, kind=MCQ,
         options=options.as_stored(), model=model, config_hash=config_hash,
+        quota=Quota.from_settings(settings),
     )
     response.headers["Location"] = f"/v1/mcq/jobs/{status.id}"
     return status

@@ -1,0 +1,125 @@
+"""Fairness between API keys: a small job of one key is not queued behind another key's big ones."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.jobs import JobItem, JobStore
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.types import GradeRequest
+from judge.verdicts import DefectJudgement
+
+KEY_A = "key-a-0123456789"
+KEY_B = "key-b-9876543210"
+NUMBER = re.compile(r"answer-(\d+)\b")
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def item(n: int) -> dict[str, Any]:
+    # Every item differs (its answer number), so no judge call is a cache hit.
+    return {
+        "id": f"it-{n}",
+        "question": "How does Levin feel?",
+        "reference": "He feels humiliated and hurt.",
+        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
+        "response": f"Levin is humiliated (answer-{n}).",
+    }
+
+
+def handler(call: FakeCall) -> FakeOutput:
+    if call.response_model is DefectJudgement:
+        return defects()
+    assert call.validation_context is not None
+    return covering(1, n=int(call.validation_context["n_points"]))
+
+
+def make_app(tmp_path: Path) -> FastAPI:
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=("coverage", "defects"), concurrency=4),
+        # An asynchronous 5 ms per judge call: the jobs compete for the grader's slots.
+        provider=FakeProvider(handler=handler, latency=0.005),
+        cache=JudgeCache(tmp_path / "cache"),
+    )
+    settings = Settings(
+        cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A, KEY_B]
+    )
+    return create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
+
+
+def wait_for(
+    client: TestClient, key: str, job_id: str, predicate: Callable[[dict[str, Any]], bool],
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status: dict[str, Any] = client.get(f"/v1/jobs/{job_id}", headers=auth(key)).json()
+        if predicate(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job never reached the expected state: {status}")
+        time.sleep(0.01)
+
+
+def test_small_job_of_another_key_finishes_while_big_ones_are_far_from_done(
+    tmp_path: Path,
+) -> None:
+    with TestClient(make_app(tmp_path)) as client:
+        big = []
+        for job in range(4):  # as many jobs as the process runs at once
+            items = [item(1000 * (job + 1) + k) for k in range(200)]
+            answer = client.post("/v1/jobs", json={"items": items}, headers=auth(KEY_A))
+            assert answer.status_code == 202
+            big.append(answer.json()["id"])
+        small = client.post(
+            "/v1/jobs", json={"items": [item(k) for k in range(5)]}, headers=auth(KEY_B)
+        ).json()["id"]
+        done = wait_for(client, KEY_B, small, lambda s: s["status"] == "done")
+        assert done["done"] == 5 and done["scored"] == 5
+        progress = [
+            client.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).json() for job_id in big
+        ]
+        # Key A's jobs are still far from done: B's job ran beside them, not after one of them.
+        assert all(status["status"] != "done" for status in progress), progress
+        assert sum(status["done"] for status in progress) < 400, progress
+        # And A's jobs all finish, every item graded once (the one that made room resumed).
+        for job_id in big:
+            final = wait_for(client, KEY_A, job_id, lambda s: s["status"] == "done")
+            assert final["done"] == final["scored"] == 200
+
+
+def request(n: int) -> GradeRequest:
+    return GradeRequest.model_validate(item(n))
+
+
+def test_claim_prefers_the_owner_holding_fewest_jobs(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    try:
+        for n, owner in enumerate(["a", "a", "a", "b", "a", "c"]):
+            store.create(
+                job_id=f"{owner}{n}", owner=owner,
+                items=[JobItem(0, "1", None, request(n), None)],
+                overrides=None, config=None, lease_owner=None, lease_seconds=30.0,
+            )
+            time.sleep(0.002)  # distinct creation times
+        # Oldest first would take a0, a1, a2; fairness takes one job of each owner first.
+        assert store.claim("worker-1", 30.0, 3) == ["a0", "b3", "c5"]
+        # Then a (1 held) before b and c (1 held each)? All equal: the oldest, a1.
+        assert store.claim("worker-2", 30.0, 1) == ["a1"]
+    finally:
+        store.close()

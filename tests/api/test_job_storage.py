@@ -1,0 +1,216 @@
+"""The job store on disk: compact items and results, old rows still read, retention."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import json
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.app import JOBS_DB, create_app
+from api.jobs import SCHEMA_VERSION, JobItem, JobStore
+from api.routes.calibration import REPORTS
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.types import GradeRequest
+from judge.verdicts import DefectJudgement
+
+TEXT = (
+    "Levin Kitty Anna Vronsky Stiva Dolly Moscow Petersburg estate mowing peasants ball "
+    "letter train station snow winter summer feels thinks believes hopes fears knows that "
+    "the a of and to in was he she they his her not with but for at by from as"
+)
+WORDS = TEXT.split()
+
+
+def handler(call: FakeCall) -> FakeOutput:
+    if call.response_model is DefectJudgement:
+        return defects()
+    assert call.validation_context is not None
+    return covering(1, n=int(call.validation_context["n_points"]))
+
+
+def make_app(tmp_path: Path, **settings: Any) -> FastAPI:
+    grader = Grader(
+        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"),
+                    concurrency=8),
+        provider=FakeProvider(handler=handler), cache=JudgeCache(tmp_path / "cache"),
+    )
+    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
+    return create_app(config, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
+
+
+def item(n: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"it-{n}",
+        "question": f"How does Levin feel? ({n})",
+        "reference": "He feels humiliated and hurt.",
+        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
+        "response": f"Levin is humiliated (answer-{n}).",
+        **extra,
+    }
+
+
+def wait_for(
+    client: TestClient, job_id: str, predicate: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        status: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        if predicate(status):
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(0.02)
+
+
+def store_bytes(data: Path) -> int:
+    return sum(p.stat().st_size for p in data.glob(f"{JOBS_DB}*"))
+
+
+def test_a_job_takes_at_most_three_times_its_upload(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    # Small items (their results are ~10x larger than they are) and a few long contexts.
+    lines = [json.dumps(item(n)) for n in range(800)]
+    lines += [
+        json.dumps(item(n, context=" ".join(rng.choice(WORDS) for _ in range(4000))))
+        for n in range(800, 820)
+    ]
+    upload = ("\n".join(lines) + "\n").encode()
+    with TestClient(make_app(tmp_path)) as client:
+        answer = client.post(
+            "/v1/jobs", content=upload, headers={"content-type": "application/x-ndjson"}
+        )
+        assert answer.status_code == 202
+        job = answer.json()["id"]
+        assert wait_for(client, job, lambda s: s["status"] == "done")["scored"] == 820
+        stream = client.get(f"/v1/jobs/{job}/results").text
+        entries = [json.loads(line) for line in stream.splitlines()]
+        assert len(entries) == 820 and all(e["result"]["status"] == "scored" for e in entries)
+        assert client.get(f"/v1/jobs/{job}/summary").json()["scored"] == 820
+    used = store_bytes(tmp_path / "data")
+    assert used <= 3 * len(upload), (used, len(upload))
+    with sqlite3.connect(tmp_path / "data" / JOBS_DB) as conn:
+        kinds = dict(conn.execute(
+            "SELECT typeof(result), COUNT(*) FROM items GROUP BY typeof(result)"
+        ).fetchall())
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    assert kinds == {"blob": 820} and version == SCHEMA_VERSION == 3
+
+
+def test_rows_stored_as_text_by_an_older_version_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    # A version-2 database: no compression columns, JSON stored as text.
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL DEFAULT 'grade',"
+            " options TEXT NOT NULL DEFAULT '{}', owner TEXT NOT NULL, status TEXT NOT NULL,"
+            " total INTEGER NOT NULL, invalid INTEGER NOT NULL, done INTEGER NOT NULL DEFAULT 0,"
+            " scored INTEGER NOT NULL DEFAULT 0, unscored INTEGER NOT NULL DEFAULT 0,"
+            " next_seq INTEGER NOT NULL DEFAULT 0, overrides TEXT NOT NULL, model TEXT NOT NULL,"
+            " config_hash TEXT NOT NULL, detail TEXT, created_at REAL NOT NULL,"
+            " updated_at REAL NOT NULL, run_started_at REAL, run_start_done INTEGER NOT NULL"
+            " DEFAULT 0, lease_owner TEXT, lease_expires REAL NOT NULL DEFAULT 0);"
+            "CREATE TABLE items (job_id TEXT NOT NULL, idx INTEGER NOT NULL, item_id TEXT,"
+            " line INTEGER, request TEXT, error TEXT, result TEXT, status TEXT, seq INTEGER,"
+            " PRIMARY KEY (job_id, idx)) WITHOUT ROWID;"
+            "PRAGMA user_version = 2;"
+        )
+        request = GradeRequest.model_validate(item(1)).model_dump_json()
+        conn.execute(
+            "INSERT INTO jobs (id, owner, status, total, invalid, done, next_seq, overrides,"
+            " model, config_hash, created_at, updated_at) VALUES ('old', 'o', 'queued', 2, 1,"
+            " 1, 2, '{}', 'fake/judge', 'h', 1, 1)"
+        )
+        conn.executemany(
+            "INSERT INTO items (job_id, idx, item_id, request, error, result, status, seq)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [("old", 0, "it-1", request, None, None, None, None),
+             ("old", 1, "it-2", None, '{"type": "invalid_input", "message": "bad"}', None,
+              None, 1),
+             ("old", 2, "it-3", request, None, '{"id": "it-3", "status": "scored"}', "scored",
+              2)],
+        )
+    store = JobStore(path)
+    try:
+        assert store.pending("old", -1, 10) == [(0, "it-1", request)]
+        lines = [json.loads(line) for _, line in store.entries("old", 0, 2, 10)]
+        assert lines[0]["error"]["message"] == "bad"
+        assert lines[1]["result"] == {"id": "it-3", "status": "scored"}
+        # New results of the old job are compressed beside the old text rows.
+        assert store.save_results("old", [(0, '{"id": "it-1", "status": "scored"}' * 10,
+                                           "scored", True)]) == 1
+        assert list(store.raw_results("old"))[-1] == '{"id": "it-1", "status": "scored"}' * 10
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            stored = dict(conn.execute("SELECT idx, typeof(result) FROM items").fetchall())
+        assert stored == {0: "blob", 1: "null", 2: "text"}
+    finally:
+        store.close()
+
+
+def backdate(data: Path, job_ids: list[str], days: float) -> None:
+    with sqlite3.connect(data / JOBS_DB) as conn:
+        conn.executemany(
+            "UPDATE jobs SET updated_at = updated_at - ? WHERE id = ?",
+            [(days * 86_400, job_id) for job_id in job_ids],
+        )
+
+
+def test_finished_jobs_and_reports_expire_after_the_retention_period(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with TestClient(make_app(tmp_path, retention_days=1)) as client:
+        old, recent = (
+            client.post("/v1/jobs", json={"items": [item(n)]}).json()["id"] for n in (1, 2)
+        )
+        for job in (old, recent):
+            wait_for(client, job, lambda s: s["status"] == "done")
+    # A finished calibration run, its report folder beside the store, and a queued job.
+    store = JobStore(data / JOBS_DB)
+    request = GradeRequest.model_validate(item(3))
+    store.create(job_id="cal", owner="anonymous", items=[], overrides=None, config=None,
+                 lease_owner=None, lease_seconds=30, kind="calibrate", total=0)
+    store.create(job_id="waiting", owner="anonymous",
+                 items=[JobItem(0, "it-3", None, request, None)], overrides=None, config=None,
+                 lease_owner=None, lease_seconds=30, kind="never-run-here")
+    store.close()
+    report = data / REPORTS / "cal"
+    report.mkdir(parents=True)
+    (report / "report.md").write_text("# report\n")
+    backdate(data, [old, "cal", "waiting"], days=2)
+
+    with TestClient(make_app(tmp_path, retention_days=1)) as client:
+        deadline = time.monotonic() + 10
+        while client.get(f"/v1/jobs/{old}").status_code != 404:
+            assert time.monotonic() < deadline, "the expired job was never removed"
+            time.sleep(0.02)
+        assert client.get(f"/v1/jobs/{recent}").status_code == 200
+        assert not report.exists()
+        # At most one look every few minutes: a job expiring now waits for the next one.
+        backdate(data, [recent], days=2)
+        time.sleep(0.3)
+        assert client.get(f"/v1/jobs/{recent}").status_code == 200
+    with sqlite3.connect(data / JOBS_DB) as conn:
+        left = {row[0] for row in conn.execute("SELECT DISTINCT job_id FROM items")}
+        jobs = {row[0] for row in conn.execute("SELECT id FROM jobs")}
+    assert jobs == {recent, "waiting"}  # an unfinished job is never removed, however old
+    assert left == {recent, "waiting"}
+
+
+def test_retention_zero_keeps_everything(tmp_path: Path) -> None:
+    with TestClient(make_app(tmp_path, retention_days=0)) as client:
+        job = client.post("/v1/jobs", json={"items": [item(1)]}).json()["id"]
+        wait_for(client, job, lambda s: s["status"] == "done")
+    backdate(tmp_path / "data", [job], days=10_000)
+    with TestClient(make_app(tmp_path, retention_days=0)) as client:
+        time.sleep(0.2)
+        assert client.get(f"/v1/jobs/{job}").status_code == 200
