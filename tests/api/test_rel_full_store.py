@@ -1,0 +1,77 @@
+"""A full disk under `bonusjudge serve` (a real process whose files may not grow past 3 MB, the
+portable stand-in for a small full volume): submissions get 503 with Retry-After, never 500,
+the service stays up, and jobs stored before the disk filled still finish."""
+
+from __future__ import annotations
+
+import random
+import resource
+import signal
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from judge.testing.processes import cli_env, free_port
+
+
+def _small_files() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails, not kills
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3_000_000, 3_000_000))
+
+
+def test_a_full_store_answers_503_and_the_service_stays_up(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - the child writes to it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "judge.cli", "serve", "--port", str(port), "--metrics", "rouge_l",
+         "--cache-dir", str(tmp_path / "cache")],
+        env=cli_env(), preexec_fn=_small_files, stdout=log, stderr=subprocess.STDOUT,
+    )
+    rng = random.Random(0)
+
+    def item(n: int) -> dict[str, Any]:
+        words = " ".join(
+            "".join(rng.choice(string.ascii_lowercase) for _ in range(7)) for _ in range(3000)
+        )
+        return {"id": f"i{n}", "question": "Q?", "reference": "A reference.",
+                "response": "An answer " + words[:2000], "context": words}
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        statuses = []
+        for job in range(40):
+            answer = httpx.post(url + "/v1/jobs", timeout=60,
+                                json={"items": [item(job * 10 + k) for k in range(10)]})
+            statuses.append(answer.status_code)
+            if answer.status_code != 202:
+                break
+        assert statuses[-1] == 503, statuses
+        assert set(statuses[:-1]) == {202}
+        assert int(answer.headers["retry-after"]) >= 1
+        assert answer.json()["error"]["type"] == "store_unavailable"
+        assert str(tmp_path) not in answer.text
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+        listed = httpx.get(url + "/v1/jobs", timeout=10).json()["jobs"]
+        assert any(j["status"] == "done" for j in listed)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
