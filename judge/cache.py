@@ -152,17 +152,9 @@ class JudgeCache:
         self._cache: Any = None
         self._size_limit = size_limit
         if self.directory is not None:
-            import diskcache
-
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                _make_private(self.directory)
-                # eviction "least-recently-stored" avoids a write on every read (LRU would).
-                self._cache = diskcache.Cache(
-                    str(self.directory),
-                    size_limit=size_limit,
-                    eviction_policy="least-recently-stored",
-                )
+                self._cache = self._open()
             except Exception as exc:  # sqlite, permissions, full disk: a cache is disposable
                 self._cache = self._recover(exc)
             if self._cache is not None:  # an uncached run has no files of its own to protect
