@@ -19,9 +19,9 @@ from api.auth import authenticate
 from api.errors import JudgeNotConfigured, Unavailable
 from api.jobs import JobManager
 from api.observability import EncoderWarmup, Observability
+from core.errors import ConfigError, InputError, RubricNotFound
 from judge.config import JudgeConfig, JudgeOverrides, Settings
 from judge.engine import TENANT, Grader
-from judge.errors import ConfigError, InputError, RubricNotFound
 from judge.metrics import needs_encoder
 
 LLM_METRICS = frozenset({"coverage", "defects"})

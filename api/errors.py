@@ -1,7 +1,7 @@
 """The one place where errors become HTTP responses.
 
 Every error body has the same shape, ``{"error": {"type", "message", "field"}}`` (``ErrorBody``).
-``ERROR_TABLE`` maps the engine's error tree (``judge.errors``) and the service's own errors
+``ERROR_TABLE`` maps the engine's error tree (``core.errors``) and the service's own errors
 (below) to a status and a type; the most specific class listed wins, by MRO. Request validation
 becomes 422 naming the field (pydantic's location joined with dots, without the ``body`` prefix);
 framework errors (unknown route, wrong method, body too large) keep their status in the same
@@ -36,7 +36,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from api.schemas import ErrorBody, ErrorInfo
-from judge.errors import (
+from core.errors import (
     CacheError,
     ConfigError,
     InputError,
@@ -45,6 +45,7 @@ from judge.errors import (
     ProviderError,
     RubricInvalid,
     RubricNotFound,
+    first_error,
 )
 
 log = logging.getLogger("bonusjudge.api")
@@ -190,29 +191,6 @@ def error_response(
     )
 
 
-def field_of(loc: tuple[int | str, ...] | list[int | str]) -> str | None:
-    """A pydantic error location as a dotted field name, without the request-part prefix."""
-    parts = list(loc)
-    if parts == ["body"]:
-        return "body"  # the body as a whole (missing, or not an object)
-    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
-        parts = parts[1:]
-    return ".".join(str(p) for p in parts) or None
-
-
-def validation_info(errors: list[Any]) -> tuple[str | None, str]:
-    """The field and message of the first of pydantic's validation errors."""
-    if not errors:
-        return None, "invalid request"
-    first = errors[0]
-    if first.get("type") == "json_invalid":
-        detail = (first.get("ctx") or {}).get("error", "")
-        return "body", f"body: invalid JSON{': ' + detail if detail else ''}"
-    field = field_of(first.get("loc", ()))
-    message = str(first.get("msg", "invalid value"))
-    return field, f"{field}: {message}" if field else message
-
-
 async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
     status, type_ = classify(exc)
     if status >= 500 and not isinstance(exc, ServiceError):
@@ -230,7 +208,7 @@ async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    field, message = validation_info(list(exc.errors()))
+    field, message = first_error(list(exc.errors()))
     return error_response(422, "invalid_input", message, field=field)
 
 

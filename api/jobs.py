@@ -55,12 +55,12 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from api.errors import Conflict, NotFound, QuotaExceeded, UnsupportedMediaType, field_of
+from api.errors import Conflict, NotFound, QuotaExceeded, UnsupportedMediaType
 from api.schemas import ItemError, JobBody, JobState, JobStatus
+from core.errors import InputError, JudgeError, field_of
 from judge.aggregate import Aggregator, Summary
 from judge.config import JudgeConfig, JudgeOverrides, Settings
 from judge.engine import TENANT, Grader
-from judge.errors import InputError, JudgeError
 from judge.io import chartom_to_request, load_json_line
 from judge.types import GradeRequest, GradeResult
 

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.text import Language
 from judge.config import JudgeOverrides
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.types import Aggregate, McqResult, McqSummary
 from judge.metrics import BertScore, RougeScore
-from judge.text import Language
 from judge.types import ExtractRequest, GradeRequest, GradeResult
 
 # -- examples (shared by several models, so they cannot drift apart) ------------------------------

@@ -26,8 +26,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from core.errors import ConfigError
 from judge.config import Settings
-from judge.errors import ConfigError
 
 log = logging.getLogger("bonusjudge.api")
 

@@ -80,7 +80,7 @@ def _evouna_requests(limit: int) -> list[tuple[str, Any]]:
     """The first ``limit`` EVOUNA TriviaQA rows as requests, or [] when the set is not here."""
     from calibration.runner import item_request
     from calibration.sets import load_shared_set
-    from judge.errors import JudgeError
+    from core.errors import JudgeError
 
     try:
         dataset = load_shared_set("evouna_tq")

@@ -38,7 +38,7 @@ from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, roc_auc
 from sklearn.model_selection import StratifiedKFold
 
 from calibration.sets import CalibrationItem, KrippendorffLevel
-from judge.errors import InputError
+from core.errors import InputError
 
 __all__ = [
     "AlphaResult",

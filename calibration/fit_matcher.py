@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 from judge.io import load_json_line
 from judge.matcher import (
     FULL_FEATURES,

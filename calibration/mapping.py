@@ -30,7 +30,7 @@ from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
 from calibration.agreement import FloatArray, ScoreInput, join_scores, stratified_group_folds
 from calibration.sets import CalibrationItem, Scale
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 
 __all__ = [
     "MAPPING_FORMAT_VERSION",

@@ -42,7 +42,7 @@ from calibration.mapping import (
     reliability_bins,
 )
 from calibration.sets import CalibrationItem, LoadedSet
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 
 __all__ = [
     "DEFAULT_GROUP_FIELDS",

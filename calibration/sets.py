@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from judge.errors import InputError
+from core.errors import InputError
 
 __all__ = [
     "CALIBRATION_DIR_ENV",

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from core.errors import ConfigError, InputError, JudgeError
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings, load_settings
-from judge.errors import ConfigError, InputError, JudgeError
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

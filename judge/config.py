@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from judge.errors import ConfigError
+from core.errors import ConfigError
 from judge.types import ALL_METRICS, MetricName
 
 EMBEDDED_JUDGE = "embedded-matcher"

@@ -24,14 +24,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from core.errors import ConfigError, JudgeError, JudgeOutputError, ProviderError, UnscoredReason
+from core.text import Language, count_words, detect_language, length_cap, truncate_words
 from judge.batching import AsyncBatcher
 from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, JudgeOverrides
-from judge.errors import ConfigError, JudgeError, JudgeOutputError, ProviderError, UnscoredReason
 from judge.metrics import BertScore, RougeScore, rouge_l
 from judge.provider import Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
-from judge.text import Language, count_words, detect_language, length_cap, truncate_words
 from judge.types import (
     CallRecord,
     CoverageResult,

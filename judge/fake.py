@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from core.errors import JudgeOutputError
 from judge.config import JudgeConfig
-from judge.errors import JudgeOutputError
 from judge.provider import Completion
 
 FakeOutput = BaseModel | dict[str, Any] | str | BaseException

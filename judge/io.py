@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 from judge.types import GradeRequest
 
 CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}

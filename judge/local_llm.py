@@ -23,7 +23,7 @@ from types import TracebackType
 
 import httpx
 
-from judge.errors import ConfigError
+from core.errors import ConfigError
 
 LOCAL_MODEL_ALIAS = "gemma3-270m"
 """The model name the local server answers to (litellm model ``openai/gemma3-270m``)."""

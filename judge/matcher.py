@@ -59,8 +59,8 @@ import numpy as np
 import numpy.typing as npt
 from rapidfuzz import fuzz, process
 
-from judge.errors import ConfigError, InputError
-from judge.text import count_words, normalize
+from core.errors import ConfigError, InputError
+from core.text import count_words, normalize
 
 if TYPE_CHECKING:
     from judge.metrics.encoders import Encoder
@@ -168,7 +168,7 @@ _NUMBER_WORDS = {
 }  # fmt: skip
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 _TOKEN_RE = re.compile(r"[^\W_]+")
-# Ideographs and kana (the ranges of judge.text.is_cjk that hold letters): one token per
+# Ideographs and kana (the ranges of core.text.is_cjk that hold letters): one token per
 # character, since those scripts do not separate words; any other letter/digit run is a word.
 _CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 _TOKEN_SPLIT_RE = re.compile(rf"[{_CJK_LETTERS}]|[^\W_{_CJK_LETTERS}]+")

@@ -27,8 +27,8 @@ from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
+from core.errors import ConfigError, JudgeOutputError, ProviderError, UnscoredReason
 from judge.config import JudgeConfig
-from judge.errors import ConfigError, JudgeOutputError, ProviderError, UnscoredReason
 
 # litellm must not fetch its model cost map from the network at import.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from judge.errors import UnscoredReason
+from core.errors import UnscoredReason
+from core.text import Language
 from judge.metrics import BertScore, RougeScore
-from judge.text import Language
 
 MAX_BONUS_POINTS = 32
 """Hard upper bound on bonus points per item; settings may lower it."""

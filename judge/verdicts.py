@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from judge.errors import JudgeOutputError
+from core.errors import JudgeOutputError
 
 MAX_DEFECTS = 10
 MAX_EXTRACTED_POINTS = 8

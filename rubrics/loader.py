@@ -21,8 +21,8 @@ from jinja2 import StrictUndefined, Template, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
-from judge.errors import RubricInvalid, RubricNotFound
-from judge.text import Language
+from core.errors import RubricInvalid, RubricNotFound
+from core.text import Language
 from rubrics.schema import TASK_VARIABLES, Rubric, RubricFile
 
 LIBRARY = Path(__file__).with_name("library")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judge.text import Language
+from core.text import Language
 
 RubricTask = Literal["coverage", "defects", "extract_points", "mcq_extract"]
 """The judge task a rubric performs."""

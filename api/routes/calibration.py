@@ -48,8 +48,8 @@ from api.schemas import (
     ReportList,
     SetProblem,
 )
+from core.errors import ConfigError, InputError, JudgeError
 from judge.config import Settings
-from judge.errors import ConfigError, InputError, JudgeError
 
 if TYPE_CHECKING:
     from calibration.sets import LoadedSet

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends
 from pydantic import ValidationError
 
 from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant, select_judge
-from api.errors import ERROR_RESPONSES, ProviderOutage, classify, field_of
+from api.errors import ERROR_RESPONSES, ProviderOutage, classify
 from api.jobs import check_request
 from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
+from core.errors import InputError, JudgeError, field_of
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.errors import InputError, JudgeError
 from judge.types import ExtractResult, GradeRequest, GradeResult
 
 router = APIRouter(

@@ -10,12 +10,12 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, select_judge
-from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE, field_of
+from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE
 from api.jobs import GRADE, Quota, build_items, job_status, read_job_upload
 from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
+from core.errors import InputError, field_of
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
-from judge.errors import InputError
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 

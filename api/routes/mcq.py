@@ -26,7 +26,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
-from api.errors import ERROR_RESPONSES, JudgeNotConfigured, UnsupportedMediaType, field_of
+from api.errors import ERROR_RESPONSES, JudgeNotConfigured, UnsupportedMediaType
 from api.jobs import (
     JSONL_TYPES,
     JobItem,
@@ -38,9 +38,9 @@ from api.jobs import (
     with_line,
 )
 from api.schemas import MCQ_JOB_EXAMPLE, ItemError, JobStatus, McqBody, McqEntry, McqResponse
+from core.errors import InputError, field_of
 from judge.config import Settings
 from judge.engine import Grader
-from judge.errors import InputError
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import format_validation_error, score_items

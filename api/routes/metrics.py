@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends
 from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner
 from api.errors import ERROR_RESPONSES
 from api.schemas import MetricsBody, MetricsEntry, MetricsResponse
+from core.errors import InputError
 from judge.config import JudgeConfig, Settings
-from judge.errors import InputError
 from judge.metrics import DEFAULT_ENCODER, bertscore, rouge_l
 
 router = APIRouter(

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends
 from api.deps import GraderDep, require_owner
 from api.errors import ERROR_RESPONSES, NotFound
 from api.schemas import RubricDetail, RubricList, RubricPromptText, RubricSummary
-from judge.errors import RubricNotFound
+from core.errors import RubricNotFound
 
 router = APIRouter(
     prefix="/v1/rubrics", tags=["rubrics"], dependencies=[Depends(require_owner)],

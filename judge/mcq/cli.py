@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from judge.errors import JudgeError
+from core.errors import JudgeError
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.runner import score_file
 from judge.mcq.types import McqMetrics, McqSummary

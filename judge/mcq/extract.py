@@ -48,8 +48,8 @@ from typing import Literal
 
 from rapidfuzz import fuzz
 
+from core.text import is_cjk, normalize
 from judge.mcq.types import ExtractionMethod
-from judge.text import is_cjk, normalize
 
 __all__ = [
     "DEFAULT_FUZZY_MARGIN",

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 from judge.io import load_json_line
 from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
 from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize

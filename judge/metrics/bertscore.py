@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.text import detect_language
 from judge.metrics.encoders import (
     Encoder,
     EncoderSpec,
@@ -39,7 +40,6 @@ from judge.metrics.encoders import (
     import_encoder_libraries,
     supports_language,
 )
-from judge.text import detect_language
 
 _LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
 

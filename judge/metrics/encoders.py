@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +56,7 @@ _FALLBACK_MAX_LENGTH = 512
 class MetricInputError(InputError, ValueError):
     """Invalid input to a metric (wrong type, mismatched lengths); the message names the field.
 
-    It is a :class:`~judge.errors.InputError` for the service's error mapping and a
+    It is a :class:`~core.errors.InputError` for the service's error mapping and a
     :class:`ValueError` for plain library callers.
     """
 
@@ -64,7 +64,7 @@ class MetricInputError(InputError, ValueError):
 class EncoderUnavailableError(ConfigError, ValueError):
     """An encoder name that cannot be resolved to a model available offline.
 
-    It is a :class:`~judge.errors.ConfigError` (field ``encoder``) and a :class:`ValueError`.
+    It is a :class:`~core.errors.ConfigError` (field ``encoder``) and a :class:`ValueError`.
     """
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.text import is_cjk, normalize
 from judge.metrics.encoders import MetricInputError
-from judge.text import is_cjk, normalize
 
 if TYPE_CHECKING:
     from rouge_score.rouge_scorer import RougeScorer

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.aggregate import Summary, summarize
-from judge.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.fake import FakeCall, FakeOutput, covering, defects
 from judge.io import InputProblem, read_items
 from judge.testing.openai_server import FaultKind, FaultPlan, _unknown_fields

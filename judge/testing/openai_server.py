@@ -57,7 +57,7 @@ placed where the request's mode expects it: a ``str`` verbatim, a dict/list seri
 
 Faults (:class:`FaultPlan`) are decided per chat-completion request, from a seeded RNG or a
 scripted sequence; see :data:`FaultKind` for what each does. Token counts in ``usage`` are a
-deterministic estimate (``max(words, chars / 4)`` per text, CJK-aware via :mod:`judge.text`).
+deterministic estimate (``max(words, chars / 4)`` per text, CJK-aware via :mod:`core.text`).
 
 How the client stack reacts
 ---------------------------
@@ -166,14 +166,14 @@ from typing import Any, Literal, Self, TypeAlias, get_args
 
 from aiohttp import web
 
-from judge.errors import ConfigError
+from core.errors import ConfigError
+from core.text import count_words
 from judge.testing.schemas import (
     SchemaError,
     find_embedded_schema,
     invalid_instance,
     schema_instance,
 )
-from judge.text import count_words
 
 __all__ = [
     "FAULT_KINDS",

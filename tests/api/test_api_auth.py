@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.deps import get_settings
 from api.serve import check_bind, is_loopback
+from core.errors import ConfigError
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.errors import ConfigError
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
 

@@ -13,10 +13,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from core.errors import ConfigError
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.errors import ConfigError
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.provider import Provider
 from judge.verdicts import DefectJudgement

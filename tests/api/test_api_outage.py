@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.client import ClientHTTPError, JudgeClient
+from core.errors import JudgeOutputError, ProviderError
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.errors import JudgeOutputError, ProviderError
 from judge.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement

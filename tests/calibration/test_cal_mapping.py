@@ -17,7 +17,7 @@ from calibration.mapping import (
     reliability_bins,
 )
 from calibration.sets import CalibrationItem, load_example_set, parse_scale
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 
 
 def _synthetic(

@@ -16,7 +16,7 @@ from calibration.report import (
     write_report,
 )
 from calibration.sets import CalibrationItem, LoadedSet, load_example_set
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "coverage": {"model": "openai/gpt-4o", "temperature": 0.2, "api_key": "sk-secret"},

@@ -10,10 +10,10 @@ import pytest
 
 from calibration.runner import run_calibration
 from calibration.sets import load_example_set
+from core.errors import ConfigError
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.errors import ConfigError
 from judge.types import GradeRequest
 
 

@@ -14,7 +14,7 @@ from calibration.sets import (
     parse_scale,
     resolve_calibration_dir,
 )
-from judge.errors import InputError
+from core.errors import InputError
 
 
 def _line(**overrides: Any) -> str:

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
+from core.errors import ConfigError
 from judge.config import JudgeConfig, JudgeOverrides, Settings, load_settings
-from judge.errors import ConfigError
 
 
 def digest(key: str) -> str:

@@ -7,10 +7,10 @@ import random
 import pytest
 from pydantic import ValidationError
 
+from core.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
-from judge.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
 from judge.retry import CircuitBreaker, RetryBudget
 from judge.types import ExtractRequest, GradeRequest

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
+from core.errors import ConfigError, JudgeOutputError
 from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.errors import ConfigError, JudgeOutputError
 from judge.fake import FakeCall, FakeProvider, covering
 from judge.types import GradeRequest
 

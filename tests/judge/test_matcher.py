@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,

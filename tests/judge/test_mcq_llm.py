@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import JudgeOutputError
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.errors import JudgeOutputError
 from judge.fake import FakeProvider
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import score_items

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError
 from judge.mcq import cli
 from judge.mcq.runner import read_items, score_file, score_file_async, score_items
 from judge.mcq.types import McqItem, McqResult, McqSummary

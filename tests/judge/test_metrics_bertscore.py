@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from judge.errors import InputError
+from core.errors import InputError
 from judge.metrics import BertScore, BertScorer, bertscore, get_encoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

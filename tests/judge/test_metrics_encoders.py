@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from judge.errors import ConfigError
+from core.errors import ConfigError
 from judge.metrics import (
     DEFAULT_ENCODER,
     Encoder,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge.errors import InputError
+from core.errors import InputError
 from judge.metrics import RougeScore, rouge_l, tokenize
 from judge.metrics import rouge as rouge_module
 

@@ -35,7 +35,7 @@ from litellm.exceptions import (
 )
 from pydantic import BaseModel, Field
 
-from judge.errors import ConfigError
+from core.errors import ConfigError
 from judge.testing import (
     FAULT_KINDS,
     OPENAI_CHAT_PARAMS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from judge.errors import JudgeOutputError
+from core.errors import JudgeOutputError
 from judge.types import CoverageResult, DefectsResult, PointVerdict
 from judge.verdicts import (
     BonusPointsExtraction,

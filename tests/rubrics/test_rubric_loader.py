@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.errors import RubricInvalid, RubricNotFound
+from core.errors import RubricInvalid, RubricNotFound
 from rubrics import LIBRARY, RubricLibrary, fence, load_library
 from rubrics.loader import load_rubric_file
 

@@ -1,6 +1,6 @@
 """CJK-aware word counting, truncation and language detection."""
 
-from judge.text import count_words, detect_language, length_cap, truncate_words, words
+from core.text import count_words, detect_language, length_cap, truncate_words, words
 
 
 def test_words_count_cjk_characters_one_each():

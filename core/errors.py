@@ -19,7 +19,10 @@ this tree lives in one place, ``api/errors.py``.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import ValidationError
 
 UnscoredReason = Literal[
     "parse_failure",
@@ -150,3 +153,40 @@ class JudgeOutputError(JudgeError):
 
 class CacheError(JudgeError):
     """The cache folder cannot be opened or written."""
+
+
+def field_of(loc: Sequence[int | str]) -> str | None:
+    """A pydantic error location as a dotted field name, without the request-part prefix.
+
+    FastAPI prefixes locations with the part of the request (``body``, ``query``...); a bare
+    ``("body",)`` means the body as a whole (missing, or not an object).
+    """
+    parts = list(loc)
+    if parts == ["body"]:
+        return "body"
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    return ".".join(str(p) for p in parts) or None
+
+
+def first_error(errors: ValidationError | Sequence[Any]) -> tuple[str | None, str]:
+    """The field and a one-line message of the first pydantic validation error.
+
+    Every front end reports one error per bad input (the CLI's one-line message, the API's 4xx
+    body, a bad JSONL line), so they all take the first one the same way. The message is prefixed
+    with the field when there is one: ``"points.0: String should have at least 1 character"``.
+
+    Args:
+        errors: A ``ValidationError`` or the list its ``errors()`` returns (FastAPI hands over
+            the list).
+    """
+    details = list(errors.errors()) if isinstance(errors, ValidationError) else list(errors)
+    if not details:
+        return None, "invalid value"
+    first = details[0]
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return "body", f"body: invalid JSON{': ' + detail if detail else ''}"
+    field = field_of(first.get("loc", ()))
+    message = str(first.get("msg", "invalid value"))
+    return field, f"{field}: {message}" if field else message

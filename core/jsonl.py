@@ -1,0 +1,108 @@
+r"""The one JSONL reader: CLI input, service uploads, MCQ input and calibration sets all read here.
+
+A JSONL file from the wild breaks in a handful of known ways, and each must cost one line, never
+the file: a byte-order mark from a Windows editor before line 1, a line of invalid UTF-8, a line
+that is not JSON (or nests deeper than the parser's stack), and the Unicode line separators
+U+2028/U+0085 that JSON allows raw inside strings (``str.splitlines`` would cut an item in two
+there, so lines split on ``"\n"`` only). Callers get ``(line number, value)`` for each usable line
+and a ``BadLine`` for each that is not, and decide what a value must be (a grading request, an
+MCQ item, a rated answer) themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a JSONL input that could not be used; the rest of the input goes on.
+
+    Attributes:
+        line: 1-based line number.
+        message: What is wrong, starting with the field when one is to blame
+            (``"points.0: String should have at least 1 character"``).
+        field: The offending field, when known.
+        id: The line's item id, when it could be read.
+    """
+
+    line: int
+    message: str
+    field: str | None = None
+    id: str | None = None
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" + (f" (id {self.id!r})" if self.id is not None else "")
+        return f"{where}: {self.message}"
+
+
+def parse_line(raw: str | bytes) -> Any:
+    """Parse one JSONL line: the one line parser every reader uses.
+
+    Raises:
+        json.JSONDecodeError: the line is not JSON, or nests too deep for the parser (which
+            raises ``RecursionError`` for that): either way that line's problem, not the file's.
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        # The stack is unwound by now; report it like any other malformed line.
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
+def read_jsonl(
+    source: str | Path | bytes, *, objects: bool = True, field: str = "input"
+) -> Iterator[tuple[int, Any] | BadLine]:
+    """Stream a JSONL file or upload: ``(line, value)`` per usable line, ``BadLine`` per bad one.
+
+    Blank lines are skipped. A file is read lazily, one line at a time, so a large input is never
+    held whole.
+
+    Args:
+        source: A path to read, or the bytes of an upload.
+        objects: Require each line to be a JSON object (every input bonusjudge reads is one
+            object a line); a list or a number is then a bad line.
+        field: The input's name in the error raised when the file cannot be opened.
+
+    Raises:
+        InputError: (``field``) the file cannot be opened; bad lines never raise.
+    """
+    if isinstance(source, bytes):
+        yield from _read_lines(source.split(b"\n"), objects)
+        return
+    try:
+        handle = open(source, "rb")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise InputError(f"cannot read {source}: {exc.strerror or exc}", field=field) from exc
+    with handle:
+        # Binary iteration splits on b"\n" only, which is what JSONL means by a line.
+        yield from _read_lines(handle, objects)
+
+
+def _read_lines(lines: Iterable[bytes], objects: bool) -> Iterator[tuple[int, Any] | BadLine]:
+    for number, data in enumerate(lines, start=1):
+        # Drop the terminator (a file's lines keep theirs) so errors point into the line itself.
+        data = data.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            raw = data.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as exc:
+            yield BadLine(number, f"not valid UTF-8 ({exc.reason} at byte {exc.start})")
+            continue
+        if not raw.strip():
+            continue
+        try:
+            value = parse_line(raw)
+        except json.JSONDecodeError as exc:
+            yield BadLine(number, f"not valid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        if objects and not isinstance(value, dict):
+            yield BadLine(number, f"expected a JSON object, got {type(value).__name__}")
+            continue
+        yield number, value
