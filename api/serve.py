@@ -1,4 +1,4 @@
-"""Run the service under uvicorn (``bonusjudge serve``).
+"""Run the service under uvicorn (``bonusjudge serve``; its options are parsed in ``cli.serve``).
 
 With one worker the app object is built here. With several, uvicorn starts each worker from the
 import string ``api.app:app_from_env`` (a factory), which reads the settings from the environment
@@ -78,6 +78,45 @@ def check_bind(settings: Settings, host: str) -> None:
             "(BONUSJUDGE_API_KEYS, digests from `bonusjudge hash-key KEY`) or bind 127.0.0.1",
             field="host",
         )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on, before loading anything.
+
+    Raises:
+        ConfigError: (``port``) binding it fails.
+    """
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"port: cannot listen on {host}:{port}: {exc.strerror or exc}", field="port"
+            ) from None
+
+
+def with_local_llm(settings: Settings) -> Settings:
+    """Start the packaged Gemma 3 270M server and return ``settings`` judging with it.
+
+    The server is a managed child process, stopped with the service. Its judge uses llama.cpp's
+    grammar-constrained JSON (``json_object_schema``) and 2 items at once (it is small and slow).
+    """
+    from judge.local_llm import start_local_llm
+
+    local = start_local_llm()
+    judge = settings.judge.model_copy(
+        update={
+            "model": local.model,
+            "api_base": local.api_base,
+            "mode": "json_object_schema",
+            "concurrency": 2,
+        }
+    )
+    return settings.model_copy(update={"judge": judge})
 
 
 def write_settings_file(settings: Settings) -> Path:

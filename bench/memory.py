@@ -25,11 +25,11 @@ __all__ = ["bonusjudge_command", "main", "run_cli"]
 
 
 def bonusjudge_command() -> list[str]:
-    """How to start the CLI: the venv's ``bonusjudge`` script, else ``python -m judge.cli``."""
+    """How to start the CLI: the venv's ``bonusjudge`` script, else ``python -m cli``."""
     script = Path(sys.executable).with_name("bonusjudge")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-m", "judge.cli"]
+    return [sys.executable, "-m", "cli"]
 
 
 def run_cli(base_url: str, *, metrics: str, concurrency: int, timeout: float) -> dict[str, Any]:

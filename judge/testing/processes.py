@@ -13,9 +13,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import httpx
 
@@ -25,6 +26,65 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until_answers(
+    url: str,
+    *,
+    timeout: float,
+    interval: float = 0.2,
+    alive: Callable[[], bool] | None = None,
+) -> bool:
+    """Poll ``url`` with GET until it answers 200; False when ``timeout`` seconds pass first.
+
+    For a server just started as a child process: until it listens, connections are refused
+    (an ``httpx.HTTPError``, tried again), and it may die while starting, which ``alive`` tells
+    (then this stops waiting at once rather than until the deadline).
+
+    Args:
+        url: The URL to GET (a health or model-list endpoint).
+        timeout: Seconds to wait in all.
+        interval: Seconds between attempts.
+        alive: Whether the server can still come up (e.g. its process is running).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(interval)
+    return False
+
+
+class StartStop:
+    """``with x:`` starts ``x`` and stops it on the way out, whatever happened inside.
+
+    For the servers and processes that tests and benchmarks run (the stand-in judge, ``bonusjudge
+    serve``): each defines ``start`` (returning itself, once it answers) and ``stop``.
+    """
+
+    def start(self) -> Self:
+        """Start, and return once ready."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop (a no-op when not running)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -46,12 +106,12 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``bonusjudge ARGS`` in a fresh interpreter and return what it did (never raises)."""
     return subprocess.run(
-        [sys.executable, "-m", "judge.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True, text=True, timeout=timeout, env=cli_env(env), check=False,
     )
 
 
-class ServiceProcess:
+class ServiceProcess(StartStop):
     """``bonusjudge serve ARGS`` on a free port, started and stopped as an operator would.
 
     Args:
@@ -74,13 +134,13 @@ class ServiceProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"serve-{self.port}.log"
-        self._cmd = [sys.executable, "-m", "judge.cli", "serve", "--port", str(self.port), *args]
+        self._cmd = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), *args]
         self._env = cli_env(env)
         self._ready = ready
         self._timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> ServiceProcess:
+    def start(self) -> Self:
         """Start it and wait until it answers.
 
         Raises:
@@ -89,17 +149,14 @@ class ServiceProcess:
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
         self.proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
                                      env=self._env)
+        proc = self.proc
         path = "/readyz" if self._ready else "/healthz"
-        deadline = time.monotonic() + self._timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"bonusjudge serve exited: {self.log()[-2000:]}")
-            try:
-                if httpx.get(self.url + path, timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        if wait_until_answers(
+            self.url + path, timeout=self._timeout, alive=lambda: proc.poll() is None
+        ):
+            return self
+        if proc.poll() is not None:
+            raise RuntimeError(f"bonusjudge serve exited: {self.log()[-2000:]}")
         self.stop()
         raise RuntimeError(f"bonusjudge serve did not come up: {self.log()[-2000:]}")
 
@@ -117,14 +174,3 @@ class ServiceProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-
-    def __enter__(self) -> ServiceProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

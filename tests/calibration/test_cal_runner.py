@@ -124,7 +124,7 @@ def test_progress_bars_go_to_stderr_labelled_per_pass(
     # One bar per grading pass and per retest pass, named by its configuration; the report on
     # stdout stays free of them, and --quiet turns them off.
     from calibration.sets import example_set_path
-    from judge.cli import main
+    from cli.main import main
 
     _, folder, _ = run
     argv = [

@@ -53,7 +53,7 @@ def test_cli_first_grade_on_an_empty_cache_succeeds_three_times(tmp_path: Path) 
         started = time.monotonic()
         proc = subprocess.run(
             [
-                sys.executable, "-m", "judge.cli", "grade", str(EXAMPLES),
+                sys.executable, "-m", "cli", "grade", str(EXAMPLES),
                 "--out", str(out), "--summary", str(summary), "--cache-dir", str(cache), "--quiet",
             ],
             cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT,

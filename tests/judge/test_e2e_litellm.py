@@ -184,7 +184,7 @@ def test_cli_grades_the_example_set_against_the_server(server, tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "judge.cli",
+        "cli",
         "grade",
         str(EXAMPLES),
         "--out",

@@ -258,7 +258,7 @@ def test_paper_defects_none_of_is_a_defect() -> None:
 def test_cli_reports_bad_lines_with_numbers_and_grades_the_rest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from judge.cli import main
+    from cli.main import main
     from judge.testing.openai_server import OpenAIStandIn
 
     good = {"question": "Why?", "answer": "Out of pride.", "response": "Pride.",

@@ -1,6 +1,6 @@
 """Restarts and concurrency: SIGKILL the CLI mid-run and resume; two processes on one cache.
 
-The CLI test runs ``python -m judge.cli grade`` against the loopback stand-in, kills it with
+The CLI test runs ``python -m cli grade`` against the loopback stand-in, kills it with
 SIGKILL once some results are written, tears the file's tail the way a crash mid-write would,
 and runs it again: every item must end in the results exactly once, and no item already written
 may be sent to the judge again (requests are counted per item at the stand-in).
@@ -66,7 +66,7 @@ def test_sigkill_mid_run_then_resume_grades_every_item_exactly_once(tmp_path: Pa
     # Latency makes the run last long enough to be killed in the middle.
     with OpenAIStandIn(latency=0.08, record_requests=10_000) as srv:
         cmd = [
-            sys.executable, "-m", "judge.cli", "grade", str(source), "--out", str(out),
+            sys.executable, "-m", "cli", "grade", str(source), "--out", str(out),
             "--model", "openai/standin", "--api-base", srv.base_url,
             "--metrics", "coverage,rouge_l", "--concurrency", str(CONCURRENCY),
             "--no-cache", "--quiet",

@@ -76,7 +76,7 @@ def test_grade_out_on_a_full_disk_keeps_what_was_written(tmp_path: Path) -> None
         resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
 
     done = subprocess.run(
-        [sys.executable, "-m", "judge.cli", "grade", str(EXAMPLES), "--out", str(out),
+        [sys.executable, "-m", "cli", "grade", str(EXAMPLES), "--out", str(out),
          "--metrics", "coverage,rouge_l", "--no-cache", "--quiet"],
         capture_output=True, text=True, env=cli_env(), preexec_fn=small_files, timeout=600,
         check=False,

@@ -2,7 +2,7 @@
 
 Wire it into the main CLI with ``register(subparsers)``; the subparser sets ``func`` to a callable
 taking the parsed ``argparse.Namespace`` and returning the exit code. Run alone with
-``python -m judge.mcq.cli INPUT.jsonl --out OUT.jsonl --summary SUMMARY.json``.
+``python -m cli.mcq INPUT.jsonl --out OUT.jsonl --summary SUMMARY.json``.
 
 Exit codes: 0 scored; 1 bad input lines were skipped and ``--fail-on-bad-lines`` was given;
 2 the input could not be read or an option is invalid.
@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import judge
+from cli.common import add_model_options, pct
 from core.errors import JudgeError
+from judge.config import JudgeConfig, Settings, default_cache_dir
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.runner import score_file
 from judge.mcq.types import McqMetrics, McqSummary
@@ -33,10 +36,11 @@ __all__ = [
 
 _MAX_BAD_LINES_SHOWN = 20
 # The bundled examples' folder inside the installed package: never a place to write results.
-_PACKAGE_DATA = Path(__file__).resolve().parent.parent / "data"
+_PACKAGE_DATA = Path(judge.__file__).resolve().parent / "data"
 
 
 def _threshold(text: str) -> float:
+    """A rapidfuzz score between 0 and 100, or 101 (fuzzy matching off)."""
     try:
         value = float(text)
     except ValueError:
@@ -111,8 +115,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge model (litellm string) that reads answers the rules cannot parse; "
         "its readings are reported as `llm` (default: rules only)",
     )
-    parser.add_argument("--api-base", default=None, help="base URL of the --llm-model server")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="judge-call cache folder")
+    add_model_options(parser, JudgeConfig, ["api_base"])
+    add_model_options(parser, Settings, ["cache_dir"])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -125,10 +129,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _table(
@@ -146,10 +146,10 @@ def _table(
     for name, metrics in groups.items():
         lines.append(
             f"{name:<{width}}  {metrics.questions:>9}  {metrics.items:>5}  "
-            f"{_pct(metrics.accuracy):>8}  {metrics.unparseable:>11}"
+            f"{pct(metrics.accuracy):>8}  {metrics.unparseable:>11}"
         )
     if macro is not None:
-        row = f"{'(macro)':<{width}}  {'':>9}  {'':>5}  {_pct(macro):>8}"
+        row = f"{'(macro)':<{width}}  {'':>9}  {'':>5}  {pct(macro):>8}"
         if ungrouped is not None:
             row += f"  ungrouped: {ungrouped}"
         lines.append(row)
@@ -160,9 +160,9 @@ def format_report(summary: McqSummary) -> str:
     """The human-readable report: totals, extraction methods, then one table per breakdown."""
     methods = ", ".join(f"{name} {count}" for name, count in summary.methods.items())
     lines = [
-        f"items {summary.items}  questions {summary.questions}  accuracy {_pct(summary.accuracy)}"
-        f"  (parsed only {_pct(summary.accuracy_parsed)})",
-        f"unparseable {summary.unparseable} ({_pct(summary.unparseable_rate)})  "
+        f"items {summary.items}  questions {summary.questions}  accuracy {pct(summary.accuracy)}"
+        f"  (parsed only {pct(summary.accuracy_parsed)})",
+        f"unparseable {summary.unparseable} ({pct(summary.unparseable_rate)})  "
         f"skipped lines {len(summary.bad_lines)}",
         f"extraction: {methods}",
     ]
@@ -170,24 +170,24 @@ def format_report(summary: McqSummary) -> str:
         perm = summary.permutation
         lines.append(
             f"permutations: {perm.aggregate} over {perm.min_runs}-{perm.max_runs} runs, "
-            f"position consistency {_pct(perm.position_consistency)}, ties {perm.ties}, "
+            f"position consistency {pct(perm.position_consistency)}, ties {perm.ties}, "
             f"no votes {perm.no_votes}"
         )
     if summary.coherent is not None:
         lines.append(
             f"coherent (story-level): {summary.coherent.coherent}/{summary.coherent.stories} "
-            f"= {_pct(summary.coherent.accuracy)}"
+            f"= {pct(summary.coherent.accuracy)}"
         )
     if summary.exact_match is not None:
         lines.append(
             f"slot exact match: {summary.exact_match.exact}/{summary.exact_match.groups} "
-            f"= {_pct(summary.exact_match.exact_match)}"
+            f"= {pct(summary.exact_match.exact_match)}"
         )
     if summary.multi_select is not None:
         ms = summary.multi_select
         lines.append(
             f"multi-select: micro-F1 {ms.micro_f1:.3f}  macro-F1 {ms.macro_f1:.3f}  "
-            f"exact {_pct(ms.exact_set)}"
+            f"exact {pct(ms.exact_set)}"
         )
     if summary.cross_lingual is not None:
         cl = summary.cross_lingual
@@ -203,8 +203,8 @@ def format_report(summary: McqSummary) -> str:
         lines.append("")
         lines.append("ability view (per dimension, mean over its abilities)")
         for dimension, value in summary.dimension_over_abilities.items():
-            lines.append(f"  {dimension}: {_pct(value)}")
-        lines.append(f"  (mean): {_pct(summary.ability_view)}")
+            lines.append(f"  {dimension}: {pct(value)}")
+        lines.append(f"  (mean): {pct(summary.ability_view)}")
     return "\n".join(lines)
 
 
@@ -213,7 +213,6 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     if not getattr(args, "llm_model", None):
         return None
     from judge.cache import JudgeCache
-    from judge.config import JudgeConfig, default_cache_dir
     from judge.engine import Grader
     from judge.mcq.llm import JudgeExtractor
     from judge.provider import preflight
@@ -273,7 +272,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``mcq`` command standalone (``python -m judge.mcq.cli``)."""
+    """Run the ``mcq`` command standalone (``python -m cli.mcq``)."""
     parser = argparse.ArgumentParser(
         prog="bonusjudge mcq", description="Score multiple-choice answers and summarise accuracy."
     )

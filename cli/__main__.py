@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``bonusjudge`` command without the console script."""
+
+from cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""What the ``bonusjudge`` subcommands share: the parser, the judge options and the logging.
+
+The judge options are not spelled out here. ``add_model_options`` derives each one from a field
+of the configuration models in ``judge.config``: the flag from the field's name, the help from
+its ``description``, the choices from its ``Literal`` type and the value type from its
+annotation. A new judge setting, or a new structured-output mode, is written once, on the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from core.errors import ConfigError
+from judge.config import JudgeConfig, Settings, load_settings
+
+PROG = "bonusjudge"
+"""The command's name, as users type it and as every error line starts."""
+
+NOISY_LOGGERS = (
+    "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "instructor", "httpx", "httpcore",
+    "transformers", "huggingface_hub", "urllib3", "jieba", "filelock",
+)
+"""Libraries whose logs stay off the terminal unless ``--verbose``: what matters from them (re-asks,
+retries by reason) is counted once in the closing lines."""
+
+JUDGE_FIELDS = (
+    "model", "api_base", "mode", "temperature", "max_tokens", "rubric", "metrics", "encoder",
+    "encoder_layer", "length_control", "concurrency", "timeout", "max_outage", "cache",
+    "calibration",
+)
+"""The ``JudgeConfig`` fields every judging subcommand takes as options, in help order.
+
+``context_window`` (``grade --context``) is read too when a subcommand adds it.
+"""
+
+VERBOSE_HELP = "show library logs (litellm, instructor's re-asks, transformers)"
+"""Help of ``--verbose``, accepted before and after the subcommand."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, like every other mistake.
+
+    ``bonusjudge: error: ...`` and exit 2; argparse's default prints the whole usage first.
+    Subparsers are built from the same class, so every subcommand answers the same way.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one-line error and exit 2."""
+        command = self.prog.removeprefix(PROG).strip()
+        where = f" {command}" if command else ""
+        self.exit(2, f"{PROG}{where}: error: {message} (see --help)\n")
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """Library logs and warnings on the terminal only with ``--verbose``."""
+    import logging
+    import warnings
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+    if not verbose:
+        warnings.filterwarnings("ignore")
+
+
+def pct(value: float | None) -> str:
+    """A rate as a percentage with one decimal, ``-`` when there is none."""
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+# -- options derived from the configuration models ------------------------------------------------
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X | None`` as ``X``: an option left out is None, whatever its field's type."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        rest = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def option_flag(model: type[BaseModel], name: str) -> str:
+    """The command-line flag of a model field: ``max_tokens`` is ``--max-tokens``.
+
+    A switch on by default is ``--no-<field>`` (``cache``: ``--no-cache``): giving it turns the
+    switch off.
+    """
+    flag = "--" + name.replace("_", "-")
+    info = model.model_fields[name]
+    if _without_none(info.annotation) is bool and info.default is True:
+        return "--no-" + flag.removeprefix("--")
+    return flag
+
+
+def _help(info: FieldInfo, *notes: str) -> str:
+    """The field's description as help text, with notes (list syntax, default) in parentheses."""
+    text = (info.description or "").strip().removesuffix(".")
+    extra = "; ".join(note for note in notes if note)
+    if extra:
+        text = f"{text} ({extra})" if text else extra
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
+def _default_note(info: FieldInfo) -> str:
+    default = info.default
+    if default is None or default is PydanticUndefined or isinstance(default, bool):
+        return ""  # None: the settings decide; a factory: computed at run time
+    if isinstance(default, tuple | list):
+        return "default: " + ",".join(map(str, default))
+    return f"default: {default}"
+
+
+def _option_spec(
+    model: type[BaseModel], name: str, choices: Sequence[Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The flag and ``add_argument`` keywords of one field.
+
+    Raises:
+        TypeError: the field's type has no command-line spelling (e.g. a secret).
+    """
+    info = model.model_fields[name]
+    annotation = _without_none(info.annotation)
+    spec: dict[str, Any] = {"dest": name, "default": None}
+    if annotation is bool:
+        if info.default is True:
+            description = (info.description or "").strip().removesuffix(".")
+            spec.update(action="store_false", help=f"do not {description[:1].lower()}"
+                        f"{description[1:]}")
+        else:
+            spec.update(action="store_true", help=_help(info))
+        return option_flag(model, name), spec
+    origin = get_origin(annotation)
+    if origin is Literal:
+        values = get_args(annotation)
+        spec.update(type=type(values[0]), choices=values, help=_help(info, _default_note(info)))
+    elif origin in (tuple, list):
+        # A list is given as one comma-separated value; the model's validator splits and checks
+        # it, so a wrong name gets the same message as from a settings file.
+        (item, *_) = get_args(annotation)
+        names = get_args(item) if get_origin(item) is Literal else ()
+        hint = "comma list of " + ", ".join(map(str, names)) if names else "comma list"
+        spec.update(type=str, metavar=name.upper(), help=_help(info, hint, _default_note(info)))
+    elif annotation in (str, int, float, Path):
+        spec.update(type=annotation, help=_help(info, _default_note(info)))
+    else:
+        raise TypeError(f"{model.__name__}.{name}: no command-line option for {annotation!r}")
+    if choices is not None:
+        spec["choices"] = tuple(choices)
+    return option_flag(model, name), spec
+
+
+def add_model_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    model: type[BaseModel],
+    fields: Iterable[str],
+    *,
+    flags: Mapping[str, str] | None = None,
+    choices: Mapping[str, Sequence[Any]] | None = None,
+) -> list[argparse.Action]:
+    """Add one option per model field, derived from the field.
+
+    The option stores into ``args.<field>`` and defaults to None (not given: the settings
+    decide). A ``Literal`` field takes exactly its values; a tuple field one comma-separated
+    value; a bool field is a switch (``--no-<field>`` when it is on by default).
+
+    Args:
+        parser: The parser or argument group to add to.
+        model: The pydantic model holding the fields (``JudgeConfig``, ``Settings``...).
+        fields: Field names, in the order the help lists them.
+        flags: A flag other than ``--<field-name>`` for some fields (``context_window``:
+            ``--context``).
+        choices: Allowed values for a field whose type does not list them (an ``int`` checked
+            by a validator).
+
+    Returns:
+        The actions added, in order.
+    """
+    actions = []
+    for name in fields:
+        flag, spec = _option_spec(model, name, (choices or {}).get(name))
+        actions.append(parser.add_argument((flags or {}).get(name, flag), **spec))
+    return actions
+
+
+def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) -> list[
+    argparse.Action
+]:
+    """The judge options shared by ``grade``, ``serve`` and ``calibrate``.
+
+    Args:
+        parser: The subcommand's parser.
+        metrics: Whether to add ``--metrics`` (``calibrate`` has its own).
+
+    Returns:
+        Every action of the ``judge`` group, in order.
+    """
+    group = parser.add_argument_group(
+        "judge", "over the settings file (--settings) and BONUSJUDGE_JUDGE__* variables"
+    )
+    fields = [name for name in JUDGE_FIELDS if metrics or name != "metrics"]
+    cut = fields.index("api_base") + 1
+    actions = add_model_options(group, JudgeConfig, fields[:cut])
+    actions.append(group.add_argument(
+        "--api-key-env", help="name of the environment variable holding the provider's API key"
+    ))
+    cut_cache = fields.index("cache")
+    actions += add_model_options(group, JudgeConfig, fields[cut:cut_cache])
+    actions += add_model_options(group, Settings, ["cache_dir"])
+    actions += add_model_options(group, JudgeConfig, fields[cut_cache:])
+    actions.append(group.add_argument("--settings", type=Path, help="JSON settings file"))
+    # Not a judge setting, but accepted after the subcommand too; SUPPRESS keeps the subparser
+    # from resetting a --verbose given before it.
+    actions.append(group.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+    ))
+    return actions
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Settings from the environment / settings file, with the command-line options on top.
+
+    Raises:
+        ConfigError: ``--api-key-env`` names an unset variable, or a setting is invalid.
+    """
+    judge: dict[str, Any] = {}
+    for name in (*JUDGE_FIELDS, "context_window"):
+        value = getattr(args, name, None)
+        if value is not None:
+            judge[name] = value
+    if getattr(args, "api_key_env", None):
+        secret = os.environ.get(args.api_key_env)
+        if not secret:
+            raise ConfigError(
+                f"environment variable {args.api_key_env} is not set", field="api_key_env"
+            )
+        judge["api_key"] = secret
+    return load_settings(
+        getattr(args, "settings", None),
+        judge=judge or None,
+        cache_dir=getattr(args, "cache_dir", None),
+    )

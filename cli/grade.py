@@ -1,0 +1,390 @@
+"""``bonusjudge grade IN.jsonl --out OUT.jsonl``: grade a CharToM-format file, resumably.
+
+Grades locally (the judge of the settings and options) or, with ``--server URL``, through a
+bonusjudge service. Lines are written as items finish, so a killed run keeps them; the next run
+grades only what is missing or no longer holds (other content, judge or metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cli.common import Parser, add_judge_options, add_model_options, settings_from_args
+from core.errors import ConfigError
+from core.jsonl import BadLine
+from judge.config import CHARTOM_WINDOWS, JudgeConfig, JudgeOverrides, Settings
+
+CLIENT_SIDE_OPTIONS = ("concurrency", "verbose")
+"""Judge-group options that still mean something with ``--server`` (they shape this process), so
+they are not refused there: every other option the service does not take per request is."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``grade`` subcommand to the ``bonusjudge`` parser."""
+    grade = subparsers.add_parser("grade", help="grade a JSONL file of CharToM-format items")
+    grade.add_argument("input", type=Path, help="input JSONL (CharToM items with `response`)")
+    grade.add_argument("--out", type=Path, required=True, help="results JSONL (resumable)")
+    grade.add_argument("--summary", type=Path, help="write the aggregate summary JSON here")
+    add_model_options(
+        grade, JudgeConfig, ["context_window"],
+        flags={"context_window": "--context"}, choices={"context_window": CHARTOM_WINDOWS},
+    )
+    grade.add_argument(
+        "--retry-unscored",
+        action="store_true",
+        help="grade the unscored items of --out again (rewrites it atomically)",
+    )
+    grade.add_argument("--limit", type=int, help="grade at most N items of the input")
+    grade.add_argument("--server", help="grade through a bonusjudge service at this URL")
+    grade.add_argument(
+        "--order",
+        choices=["completion", "input"],
+        default="completion",
+        help="order of the output lines: as items finish (default; a killed run keeps them) or "
+        "rewritten in input order at the end",
+    )
+    grade.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the one-token call that checks an LLM judge answers before grading "
+        "(credentials and the model name are still checked)",
+    )
+    grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_judge_options(grade)
+    grade.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Grade ``args.input`` into ``args.out``, print the table and the closing counts.
+
+    Raises:
+        ConfigError: an invalid option or setting, a judge that cannot work, a service that
+            cannot be reached; nothing has been written yet.
+        InputError: the input cannot be read.
+        OSError: a file cannot be read or written (lines written before stay).
+    """
+    from judge.aggregate import Aggregator, format_table
+    from judge.io import ResultWriter, check_input_file, check_output_path, read_items
+    from judge.types import GradeResult
+
+    settings = settings_from_args(args)
+    config = settings.judge
+    check_input_file(args.input, "input")
+    check_output_path(args.out, "out")
+    if args.summary:
+        check_output_path(args.summary, "summary")
+    client = _server_client(args) if args.server else None
+    entries: list[tuple[str, Any]] = []
+    problems: list[BadLine] = []
+    for entry in read_items(args.input, context_window=args.context_window):
+        if isinstance(entry, BadLine):
+            problems.append(entry)
+            print(f"{args.input}: {entry}", file=sys.stderr)
+            continue
+        entries.append(entry)
+        if args.limit is not None and len(entries) >= args.limit:
+            break
+    probe = None
+    if client is not None:
+        # The service's configuration hash is known only from its answer: grade one item
+        # first (before any output exists, so an unreachable service leaves no file behind).
+        probe = _probe_server(client, entries, _server_overrides(args))
+    else:
+        _check_judge(args, config)
+    writer = ResultWriter(args.out).open()
+    if writer.recovered_tail:
+        print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
+    if writer.corrupt_lines:
+        print(
+            f"{args.out}: skipped unreadable line(s) {writer.corrupt_lines[:10]}; their items "
+            "are graded again",
+            file=sys.stderr,
+        )
+    started = time.monotonic()
+    try:
+        if probe is not None:
+            config_hash = str(probe.provenance.config_hash)
+        else:
+            config_hash = config.config_hash() if client is None else ""
+        todo = _resume(args, entries, writer, config_hash, list(config.metrics))
+        if probe is not None and any(item_id == probe.id for item_id, _ in todo):
+            writer.write(probe)  # the probe graded it already
+            todo = [(item_id, req) for item_id, req in todo if item_id != probe.id]
+        aggregator = Aggregator()
+        for obj in writer.done.values():
+            aggregator.add(GradeResult.model_validate(obj))
+        if client is not None:
+            extra = _grade_via_server(client, todo, writer, aggregator, args)
+        else:
+            extra = asyncio.run(
+                _grade_local(config, settings, todo, writer, aggregator, progress=not args.quiet)
+            )
+        if args.order == "input":
+            order = {item_id: n for n, (item_id, _) in enumerate(entries)}
+            writer.rewrite(sorted(writer.done.values(),
+                                  key=lambda o: order.get(str(o.get("id")), len(order))))
+    finally:
+        writer.close()
+        if client is not None:
+            client.close()
+    summary = aggregator.summary(**extra)
+    payload = summary.model_dump(mode="json")
+    payload["invalid_lines"] = [
+        {"line": p.line, "field": p.field, "message": p.message} for p in problems
+    ]
+    payload["elapsed_s"] = round(time.monotonic() - started, 3)
+    payload["config_hash"] = config_hash
+    if args.summary:
+        Path(args.summary).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    print(format_table(summary))
+    print(
+        f"\n{summary.items} graded ({summary.unscored} unscored), {len(problems)} invalid line(s); "
+        f"judge {summary.judge}; {summary.judge_calls} judge call(s), {summary.cache_hits} judge "
+        f"cache hit(s), {summary.metric_cache_hits} metric cache hit(s); {payload['elapsed_s']} s"
+    )
+    if summary.reasks or summary.retries:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary.retries_by_reason.items()))
+        print(f"{summary.reasks} re-ask(s) after invalid answers; {summary.retries} retr"
+              f"{'y' if summary.retries == 1 else 'ies'} of provider errors"
+              + (f" ({reasons})" if reasons else ""))
+    if config.is_embedded and not args.server and not args.quiet:
+        print(
+            "judge: embedded-matcher (offline, coverage only; defects not assessed). For an LLM "
+            "judge pass --model openai/gpt-4o (OPENAI_API_KEY) or --model openai/NAME "
+            "--api-base http://127.0.0.1:8080/v1 for a local server.",
+        )
+    return 0
+
+
+def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
+    """Say what an option will not do, and find out whether an LLM judge can work at all.
+
+    Raises:
+        ConfigError: the judge cannot work (missing credentials, unknown model, unreachable,
+            refused); nothing has been written yet.
+    """
+    if config.is_embedded:
+        if config.rubric != "chartom":
+            print(
+                f"note: --rubric {config.rubric} has no effect on the embedded matcher (it reads "
+                "no prompts); pass --model for an LLM judge that uses it",
+                file=sys.stderr,
+            )
+        return
+    if not {"coverage", "defects"} & set(config.metrics):
+        return  # ROUGE-L and BERTScore only: the judge is never called
+    from judge.provider import preflight
+
+    warning = preflight(config, call=not args.no_preflight)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
+def _resume(
+    args: argparse.Namespace,
+    entries: list[tuple[str, Any]],
+    writer: Any,
+    config_hash: str,
+    metrics: list[str],
+) -> list[tuple[str, Any]]:
+    """The items still to grade, after dropping the output lines that no longer hold.
+
+    A line is kept only when it grades the same content (input hash) with the same judge
+    configuration and metrics; otherwise the item is graded again, so one file never mixes
+    judges or holds a grade of an answer that has since been edited. ``--retry-unscored`` also
+    drops unscored lines.
+    """
+    keep: list[dict[str, Any]] = []
+    stale: dict[str, int] = {}
+    wanted = {item_id: request for item_id, request in entries}
+    for item_id, obj in writer.done.items():
+        reason = _stale_reason(obj, wanted.get(item_id), config_hash, metrics)
+        if reason is None and args.retry_unscored and obj.get("status") != "scored":
+            reason = "unscored (--retry-unscored)"
+        if reason is None:
+            keep.append(obj)
+        else:
+            stale[reason] = stale.get(reason, 0) + 1
+    if stale:
+        writer.rewrite(keep)
+        detail = ", ".join(f"{n} {why}" for why, n in sorted(stale.items()))
+        print(f"{args.out}: grading {sum(stale.values())} item(s) again: {detail}",
+              file=sys.stderr)
+    todo = [(item_id, req) for item_id, req in entries if item_id not in writer.done]
+    kept = len(entries) - len(todo)
+    if kept:
+        print(f"resuming: {kept} item(s) already graded in {args.out}", file=sys.stderr)
+    return todo
+
+
+def _stale_reason(
+    obj: dict[str, Any], request: Any, config_hash: str, metrics: list[str]
+) -> str | None:
+    """Why an output line cannot stand for its input item under this run, or None."""
+    if request is None:
+        return None  # not in this input (or beyond --limit): left as it is
+    provenance = obj.get("provenance") or {}
+    if obj.get("input_hash") != request.content_hash():
+        return "with changed content"
+    if provenance.get("config_hash") != config_hash:
+        return "graded by another judge configuration"
+    if sorted(provenance.get("metrics") or []) != sorted(metrics):
+        return "graded with other metrics"
+    return None
+
+
+async def _grade_local(
+    config: JudgeConfig,
+    settings: Settings,
+    todo: list[Any],
+    writer: Any,
+    aggregator: Any,
+    *,
+    progress: bool,
+) -> dict[str, Any]:
+    """Grade ``todo`` in this process; the run's counts for the summary."""
+    from tqdm import tqdm
+
+    from judge.cache import JudgeCache
+    from judge.engine import Grader
+    from judge.retry import RetryBudget
+
+    cache = JudgeCache(settings.cache_dir if config.cache else None)
+    # A run-wide retry cap: a provider failing for everyone costs at most this many extra calls.
+    budget = RetryBudget(limit=max(20, len(todo) * 2))
+    grader = Grader(config, cache=cache, retry_budget=budget)
+    bar = tqdm(total=len(todo), disable=not progress, unit="item", dynamic_ncols=True)
+    try:
+        # Heavy imports and model loads before grading: the metric batch threads would
+        # otherwise make their first imports concurrently, which crashes on a cold start.
+        await grader.prepare(config)
+        async for result in grader.grade_many(todo, config=config):
+            writer.write(result)
+            aggregator.add(result)
+            bar.update(1)
+    finally:
+        bar.close()
+        await grader.aclose()
+        cache.close()
+    stats = grader.stats.as_dict()
+    return {
+        "judge_calls": stats["judge_calls"],
+        "cache_hits": stats["cache_hits"],
+        "metric_cache_hits": stats["metric_cache_hits"],
+        "reasks": stats["reasks"],
+        "retries_by_reason": stats["retries_by_reason"],
+        "prompt_tokens": stats["prompt_tokens"],
+        "completion_tokens": stats["completion_tokens"],
+        "cost_usd": stats["cost_usd"] or None,
+        "retries": stats["retries"],
+        "retry_budget": {"limit": budget.limit, "spent": budget.spent, "refused": budget.refused},
+        "breaker": grader.breaker.snapshot(),
+    }
+
+
+# -- through a service ---------------------------------------------------------------------------
+
+
+def _local_only_options() -> list[tuple[str, str]]:
+    """``(dest, flag)`` of the options that configure this process's judge, in help order.
+
+    Derived from the judge options themselves: whatever ``JudgeOverrides`` (what a service
+    honours per request) does not hold, and that does not shape this process, is local-only.
+    """
+    scratch = Parser(prog="bonusjudge grade", add_help=False)
+    return [
+        (action.dest, action.option_strings[0])
+        for action in add_judge_options(scratch)
+        if action.dest not in JudgeOverrides.model_fields
+        and action.dest not in CLIENT_SIDE_OPTIONS
+    ]
+
+
+def _server_client(args: argparse.Namespace) -> Any:
+    """The client for ``--server``; refuses options the service would silently ignore.
+
+    Raises:
+        ConfigError: a local-only option was given with ``--server``.
+    """
+    from api.client import JudgeClient
+
+    ignored = [
+        (dest, flag) for dest, flag in _local_only_options()
+        if getattr(args, dest, None) is not None
+    ]
+    if ignored:
+        flags = ", ".join(flag for _, flag in ignored)
+        raise ConfigError(
+            f"{flags}: not honoured with --server (the service grades with its own provider, "
+            f"encoder and cache); drop them or grade locally",
+            field=ignored[0][0],
+        )
+    return JudgeClient(args.server)
+
+
+def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The judge options given on the command line, as the service's per-request overrides."""
+    judge = {
+        name: getattr(args, name) for name in JudgeOverrides.model_fields
+        if getattr(args, name, None) is not None
+    }
+    return judge or None
+
+
+def _probe_server(
+    client: Any, entries: list[tuple[str, Any]], overrides: dict[str, Any] | None
+) -> Any:
+    """Grade the first item through the service, to learn its configuration hash.
+
+    Its result is written later if the output does not have it yet; otherwise it costs the
+    service only a cache hit. None when the input has no valid item.
+
+    Raises:
+        ConfigError: the service cannot be reached or refused the request.
+    """
+    from api.client import JudgeClientError
+
+    if not entries:
+        return None
+    item_id, request = entries[0]
+    try:
+        return client.grade(_with_id(item_id, request), judge=overrides)
+    except JudgeClientError as exc:
+        raise ConfigError(f"server: {exc}", field="server") from exc
+
+
+def _with_id(item_id: str, request: Any) -> Any:
+    """The request with its id set (the line number when the input gave none)."""
+    return request if request.id else request.model_copy(update={"id": item_id})
+
+
+def _grade_via_server(
+    client: Any, todo: list[Any], writer: Any, aggregator: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Grade through a service, writing each result as its batch arrives.
+
+    An item the service fails is reported on stderr and left for the next run; it never stops
+    the others.
+    """
+    from api.client import ClientItemError
+
+    failed = 0
+    requests = [_with_id(item_id, req) for item_id, req in todo]
+    for _, outcome in client.grade_stream(
+        requests, judge=_server_overrides(args), progress=not args.quiet
+    ):
+        if isinstance(outcome, ClientItemError):
+            failed += 1
+            print(f"item {outcome}: not graded (the next run tries it again)", file=sys.stderr)
+            continue
+        writer.write(outcome)
+        aggregator.add(outcome)
+    if failed:
+        print(f"{failed} item(s) failed at the service and were not written", file=sys.stderr)
+    return {}

@@ -1,0 +1,70 @@
+"""``bonusjudge serve``: the options of the HTTP service; ``api.serve`` runs it.
+
+Only the arguments are handled here (checked before anything heavy loads); building the app and
+starting uvicorn belong to the service, which never imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from api.serve import check_port_free, serve, with_local_llm
+from cli.common import add_judge_options, settings_from_args
+
+
+def _port(value: str) -> int:
+    """A TCP port number, 1-65535."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {port}")
+    return port
+
+
+def _positive(value: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``serve`` subcommand to the ``bonusjudge`` parser."""
+    parser = subparsers.add_parser("serve", help="start the HTTP grading service")
+    parser.add_argument(
+        "--host", default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another address needs API keys)",
+    )
+    parser.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    parser.add_argument(
+        "--workers", type=_positive, default=1,
+        help="worker processes (default 1; jobs are shared through the jobs database)",
+    )
+    parser.add_argument(
+        "--local-llm",
+        action="store_true",
+        help="start the packaged Gemma 3 270M (smoke-test quality) as the judge",
+    )
+    add_judge_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until interrupted.
+
+    Raises:
+        ConfigError: an invalid option or setting, a port in use, or a non-loopback host
+            without API keys.
+    """
+    settings = settings_from_args(args)
+    check_port_free(args.host, args.port)
+    if args.local_llm:
+        settings = with_local_llm(settings)
+    serve(settings, host=args.host, port=args.port, workers=args.workers)
+    return 0
