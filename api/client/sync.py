@@ -1,0 +1,276 @@
+"""``JudgeClient``: the workflows driven with blocking httpx calls, batches from a thread pool."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, ExitStack, closing
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
+
+import httpx
+
+from api.client.answers import Placed
+from api.client.calls import (
+    DEFAULT_BATCH_SIZE,
+    ItemInput,
+    JudgeInput,
+    ManyOptions,
+    check_many_args,
+    chunks,
+)
+from api.client.errors import ClientItemError, ClientResponseError
+from api.client.flows import (
+    Drive,
+    Emit,
+    NextLine,
+    OpenStream,
+    RequestArgs,
+    Send,
+    Sleep,
+    Step,
+    StreamArgs,
+    StreamFlow,
+    SyncRunner,
+)
+from api.client.progress import Tally, progress_bar, total_of
+from api.client.retry import RetryPolicy
+from api.client.workflows import Workflows
+from judge.types import GradeResult
+
+T = TypeVar("T")
+
+
+class SyncHTTPClient(Protocol):
+    """What ``JudgeClient`` needs of an injected client.
+
+    ``httpx.Client`` fits, and so does Starlette's ``TestClient``, which is built on the httpx2
+    fork and so is not an ``httpx.Client`` subclass. Transport errors are mapped to this
+    package's errors for httpx clients only (an in-process test client raises none).
+    """
+
+    @property
+    def base_url(self) -> Any:
+        """The client's base URL (may be empty)."""
+
+    def request(self, method: str, url: str, **args: Unpack[RequestArgs]) -> Any:
+        """Send one request and read the whole response."""
+
+    def stream(
+        self, method: str, url: str, **args: Unpack[StreamArgs]
+    ) -> AbstractContextManager[Any]:
+        """Send one request and stream the response body."""
+
+    def close(self) -> None:
+        """Release the connections."""
+
+
+class JudgeClient(Workflows, SyncRunner):
+    """Synchronous client of a bonusjudge service.
+
+    Args:
+        base_url: Service URL; default the injected client's base URL if it has one, else
+            ``$BONUSJUDGE_URL``, else ``http://127.0.0.1:8000``. An explicit value always wins.
+        api_key: API key sent as ``Authorization: Bearer``; default ``$BONUSJUDGE_API_KEY``.
+        http_client: An ``httpx.Client`` to use (e.g. ``fastapi.testclient.TestClient(app)``).
+            The caller keeps ownership: ``close()`` leaves it open.
+        transport: A transport for the client created here (e.g. ``httpx.MockTransport``).
+        timeout: Per-request timeout; default 300 s (10 s to connect) for the client created
+            here, the injected client's own timeouts otherwise.
+        retry: Retry policy; default ``RetryPolicy()``.
+        sleep: Function used to wait between retries and polls (tests pass a recorder).
+        clock: Monotonic clock used by ``wait(timeout=...)``.
+        rng: Random source of the backoff jitter.
+
+    Example::
+
+        with JudgeClient("http://judge:8000") as client:
+            result = client.grade({"question": q, "reference": ref, "response": ans})
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        http_client: SyncHTTPClient | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key, http_client, transport, timeout, retry, clock, rng)
+        self._http: SyncHTTPClient = http_client or httpx.Client(
+            transport=transport, timeout=self._client_timeout()
+        )
+        self._sleep = sleep
+
+    def close(self) -> None:
+        """Close the HTTP client if this object created it (an injected one stays open)."""
+        if self._owns_client:
+            self._http.close()
+
+    def __enter__(self) -> JudgeClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- the driver ----------------------------------------------------------------------------
+
+    def _iterate(self, flow: StreamFlow[T]) -> Iterator[T]:
+        """Perform each step of ``flow`` with blocking I/O; yield what it emits."""
+        drive = Drive(flow)
+        with ExitStack() as stream, closing(flow):
+            while (step := drive.step()) is not None:
+                if isinstance(step, Emit):
+                    yield step.value
+                    continue
+                try:
+                    drive.reply = self._perform(step, drive, stream)
+                except Exception as exc:  # the flow decides: retry, report or re-raise
+                    drive.error = exc
+
+    def _perform(self, step: Step, drive: Drive[Any], stream: ExitStack) -> Any:
+        if isinstance(step, Send):
+            call = step.call
+            return self._http.request(call.method, self._url(call.path), **self._request_args(call))
+        if isinstance(step, Sleep):
+            return self._sleep(step.seconds)
+        if isinstance(step, OpenStream):
+            call = step.call
+            stream.close()  # the flow is done with the previous one
+            args = self._request_args(call, stream=True)
+            drive.response = stream.enter_context(
+                self._http.stream(call.method, self._url(call.path), **args)
+            )
+            drive.lines = drive.response.iter_lines()
+            return drive.response
+        if isinstance(step, NextLine):
+            return next(drive.lines, None)
+        return drive.response.read()  # ReadBody
+
+    # -- batches in parallel -------------------------------------------------------------------
+
+    @overload
+    def grade_many(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        return_exceptions: Literal[False] = ...,
+        **options: Unpack[ManyOptions],
+    ) -> list[GradeResult]: ...
+
+    @overload
+    def grade_many(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        return_exceptions: Literal[True],
+        **options: Unpack[ManyOptions],
+    ) -> list[GradeResult | ClientItemError]: ...
+
+    def grade_many(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        judge: JudgeInput = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        concurrency: int = 4,
+        progress: bool = True,
+        return_exceptions: bool = False,
+    ) -> list[GradeResult] | list[GradeResult | ClientItemError]:
+        """Grade any number of items in batches, ``concurrency`` requests at a time.
+
+        Items are read lazily, validated, and sent ``batch_size`` per request from a thread pool;
+        a tqdm bar (on stderr) counts finished items. An item without an ``id`` gets its 1-based
+        position in ``items`` as id.
+
+        Args:
+            items: The items, as ``GradeRequest``s or mappings of their fields.
+            judge: Per-request judge selection applied to every item.
+            batch_size: Items per request (at most the service's ``max_batch``).
+            concurrency: Batch requests in flight at once.
+            progress: Show a progress bar.
+            return_exceptions: Put a ``ClientItemError`` in place of each failed item instead of
+                raising the first one (as ``asyncio.gather`` does).
+
+        Returns:
+            One result per item, in input order.
+
+        Raises:
+            ClientInputError: An item is invalid (its index and field are named); nothing more
+                is sent once it is found.
+            ClientItemError: The service failed an item (unless ``return_exceptions``).
+            JudgeClientError: A batch request failed after retries; pending batches are
+                cancelled.
+        """
+        results: list[GradeResult | ClientItemError | None] = []
+        for position, outcome in self.grade_stream(
+            items, judge=judge, batch_size=batch_size, concurrency=concurrency, progress=progress
+        ):
+            if isinstance(outcome, ClientItemError) and not return_exceptions:
+                raise outcome
+            if position >= len(results):
+                results.extend([None] * (position + 1 - len(results)))
+            results[position] = outcome
+        if any(r is None for r in results):  # pragma: no cover - guarded by place()
+            raise ClientResponseError("some items got no answer", url=self._url("/v1/grade/batch"))
+        return results  # type: ignore[return-value]
+
+    def grade_stream(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        judge: JudgeInput = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        concurrency: int = 4,
+        progress: bool = True,
+    ) -> Iterator[tuple[int, GradeResult | ClientItemError]]:
+        """Grade any number of items, yielding each ``(position, outcome)`` as its batch ends.
+
+        For callers that must keep what is graded when a later batch fails (the CLI writes each
+        result as it arrives). An item the service failed comes as a ``ClientItemError``, never
+        raised, so one bad item is that item's problem. Arguments as for ``grade_many``.
+
+        Raises:
+            ClientInputError: An item is invalid; nothing more is sent once it is found.
+            JudgeClientError: A batch request failed after retries; pending batches are
+                cancelled (what was yielded before stands).
+        """
+        check_many_args(batch_size, concurrency)
+        with (
+            progress_bar(total_of(items), progress, "grading") as bar,
+            ThreadPoolExecutor(concurrency, thread_name_prefix="bonusjudge") as pool,
+        ):
+            tally = Tally(bar)
+            pending: set[Future[Placed]] = set()
+
+            def finished(until: int) -> Iterator[tuple[int, GradeResult | ClientItemError]]:
+                # Waits until at most `until` batches are in flight; yields what finished.
+                nonlocal pending
+                while len(pending) > until:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        yield from tally.add(future.result())  # re-raises the batch's error
+
+            try:
+                for start, chunk in chunks(items, batch_size):
+                    yield from finished(concurrency - 1)
+                    pending.add(pool.submit(self._run, self._chunk(start, chunk, judge)))
+                yield from finished(0)
+            except BaseException:
+                # Batches not started yet are dropped; running ones finish (threads cannot be
+                # interrupted) and their answers are discarded.
+                for future in pending:
+                    future.cancel()
+                raise
