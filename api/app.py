@@ -1,8 +1,10 @@
 """The app factory: settings -> engine -> routers, error handlers, limits, auth, metrics, jobs.
 
-The service has no grading logic of its own: every route calls ``judge.engine.Grader``. The app
-owns one grader, one job runner (started and stopped by the lifespan), one private Prometheus
-registry, and an encoder warm-up thread for the readiness check.
+The service has no grading logic of its own: every route parses its request and calls one
+function of the service layer (``api.services``), which grades with ``judge.engine.Grader`` or
+stores a job (``api.jobs``). The app owns one grader, one job manager (started and stopped by
+the lifespan), one private Prometheus registry, and an encoder warm-up thread for the readiness
+check.
 
 Middleware, outermost first: CORS (only when ``settings.cors_origins`` is set), request metrics,
 body-size limit. The limit is checked from ``Content-Length`` before anything is read, and again
@@ -27,6 +29,8 @@ from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JobManager, JobStore
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
+from api.services import calibration as calibration_service
+from api.services import mcq as mcq_service
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings, load_settings
 from judge.engine import BONUSJUDGE_VERSION, Grader
@@ -199,10 +203,10 @@ def create_app(
         drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
     )
     # Other job kinds share the store and the leases; this process runs them too.
-    manager.register(mcq.MCQ, mcq.run_mcq_job)
+    manager.register(mcq_service.MCQ, mcq_service.run_mcq_job)
     manager.register(
-        calibration.CALIBRATE, calibration.make_runner(settings),
-        purge=calibration.report_remover(settings),
+        calibration_service.CALIBRATE, calibration_service.make_runner(settings),
+        purge=calibration_service.report_remover(settings),
     )
     observability = Observability(engine, store.status_counts)
     default = engine.config

@@ -1,12 +1,10 @@
-"""Dependencies of the routes (``Annotated`` aliases) and the per-request judge selection.
+"""Dependencies of the routes (``Annotated`` aliases): the app's objects and the caller.
 
 ``get_settings`` and ``get_grader`` read what ``create_app`` stored on the app; tests replace them
-with ``app.dependency_overrides``. ``select_judge`` is the one policy for a request's ``judge``
-field: the model must be the default judge or allow-listed, the overrides must make a valid
-configuration, and a request that needs an LLM judge when none is configured gets a 503.
-``ReadyDep`` is the grading routes' readiness gate: while the start-up warm-up is still loading
-the encoder a request needs, the request gets 503 with ``Retry-After`` instead of loading it
-concurrently (or failing with a 500).
+with ``app.dependency_overrides``. ``ReadyDep`` is the grading routes' readiness gate: while the
+start-up warm-up is still loading the encoder a request needs, the request gets 503 with
+``Retry-After`` instead of loading it concurrently (or failing with a 500). The judge selection
+of a request is a service (``api.services.judges.select_judge``).
 """
 
 from __future__ import annotations
@@ -16,16 +14,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.auth import authenticate
-from api.errors import JudgeNotConfigured, Unavailable
+from api.errors import Unavailable
 from api.jobs import JobManager
 from api.observability import EncoderWarmup, Observability
-from core.errors import ConfigError, InputError, RubricNotFound
-from judge.config import JudgeConfig, JudgeOverrides, Settings
+from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
 from judge.metrics import needs_encoder
-
-LLM_METRICS = frozenset({"coverage", "defects"})
-"""Metrics that need a judge model; ROUGE-L and BERTScore do not."""
 
 WARMUP_RETRY_AFTER = 5
 """Seconds a request refused during the encoder warm-up is told to wait (``Retry-After``)."""
@@ -110,9 +104,17 @@ class ReadyGate:
             raise EncoderLoading(self.warmup.name)
 
 
-def get_ready_gate(request: Request) -> ReadyGate:
-    """The readiness gate over the app's encoder warm-up."""
+def get_warmup(request: Request) -> EncoderWarmup:
+    """The app's start-up encoder warm-up."""
     warmup: EncoderWarmup = request.app.state.warmup
+    return warmup
+
+
+WarmupDep = Annotated[EncoderWarmup, Depends(get_warmup)]
+
+
+def get_ready_gate(warmup: WarmupDep) -> ReadyGate:
+    """The readiness gate over the app's encoder warm-up."""
     return ReadyGate(warmup)
 
 
@@ -138,44 +140,3 @@ async def bind_tenant(owner: OwnerDep) -> str:
     """
     TENANT.set(owner)
     return owner
-
-
-def select_judge(
-    *, grader: Grader, settings: Settings, overrides: JudgeOverrides | None, needs_llm: bool = False
-) -> JudgeConfig:
-    """The judge configuration for one request.
-
-    Args:
-        grader: The engine; its config is the default judge.
-        settings: For the allow-list.
-        overrides: The request's ``judge`` field.
-        needs_llm: The request needs a judge model whatever its metrics (point extraction).
-
-    Raises:
-        InputError: (field ``judge.model``) a model that is not allow-listed.
-        InputError / RubricNotFound: invalid overrides, with the field under ``judge.``.
-        JudgeNotConfigured: the request needs an LLM judge and the model is empty.
-    """
-    default = grader.config.model
-    if overrides is not None and overrides.model is not None:
-        allowed = [default, *(m for m in settings.allowed_models if m != default)]
-        if overrides.model not in allowed:
-            raise InputError(
-                f"judge.model: model {overrides.model!r} is not allowed; allowed: "
-                f"{', '.join(repr(m) for m in allowed)}",
-                field="judge.model",
-            )
-    try:
-        config = grader.resolve(overrides)
-    except RubricNotFound as exc:
-        raise RubricNotFound(str(exc), rubric_id=exc.rubric_id, field=f"judge.{exc.field}") from exc
-    except ConfigError as exc:
-        # Invalid options sent by the caller: bad input, not a service misconfiguration.
-        field = f"judge.{exc.field}" if exc.field else "judge"
-        raise InputError(str(exc), field=field) from exc
-    if not config.model.strip() and (needs_llm or LLM_METRICS.intersection(config.metrics)):
-        raise JudgeNotConfigured(
-            "no judge model is configured: set BONUSJUDGE_JUDGE__MODEL (or `judge.model` in the "
-            "settings file), or request only the metrics rouge_l/bertscore",
-        )
-    return config

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 from fastapi import APIRouter, Depends
-from pydantic import ValidationError
 
-from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant, select_judge
-from api.errors import ERROR_RESPONSES, ProviderOutage, classify
-from api.jobs import check_request
-from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
-from core.errors import InputError, JudgeError, field_of
-from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
-from judge.types import ExtractResult, GradeRequest, GradeResult
+from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant
+from api.errors import ERROR_RESPONSES
+from api.schemas import BatchBody, BatchResponse, ExtractBody, GradeBody
+from api.services import grading
+from judge.types import ExtractResult, GradeResult
 
 router = APIRouter(
     prefix="/v1", tags=["grading"], dependencies=[Depends(bind_tenant)],
@@ -28,13 +21,7 @@ async def grade(
     body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
 ) -> GradeResult:
     """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured."""
-    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
-    ready.require(config)
-    request = check_request(body.to_request(), settings)
-    # An item without an id is item "1", as the first item of a batch is.
-    result = await grader.grade(request, config=config, item_id="1")
-    _raise_if_outage(grader, config, [result])
-    return result
+    return await grading.grade_one(body, grader=grader, settings=settings, ready=ready)
 
 
 @router.post("/grade/batch", summary="Grade a batch of responses")
@@ -42,19 +29,7 @@ async def grade_batch(
     body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
 ) -> BatchResponse:
     """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422."""
-    if len(body.items) > settings.max_batch:
-        raise InputError(
-            f"items: {len(body.items)} items exceed the batch limit of {settings.max_batch}; "
-            "submit a job (POST /v1/jobs) for more",
-            field="items",
-        )
-    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
-    ready.require(config)
-    entries = await asyncio.gather(
-        *(_entry(grader, config, settings, index, item) for index, item in enumerate(body.items))
-    )
-    _raise_if_outage(grader, config, [e.result for e in entries if e.result is not None])
-    return BatchResponse(results=list(entries))
+    return await grading.grade_batch(body, grader=grader, settings=settings, ready=ready)
 
 
 @router.post("/bonus-points", summary="Extract bonus points from a reference")
@@ -62,73 +37,4 @@ async def extract_points(
     body: ExtractBody, grader: GraderDep, settings: SettingsDep
 ) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM)."""
-    config = select_judge(grader=grader, settings=settings, overrides=body.judge, needs_llm=True)
-    config = _sync(grader, config)
-    result = await grader.extract_points(body.to_request(), config=config)
-    if result.reason == "circuit_open":
-        _raise_if_outage(grader, config, [], force=True)
-    return result
-
-
-def _sync(grader: Grader, config: JudgeConfig) -> JudgeConfig:
-    """The configuration for a request the caller waits on, refused during an outage.
-
-    A synchronous request must not hold its connection through a provider outage (jobs wait
-    it out instead): it answers 503 at once, and its items do not wait for the breaker.
-
-    Raises:
-        ProviderOutage: the judge's circuit breaker is open.
-    """
-    if config.is_embedded:
-        return config
-    _raise_if_outage(grader, config, [])
-    return config.model_copy(update={"max_outage": 0.0})
-
-
-def _raise_if_outage(
-    grader: Grader, config: JudgeConfig, results: list[GradeResult], *, force: bool = False
-) -> None:
-    """Answer 503 while the judge's breaker is open, or when it stopped one of ``results``.
-
-    What was graded before the breaker opened is in the cache, so the retry costs nothing.
-    """
-    if config.is_embedded:
-        return
-    breaker = grader.breaker_for(config)
-    stopped = force or any(
-        reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons
-    )
-    if stopped or breaker.retry_in() > 0:
-        raise ProviderOutage(
-            f"the judge provider ({config.model}) is failing; its circuit breaker is open",
-            retry_after=max(1.0, breaker.retry_in()),
-        )
-
-
-async def _entry(
-    grader: Grader, config: JudgeConfig, settings: Settings, index: int, item: dict[str, Any]
-) -> BatchEntry:
-    """Validate and grade one batch item; any input or judge error stays in its entry."""
-    declared = item.get("id")
-    try:
-        request = check_request(GradeRequest.model_validate(item), settings)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = field_of(first["loc"])
-        message = f"{field}: {first['msg']}" if field else str(first["msg"])
-        error = ItemError(type="invalid_input", message=message, field=field)
-        return BatchEntry(index=index, id=_str_or_none(declared), error=error)
-    except InputError as exc:
-        error = ItemError(type="invalid_input", message=str(exc), field=exc.field)
-        return BatchEntry(index=index, id=_str_or_none(declared), error=error)
-    try:
-        result = await grader.grade(request, config=config, item_id=str(index + 1))
-    except JudgeError as exc:
-        field = getattr(exc, "field", None)
-        error = ItemError(type=classify(exc)[1], message=str(exc), field=field)
-        return BatchEntry(index=index, id=request.id, error=error)
-    return BatchEntry(index=index, id=result.id, result=result)
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return await grading.extract_points(body, grader=grader, settings=settings)

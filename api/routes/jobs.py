@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import ConfigDict, field_validator
 
-from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, select_judge
+from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep
 from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE
-from api.jobs import GRADE, Quota, build_items, job_status, read_job_upload
+from api.jobs import read_job_upload
 from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
-from core.errors import InputError, field_of
+from api.services.jobs import list_grading_jobs, submit_grading_job
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
 
@@ -53,32 +52,24 @@ _UPLOAD_DOC: dict[str, Any] = {
 }
 
 
-def judge_query(
-    model: Annotated[str | None, Query(description="Judge model (allow-listed).")] = None,
-    temperature: Annotated[float | None, Query(description="Judge temperature.")] = None,
-    rubric: Annotated[str | None, Query(description="Rubric family.")] = None,
-    metrics: Annotated[
-        str | None, Query(description="Comma-separated metrics (coverage,defects,rouge_l,...).")
-    ] = None,
-    length_control: Annotated[bool | None, Query(description="Apply the length cap.")] = None,
-    context_window: Annotated[
-        int | None, Query(description="CharToM plot window for the defect judge (0/1000/2000).")
-    ] = None,
-) -> JudgeOverrides | None:
-    """Judge selection from query parameters (for JSONL and multipart uploads)."""
-    values = {
-        "model": model, "temperature": temperature, "rubric": rubric, "metrics": metrics,
-        "length_control": length_control, "context_window": context_window,
-    }
-    given = {key: value for key, value in values.items() if value is not None}
-    if not given:
-        return None
-    try:
-        return JudgeOverrides.model_validate(given)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = field_of(first["loc"])
-        raise InputError(f"{field}: {first['msg']}", field=field) from None
+class JudgeQuery(JudgeOverrides):
+    """The judge selection as query parameters: the fields of ``JudgeOverrides``.
+
+    ``metrics`` may be repeated or comma-separated (``metrics=coverage,rouge_l``). Other query
+    parameters are ignored, as they are on every route.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _split_metrics(cls, value: Any) -> Any:
+        # A query parameter of a sequence field arrives as a list, one entry per occurrence.
+        if isinstance(value, list | tuple):
+            return tuple(
+                part.strip() for entry in value for part in str(entry).split(",") if part.strip()
+            )
+        return value
 
 
 @router.post(
@@ -93,7 +84,7 @@ async def submit_job(
     grader: GraderDep,
     settings: SettingsDep,
     owner: OwnerDep,
-    query_judge: Annotated[JudgeOverrides | None, Depends(judge_query)],
+    query_judge: Annotated[JudgeQuery | None, Query()] = None,
 ) -> JobStatus:
     """Submit items as JSON `{"items", "judge"}`, a JSONL body or a multipart `file`.
 
@@ -106,15 +97,8 @@ async def submit_job(
     429 naming the limit and its current use.
     """
     upload = await read_job_upload(request)
-    if upload.judge is not None and query_judge is not None:
-        raise InputError("judge: select the judge in the body or the query, not both",
-                         field="judge")
-    overrides = upload.judge or query_judge
-    config = select_judge(grader=grader, settings=settings, overrides=overrides)
-    items = build_items(upload, context_window=config.context_window, settings=settings)
-    status = await jobs.submit(
-        owner=owner, items=items, overrides=overrides, config=config,
-        quota=Quota.from_settings(settings),
+    status = await submit_grading_job(
+        upload, query_judge, jobs=jobs, grader=grader, settings=settings, owner=owner
     )
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
@@ -137,15 +121,7 @@ async def list_jobs(
     shifts the later pages by one (a job then shows up twice); with `status`, jobs that change
     status shift them too.
     """
-    # One row more than the page: whether it exists says if there is a next page.
-    rows = await asyncio.to_thread(
-        lambda: jobs.store.list_jobs(owner, GRADE, status, limit=limit + 1, offset=offset)
-    )
-    more = len(rows) > limit
-    return JobList(
-        jobs=[job_status(row) for row in rows[:limit]],
-        next_offset=offset + limit if more else None,
-    )
+    return await list_grading_jobs(jobs, owner, limit=limit, offset=offset, status=status)
 
 
 @router.get("/{job_id}", summary="A job's status")

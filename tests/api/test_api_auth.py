@@ -5,23 +5,17 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.deps import get_settings
 from api.serve import check_bind, is_loopback
 from core.errors import ConfigError
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.config import Settings
 
 ITEM = {
     "question": "How does Levin feel?",
@@ -33,36 +27,15 @@ KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"
 
 
-def points_of(call: FakeCall) -> int:
-    assert call.validation_context is not None
-    return int(call.validation_context["n_points"])
-
-
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    return covering(1, n=points_of(call))
-
-
-def make_app(tmp_path: Path, **settings: Any) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l")),
-        provider=FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
-    return create_app(config, grader=grader)
-
-
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
+def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
     # One key given in plain text (hashed on load), one as its digest.
     keys = [KEY_A, "sha256:" + hashlib.sha256(KEY_B.encode()).hexdigest()]
-    with TestClient(make_app(tmp_path, api_keys=keys)) as test_client:
+    with TestClient(make_app(api_keys=keys)) as test_client:
         yield test_client
 
 
@@ -118,8 +91,10 @@ def test_jobs_of_one_key_are_invisible_to_another(client: TestClient) -> None:
     assert client.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).json()["status"] != "cancelled"
 
 
-def test_settings_dependency_can_be_overridden(tmp_path: Path) -> None:
-    app = make_app(tmp_path)
+def test_settings_dependency_can_be_overridden(
+    tmp_path: Path, make_app: Callable[..., FastAPI]
+) -> None:
+    app = make_app()
     with TestClient(app) as client:
         assert client.post("/v1/grade", json=ITEM).status_code == 200
         locked = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
@@ -129,12 +104,12 @@ def test_settings_dependency_can_be_overridden(tmp_path: Path) -> None:
         assert client.post("/v1/grade", json=ITEM, headers=auth(KEY_A)).status_code == 200
 
 
-def test_cors_is_off_by_default_and_configurable(tmp_path: Path) -> None:
+def test_cors_is_off_by_default_and_configurable(make_app: Callable[..., FastAPI]) -> None:
     preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"}
-    with TestClient(make_app(tmp_path)) as client:
+    with TestClient(make_app()) as client:
         response = client.options("/v1/grade", headers=preflight)
         assert "access-control-allow-origin" not in response.headers
-    with TestClient(make_app(tmp_path, cors_origins=["https://ui.example"])) as client:
+    with TestClient(make_app(cors_origins=["https://ui.example"])) as client:
         response = client.options("/v1/grade", headers=preflight)
         assert response.headers["access-control-allow-origin"] == "https://ui.example"
 

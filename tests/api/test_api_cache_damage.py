@@ -11,6 +11,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 
 ITEM = {
     "id": "item-1",
@@ -35,23 +32,10 @@ ITEM = {
 }
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if "[Bonus Points]" in call.user:
-        return covering(1, n=2)
-    return defects()
-
-
-def make_app(tmp_path: Path, grader: Grader | None = None) -> FastAPI:
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    return create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
-
-
-def fake_grader(tmp_path: Path) -> Grader:
-    return Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects")),
-        provider=FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
+@pytest.fixture
+def app(make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]) -> FastAPI:
+    """The service over the fake judge, grading coverage and defects."""
+    return make_app(make_grader(metrics=("coverage", "defects")))
 
 
 def wait_done(client: TestClient, job_id: str) -> dict[str, Any]:
@@ -65,14 +49,13 @@ def wait_done(client: TestClient, job_id: str) -> dict[str, Any]:
 
 
 def test_a_full_disk_costs_the_cache_not_the_answers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app: FastAPI
 ) -> None:
     folder = tmp_path / "cache"
 
     def disk_full(self: diskcache.Cache, *args: Any, **kwargs: Any) -> bool:
         raise OSError(28, "No space left on device", str(folder / "cache.db"))
 
-    app = make_app(tmp_path, fake_grader(tmp_path))
     bodies: list[str] = []
     with TestClient(app) as client:
         monkeypatch.setattr(diskcache.Cache, "set", disk_full)
@@ -103,11 +86,14 @@ def test_a_full_disk_costs_the_cache_not_the_answers(
         assert str(tmp_path) not in text
 
 
-def test_a_corrupt_database_at_start_is_replaced(tmp_path: Path) -> None:
+def test_a_corrupt_database_at_start_is_replaced(
+    tmp_path: Path, make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
     folder = tmp_path / "cache"
     folder.mkdir()
     (folder / "cache.db").write_bytes(b"not a database\n" * 500)
-    app = make_app(tmp_path, fake_grader(tmp_path))  # today: CacheError before the app exists
+    # today: CacheError before the app exists
+    app = make_app(make_grader(metrics=("coverage", "defects")))
     with TestClient(app) as client:
         assert client.post("/v1/grade", json=ITEM).status_code == 200
         body = client.get("/readyz").json()
@@ -117,8 +103,8 @@ def test_a_corrupt_database_at_start_is_replaced(tmp_path: Path) -> None:
     assert list(folder.glob("cache.db.corrupt-*"))
 
 
-def test_a_healthy_cache_is_not_degraded(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, fake_grader(tmp_path))) as client:
+def test_a_healthy_cache_is_not_degraded(app: FastAPI) -> None:
+    with TestClient(app) as client:
         body = client.get("/readyz").json()
     assert body["degraded"] is False
     assert body["checks"]["cache"] == {"ok": True, "detail": "writable"}

@@ -6,7 +6,7 @@ Runs use the bundled `example` set with ROUGE-L only (no encoder, no judge): a s
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import JOBS_DB, create_app
+from api.app import JOBS_DB
 from api.auth import hash_key
 from api.jobs import JobStore
-from api.routes.calibration import CALIBRATE, REPORTS
+from api.services.calibration import CALIBRATE, REPORTS
 from calibration.sets import example_set_path
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.fake import FakeProvider
 
@@ -33,19 +32,23 @@ FAST: dict[str, Any] = {"metrics": ["rouge_l"], "resamples": 100}
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def build(tmp_path: Path, **settings: Any) -> FastAPI:
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=FakeProvider(outputs=[]))
-    values: dict[str, Any] = {
-        "cache_dir": tmp_path / "cache", "data_dir": tmp_path / "data", "judge": config,
-        "api_keys": [KEY, OTHER_KEY], "allowed_models": ["other/judge"], **settings,
-    }
-    return create_app(Settings(**values), grader=grader, poll_seconds=0.05)
+@pytest.fixture
+def build(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """The service with two keys and one allow-listed judge; a judge call would fail the test."""
+
+    def app(**settings: Any) -> FastAPI:
+        grader = make_grader(FakeProvider(outputs=[]), cache=False)
+        return make_app(grader, judge=grader.config, api_keys=[KEY, OTHER_KEY],
+                        allowed_models=["other/judge"], lease_seconds=30.0, **settings)
+
+    return app
 
 
 @pytest.fixture
-def http(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(build(tmp_path), raise_server_exceptions=False) as client:
+def http(build: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with TestClient(build(), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -241,15 +244,19 @@ def test_a_failed_run_reports_why(http: TestClient, monkeypatch: pytest.MonkeyPa
     assert http.get("/v1/reports", headers=AUTH).json() == {"reports": []}
 
 
-def test_a_missing_shared_folder_is_the_services_fault(tmp_path: Path) -> None:
-    app = build(tmp_path, calibration_dir=tmp_path / "nowhere")
+def test_a_missing_shared_folder_is_the_services_fault(
+    tmp_path: Path, build: Callable[..., FastAPI]
+) -> None:
+    app = build(calibration_dir=tmp_path / "nowhere")
     with TestClient(app, raise_server_exceptions=False) as http:
         answer = http.post("/v1/calibrate", json={"set": "evouna_tq", **FAST}, headers=AUTH)
         assert answer.status_code == 503
         assert answer.json()["error"]["type"] == "service_misconfigured"
 
 
-def test_an_interrupted_run_is_resumed_after_a_restart(tmp_path: Path) -> None:
+def test_an_interrupted_run_is_resumed_after_a_restart(
+    tmp_path: Path, build: Callable[..., FastAPI]
+) -> None:
     """A run left queued by a service that stopped is completed by the next one."""
     store = JobStore(tmp_path / "data" / JOBS_DB)
     options = {"set": "example", "source": "example", "scale": None, "judges": [],
@@ -259,7 +266,7 @@ def test_an_interrupted_run_is_resumed_after_a_restart(tmp_path: Path) -> None:
                  lease_owner=None, lease_seconds=30.0, kind=CALIBRATE, options=options, total=4,
                  model="", config_hash="")
     store.close()
-    with TestClient(build(tmp_path), raise_server_exceptions=False) as http:
+    with TestClient(build(), raise_server_exceptions=False) as http:
         status = wait_done(http, "left")
         assert status["status"] == "done", status
         report = http.get("/v1/reports/left", headers=AUTH).json()

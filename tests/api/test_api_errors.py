@@ -4,22 +4,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from core.errors import ConfigError
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Provider
-from judge.verdicts import DefectJudgement
+from judge.fake import FakeProvider
 
 ITEM = {
     "question": "How does Levin feel?",
@@ -29,33 +23,9 @@ ITEM = {
 }
 
 
-def points_of(call: FakeCall) -> int:
-    assert call.validation_context is not None
-    return int(call.validation_context["n_points"])
-
-
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    return covering(1, n=points_of(call))
-
-
-def make_app(
-    tmp_path: Path, *, model: str = "fake/judge", provider: Provider | None = None,
-    **settings: Any,
-) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model=model, metrics=("coverage", "defects", "rouge_l")),
-        provider=provider or FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
-    return create_app(config, grader=grader)
-
-
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(make_app(tmp_path, max_bonus_points=4, max_body_bytes=4_000,
+def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with TestClient(make_app(max_bonus_points=4, max_body_bytes=4_000,
                              allowed_models=["fake/other"])) as test_client:
         yield test_client
 
@@ -120,14 +90,14 @@ def test_allow_listed_model_is_used(client: TestClient) -> None:
     assert response.json()["provenance"]["judge"] == "fake/other"
 
 
-def test_batch_over_the_limit_names_items(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, max_batch=2)) as client:
+def test_batch_over_the_limit_names_items(make_app: Callable[..., FastAPI]) -> None:
+    with TestClient(make_app(max_batch=2)) as client:
         error = error_of(client.post("/v1/grade/batch", json={"items": [ITEM] * 3}), 422)
     assert error["field"] == "items"
 
 
-def test_metrics_over_the_limit_names_pairs(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, max_batch=1)) as client:
+def test_metrics_over_the_limit_names_pairs(make_app: Callable[..., FastAPI]) -> None:
+    with TestClient(make_app(max_batch=1)) as client:
         pairs = [{"response": "a", "reference": "b"}] * 2
         response = client.post("/v1/metrics", json={"pairs": pairs, "metrics": ["rouge_l"]})
     assert error_of(response, 422)["field"] == "pairs"
@@ -172,8 +142,10 @@ def test_wrong_method_and_media_type(client: TestClient) -> None:
     assert error_of(response, 415)["field"] == "content-type"
 
 
-def test_judge_not_configured_is_503(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, model="")) as client:
+def test_judge_not_configured_is_503(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    with TestClient(make_app(make_grader(model=""))) as client:
         error = error_of(client.post("/v1/grade", json=ITEM), 503)
         assert error["type"] == "judge_not_configured"
         assert "model" in error["message"]
@@ -187,9 +159,9 @@ def test_judge_not_configured_is_503(tmp_path: Path) -> None:
         assert ready.json()["checks"]["judge"]["ok"] is False
 
 
-def test_unexpected_error_is_a_bare_500(tmp_path: Path) -> None:
+def test_unexpected_error_is_a_bare_500(make_app: Callable[..., FastAPI]) -> None:
     provider = FakeProvider(outputs=[])  # runs out at once: a fatal, unexpected error
-    app = make_app(tmp_path, provider=provider)
+    app = make_app(provider=provider)
     with TestClient(app, raise_server_exceptions=False) as client:
         response = client.post("/v1/grade", json=ITEM)
     error = error_of(response, 500)
@@ -208,8 +180,8 @@ def test_no_500_across_hostile_inputs(client: TestClient) -> None:
             error_of(response, response.status_code)
 
 
-def test_service_side_config_failure_is_503_not_422(tmp_path: Path) -> None:
-    app = make_app(tmp_path)
+def test_service_side_config_failure_is_503_not_422(make_app: Callable[..., FastAPI]) -> None:
+    app = make_app()
 
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise ConfigError("matcher parameter file is missing", field="matcher")

@@ -7,7 +7,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.app import create_app
 from api.client import AsyncJudgeClient, ClientHTTPError, JudgeClient, RetryPolicy
 from api.jobs import GRADE, JobStore
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
+from judge.config import JudgeConfig
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.provider import Completion
 from judge.verdicts import DefectJudgement
@@ -67,14 +64,6 @@ class HeldProvider:
         )
 
 
-def make_app(tmp_path: Path, provider: HeldProvider) -> FastAPI:
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=provider, cache=JudgeCache(tmp_path / "cache"))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
-                        api_keys=[KEY_A, KEY_B])
-    return create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
-
-
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
@@ -87,8 +76,8 @@ def provider() -> HeldProvider:
 
 
 @pytest.fixture
-def http(tmp_path: Path, provider: HeldProvider) -> Iterator[TestClient]:
-    with TestClient(make_app(tmp_path, provider)) as client:
+def http(make_app: Callable[..., FastAPI], provider: HeldProvider) -> Iterator[TestClient]:
+    with TestClient(make_app(provider=provider, api_keys=[KEY_A, KEY_B])) as client:
         yield client
         provider.gate.set()  # let held jobs finish, so the shutdown drains at once
 
@@ -254,10 +243,10 @@ def test_sync_client_pages_and_filters(http: TestClient) -> None:
     assert err.value.status == 422 and err.value.field == "limit"
 
 
-async def test_async_client_pages_and_filters(tmp_path: Path) -> None:
+async def test_async_client_pages_and_filters(make_app: Callable[..., FastAPI]) -> None:
     provider = HeldProvider()
     provider.gate.set()
-    app = make_app(tmp_path, provider)
+    app = make_app(provider=provider, api_keys=[KEY_A, KEY_B])
     async with app.router.lifespan_context(app):
         client = AsyncJudgeClient(
             "http://bonusjudge.test", api_key=KEY_A, transport=httpx.ASGITransport(app=app),

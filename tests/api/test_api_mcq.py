@@ -4,7 +4,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import JOBS_DB, create_app
+from api.app import JOBS_DB
 from api.auth import hash_key
 from api.jobs import JobItem, JobStore
-from api.routes.mcq import MCQ, RULES
-from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
+from api.services.mcq import MCQ, RULES
+from cli.mcq import main as mcq_cli
+from judge.config import EMBEDDED_JUDGE
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeOutput, FakeProvider
-from judge.mcq.cli import main as mcq_cli
 from judge.mcq.types import McqItem
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"
@@ -60,21 +60,26 @@ class Reader:
         return {"chosen": ["B"]}
 
 
+@pytest.fixture
 def build(
-    tmp_path: Path, *, model: str = "fake/judge", reader: Reader | None = None, **settings: Any
-) -> FastAPI:
-    config = JudgeConfig(model=model, metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=FakeProvider(handler=reader or Reader()))
-    values: dict[str, Any] = {
-        "cache_dir": tmp_path / "cache", "data_dir": tmp_path / "data", "judge": config,
-        "api_keys": [KEY, OTHER_KEY], **settings,
-    }
-    return create_app(Settings(**values), grader=grader, poll_seconds=0.05)
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """The service with two keys over a judge double for the LLM extractor (no cache).
+
+    ``build(*, model="fake/judge", reader=None, **settings)``.
+    """
+
+    def app(*, model: str = "fake/judge", reader: Reader | None = None, **settings: Any) -> FastAPI:
+        grader = make_grader(FakeProvider(handler=reader or Reader()), model=model, cache=False)
+        return make_app(grader, judge=grader.config, api_keys=[KEY, OTHER_KEY],
+                        lease_seconds=30.0, **settings)
+
+    return app
 
 
 @pytest.fixture
-def http(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(build(tmp_path), raise_server_exceptions=False) as client:
+def http(build: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with TestClient(build(), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -179,8 +184,8 @@ def test_invalid_options_are_422_naming_the_field(
     assert answer.json()["error"]["field"] == field
 
 
-def test_more_items_than_max_job_items_is_422(tmp_path: Path) -> None:
-    with TestClient(build(tmp_path, max_job_items=3), raise_server_exceptions=False) as http:
+def test_more_items_than_max_job_items_is_422(build: Callable[..., FastAPI]) -> None:
+    with TestClient(build(max_job_items=3), raise_server_exceptions=False) as http:
         answer = http.post("/v1/mcq", json={"items": [item(i) for i in range(4)]}, headers=AUTH)
         assert answer.status_code == 422
         assert answer.json()["error"]["field"] == "items"
@@ -188,9 +193,9 @@ def test_more_items_than_max_job_items_is_422(tmp_path: Path) -> None:
                          headers=AUTH).status_code == 200
 
 
-def test_llm_extract_reads_only_unparseable_answers(tmp_path: Path) -> None:
+def test_llm_extract_reads_only_unparseable_answers(build: Callable[..., FastAPI]) -> None:
     reader = Reader()
-    with TestClient(build(tmp_path, reader=reader), raise_server_exceptions=False) as http:
+    with TestClient(build(reader=reader), raise_server_exceptions=False) as http:
         items = [item(1), item(2, response="The second place, I suppose, the cold one.")]
         plain = http.post("/v1/mcq", json={"items": items}, headers=AUTH).json()
         assert plain["results"][1]["result"]["method"] == "unparseable"
@@ -206,8 +211,8 @@ def test_llm_extract_reads_only_unparseable_answers(tmp_path: Path) -> None:
         assert body["summary"]["llm_extractor"] is True
 
 
-def test_llm_extract_refused_with_the_embedded_matcher(tmp_path: Path) -> None:
-    app = build(tmp_path, model=EMBEDDED_JUDGE)
+def test_llm_extract_refused_with_the_embedded_matcher(build: Callable[..., FastAPI]) -> None:
+    app = build(model=EMBEDDED_JUDGE)
     with TestClient(app, raise_server_exceptions=False) as http:
         answer = http.post("/v1/mcq", json={"items": [item(1)], "llm_extract": True},
                            headers=AUTH)
@@ -216,8 +221,8 @@ def test_llm_extract_refused_with_the_embedded_matcher(tmp_path: Path) -> None:
         assert http.post("/v1/mcq", json={"items": [item(1)]}, headers=AUTH).status_code == 200
 
 
-def test_llm_extract_without_a_judge_is_503(tmp_path: Path) -> None:
-    with TestClient(build(tmp_path, model=""), raise_server_exceptions=False) as http:
+def test_llm_extract_without_a_judge_is_503(build: Callable[..., FastAPI]) -> None:
+    with TestClient(build(model=""), raise_server_exceptions=False) as http:
         answer = http.post("/v1/mcq", json={"items": [item(1)], "llm_extract": True},
                            headers=AUTH)
         assert answer.status_code == 503
@@ -306,7 +311,9 @@ def test_jobs_are_private_and_kinds_do_not_mix(http: TestClient) -> None:
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "done"
 
 
-def test_a_stored_job_is_run_by_the_next_service(tmp_path: Path) -> None:
+def test_a_stored_job_is_run_by_the_next_service(
+    tmp_path: Path, build: Callable[..., FastAPI]
+) -> None:
     """A job left queued (its service stopped before running it) is finished after a restart."""
     store = JobStore(tmp_path / "data" / JOBS_DB)
     items = [
@@ -319,7 +326,7 @@ def test_a_stored_job_is_run_by_the_next_service(tmp_path: Path) -> None:
                  options={"aggregate": "mean", "group_by": None, "llm_extract": False,
                           "fuzzy_threshold": 90.0})
     store.close()
-    with TestClient(build(tmp_path), raise_server_exceptions=False) as http:
+    with TestClient(build(), raise_server_exceptions=False) as http:
         status = wait_done(http, "/v1/mcq/jobs/left")
         assert status["status"] == "done" and status["done"] == 5
         summary = http.get("/v1/mcq/jobs/left/summary", headers=AUTH).json()

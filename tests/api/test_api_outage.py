@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,11 +15,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.client import ClientHTTPError, JudgeClient
 from core.errors import JudgeOutputError, ProviderError
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
@@ -36,15 +33,17 @@ def item(n: int) -> dict[str, Any]:
     }
 
 
-def make_app(tmp_path: Path, provider: Any, breaker: CircuitBreaker | None = None) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects"), retries=0),
-        provider=provider,
-        cache=JudgeCache(tmp_path / "cache"),
-        breaker=breaker,
-    )
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    return create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
+@pytest.fixture
+def app_for(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """The service over ``provider`` (no retries), with ``breaker`` when given."""
+
+    def build(provider: Any, breaker: CircuitBreaker | None = None) -> FastAPI:
+        grader = make_grader(provider, metrics=("coverage", "defects"), retries=0, breaker=breaker)
+        return make_app(grader)
+
+    return build
 
 
 def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
@@ -57,7 +56,9 @@ def wait_done(client: TestClient, job_id: str, timeout: float = 30.0) -> dict[st
     raise AssertionError("job did not finish")
 
 
-def test_sync_routes_answer_503_with_retry_after_while_the_breaker_is_open(tmp_path: Path) -> None:
+def test_sync_routes_answer_503_with_retry_after_while_the_breaker_is_open(
+    app_for: Callable[..., FastAPI],
+) -> None:
     down = ProviderError("503 from the provider", reason="provider_error", retryable=True,
                          status=503)
     healthy = threading.Event()
@@ -70,7 +71,7 @@ def test_sync_routes_answer_503_with_retry_after_while_the_breaker_is_open(tmp_p
         return covering(1, n=2)
 
     breaker = CircuitBreaker(threshold=2, cooldown=0.3, max_cooldown=0.3)
-    app = make_app(tmp_path, FakeProvider(handler=handler), breaker)
+    app = app_for(FakeProvider(handler=handler), breaker)
     with TestClient(app) as client:
         first = client.post("/v1/grade", json=item(1))
         assert first.status_code in (200, 503)  # its two failing calls open the breaker
@@ -88,7 +89,9 @@ def test_sync_routes_answer_503_with_retry_after_while_the_breaker_is_open(tmp_p
         assert ok.json()["status"] == "scored"
 
 
-def test_retry_unscored_regrades_a_finished_jobs_unscored_items(tmp_path: Path) -> None:
+def test_retry_unscored_regrades_a_finished_jobs_unscored_items(
+    app_for: Callable[..., FastAPI],
+) -> None:
     refusing = {"on": True}
     calls: list[str] = []
 
@@ -100,7 +103,7 @@ def test_retry_unscored_regrades_a_finished_jobs_unscored_items(tmp_path: Path) 
             return JudgeOutputError("I cannot help with that", reason="refusal")
         return covering(1, 2, n=2)
 
-    app = make_app(tmp_path, FakeProvider(handler=handler))
+    app = app_for(FakeProvider(handler=handler))
     with TestClient(app) as http:
         client = JudgeClient(http_client=http)
         job = client.submit_job([item(n) for n in range(1, 6)])
@@ -129,7 +132,7 @@ def test_retry_unscored_regrades_a_finished_jobs_unscored_items(tmp_path: Path) 
         assert missing.value.status == 404
 
 
-def test_retry_unscored_refuses_a_running_job(tmp_path: Path) -> None:
+def test_retry_unscored_refuses_a_running_job(app_for: Callable[..., FastAPI]) -> None:
     gate = threading.Event()
 
     class Slow:
@@ -143,7 +146,7 @@ def test_retry_unscored_refuses_a_running_job(tmp_path: Path) -> None:
                                       else covering(1, n=2)).complete(
                 messages, response_model, config, **kw)
 
-    app = make_app(tmp_path, Slow())
+    app = app_for(Slow())
     with TestClient(app) as http:
         job = http.post("/v1/jobs", json={"items": [item(1)]}).json()
         answer = http.post(f"/v1/jobs/{job['id']}/retry-unscored")

@@ -5,21 +5,16 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Provider
-from judge.types import GradeResult, MetricName
+from judge.types import GradeResult
 from judge.verdicts import BonusPointsExtraction, DefectJudgement
 
 ITEM = {
@@ -47,24 +42,15 @@ def handler(call: FakeCall) -> FakeOutput:
     return covering(1, n=points_of(call))
 
 
-def make_app(
-    tmp_path: Path, *, metrics: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l"),
-    provider: Provider | None = None, **settings: Any,
-) -> tuple[FastAPI, Provider]:
-    provider = provider or FakeProvider(handler=handler)
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=metrics),
-        provider=provider,
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
-    return create_app(config, grader=grader), provider
+@pytest.fixture
+def judge_app(make_app: Callable[..., FastAPI]) -> FastAPI:
+    """The service over this file's scripted judge."""
+    return make_app(provider=FakeProvider(handler=handler))
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    app, _ = make_app(tmp_path)
-    with TestClient(app) as test_client:
+def client(judge_app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(judge_app) as test_client:
         yield test_client
 
 
@@ -168,10 +154,12 @@ def test_health_and_ready(client: TestClient) -> None:
     assert body["checks"]["judge"]["detail"] == "fake/judge"
 
 
-def test_ready_reports_an_unwritable_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ready_reports_an_unwritable_cache(
+    judge_app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A cache is disposable: an unwritable one degrades the service (it grades uncached), it
     # does not take it out of rotation.
-    app, _ = make_app(tmp_path)
+    app = judge_app
     monkeypatch.setattr(app.state.grader.cache, "writable", lambda: False)
     with TestClient(app) as client:
         response = client.get("/readyz")
@@ -221,8 +209,11 @@ def test_openapi_documents_fields_and_examples(client: TestClient) -> None:
 
 
 @pytest.mark.slow
-def test_bertscore_and_encoder_readiness(tmp_path: Path) -> None:
-    app, _ = make_app(tmp_path, metrics=("coverage", "rouge_l", "bertscore"))
+def test_bertscore_and_encoder_readiness(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    metrics = ("coverage", "rouge_l", "bertscore")
+    app = make_app(make_grader(FakeProvider(handler=handler), metrics=metrics))
     with TestClient(app) as client:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -244,15 +235,14 @@ def test_bertscore_and_encoder_readiness(tmp_path: Path) -> None:
         assert graded["bertscore"]["f1"] > 0
 
 
-def test_ready_reports_an_encoder_that_cannot_load(tmp_path: Path) -> None:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("rouge_l", "bertscore"),
-                    encoder=str(tmp_path / "no-such-model")),
-        provider=FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
+def test_ready_reports_an_encoder_that_cannot_load(
+    tmp_path: Path, make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    grader = make_grader(
+        FakeProvider(handler=handler), metrics=("rouge_l", "bertscore"),
+        encoder=str(tmp_path / "no-such-model"),
     )
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    with TestClient(create_app(settings, grader=grader)) as client:
+    with TestClient(make_app(grader)) as client:
         deadline = time.monotonic() + 60
         while True:
             response = client.get("/readyz")

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.fake import FakeCall, FakeOutput, FakeProvider
 
 ITEM = {
     "question": "How does Levin feel?",
@@ -29,19 +26,20 @@ ITEM = {
 KEY_A, KEY_B = "key-a-0123456789", "key-b-9876543210"
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
+@pytest.fixture
+def client_for(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader],
+    fake_judge: Callable[[FakeCall], FakeOutput],
+) -> Callable[[str], tuple[TestClient, FakeProvider]]:
+    """A client (not yet opened) of the service with this cache scope, and its fake judge."""
 
+    def build(scope: str) -> tuple[TestClient, FakeProvider]:
+        fake = FakeProvider(handler=fake_judge)
+        grader = make_grader(fake, metrics=("coverage", "defects"), cache_scope=scope)
+        app = make_app(grader, api_keys=[KEY_A, KEY_B], cache_scope=scope)
+        return TestClient(app), fake
 
-def client_for(tmp_path: Path, scope: str) -> tuple[TestClient, FakeProvider]:
-    fake = FakeProvider(handler=handler)
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects")),
-        provider=fake, cache=JudgeCache(tmp_path / "cache"), cache_scope=scope,  # type: ignore[arg-type]
-    )
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
-                        api_keys=[KEY_A, KEY_B], cache_scope=scope)  # type: ignore[arg-type]
-    return TestClient(create_app(settings, grader=grader, poll_seconds=0.05)), fake
+    return build
 
 
 def grade(client: TestClient, key: str) -> list[dict[str, Any]]:
@@ -51,8 +49,10 @@ def grade(client: TestClient, key: str) -> list[dict[str, Any]]:
     return calls
 
 
-def test_shared_cache_never_tells_a_key_what_another_key_graded(tmp_path: Path) -> None:
-    client, fake = client_for(tmp_path, "shared")
+def test_shared_cache_never_tells_a_key_what_another_key_graded(
+    client_for: Callable[[str], tuple[TestClient, FakeProvider]],
+) -> None:
+    client, fake = client_for("shared")
     with client:
         first = grade(client, KEY_A)
         assert all(not c["cached"] and c["attempts"] == 1 for c in first)
@@ -64,8 +64,10 @@ def test_shared_cache_never_tells_a_key_what_another_key_graded(tmp_path: Path) 
         assert all(c["cached"] and c["attempts"] == 0 for c in again)
 
 
-def test_shared_cache_masks_hits_in_jobs_too(tmp_path: Path) -> None:
-    client, _ = client_for(tmp_path, "shared")
+def test_shared_cache_masks_hits_in_jobs_too(
+    client_for: Callable[[str], tuple[TestClient, FakeProvider]],
+) -> None:
+    client, _ = client_for("shared")
     with client:
         grade(client, KEY_A)
         job = client.post("/v1/jobs", json={"items": [ITEM]},
@@ -80,8 +82,10 @@ def test_shared_cache_masks_hits_in_jobs_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("scope", ["per_key"])
-def test_per_key_cache_keeps_keys_apart(tmp_path: Path, scope: str) -> None:
-    client, fake = client_for(tmp_path, scope)
+def test_per_key_cache_keeps_keys_apart(
+    client_for: Callable[[str], tuple[TestClient, FakeProvider]], scope: str
+) -> None:
+    client, fake = client_for(scope)
     with client:
         grade(client, KEY_A)
         paid = len(fake.calls)

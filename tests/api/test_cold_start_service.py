@@ -13,22 +13,19 @@ import asyncio
 import os
 import threading
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.fake import FakeProvider
 from judge.metrics import warm_up
-from judge.types import MetricName
-from judge.verdicts import DefectJudgement
 
 ITEM = {
     "id": "item-1",
@@ -38,24 +35,6 @@ ITEM = {
     "response": "Levin is humiliated and longs for his estate.",
 }
 PAIRS = [{"response": "Levin feels hurt.", "reference": "He feels humiliated."}]
-
-
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
-
-
-def settings_for(tmp_path: Path) -> Settings:
-    return Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-
-
-def grader_for(
-    tmp_path: Path, metrics: tuple[MetricName, ...], cls: type[Grader] = Grader
-) -> Grader:
-    config = JudgeConfig(model="fake/judge", metrics=metrics)
-    return cls(config, provider=FakeProvider(handler=handler), cache=JudgeCache(tmp_path / "cache"))
 
 
 def wait_until(predicate: Any, what: str, timeout: float = 120.0) -> None:
@@ -68,7 +47,7 @@ def wait_until(predicate: Any, what: str, timeout: float = 120.0) -> None:
 
 @pytest.mark.slow
 def test_encoder_routes_answer_503_with_retry_after_until_the_warm_up_ends(
-    tmp_path: Path,
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader],
 ) -> None:
     release = threading.Event()
     started = threading.Event()
@@ -78,8 +57,8 @@ def test_encoder_routes_answer_503_with_retry_after_until_the_warm_up_ends(
         assert release.wait(120), "the test never released the warm-up"
         warm_up(config)
 
-    grader = grader_for(tmp_path, ("coverage", "rouge_l", "bertscore"))
-    app = create_app(settings_for(tmp_path), grader=grader, warm_up=slow_warm_up)
+    grader = make_grader(metrics=("coverage", "rouge_l", "bertscore"))
+    app = make_app(grader, warm_up=slow_warm_up)
     with TestClient(app, raise_server_exceptions=False) as client:
         assert started.wait(10)
         ready = client.get("/readyz")
@@ -114,12 +93,14 @@ def test_encoder_routes_answer_503_with_retry_after_until_the_warm_up_ends(
         assert metrics.status_code == 200 and metrics.json()["results"][0]["bertscore"]["f1"] > 0
 
 
-def test_a_failed_warm_up_stops_gating(tmp_path: Path) -> None:
+def test_a_failed_warm_up_stops_gating(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
     def broken(config: JudgeConfig) -> None:
         raise RuntimeError("no encoder here")
 
-    grader = grader_for(tmp_path, ("coverage", "rouge_l", "bertscore"))
-    app = create_app(settings_for(tmp_path), grader=grader, warm_up=broken)
+    grader = make_grader(metrics=("coverage", "rouge_l", "bertscore"))
+    app = make_app(grader, warm_up=broken)
     with TestClient(app) as client:
         wait_until(lambda: app.state.warmup.error is not None, "the warm-up to fail", 10)
         detail = client.get("/readyz").json()["checks"]["encoder"]["detail"]
@@ -144,12 +125,14 @@ class HeldPrepare(Grader):
         await super().prepare(config)
 
 
-def test_job_worker_waits_for_the_warm_up_before_grading(tmp_path: Path) -> None:
-    grader = grader_for(tmp_path, ("coverage", "defects", "rouge_l"), cls=HeldPrepare)
+def test_job_worker_waits_for_the_warm_up_before_grading(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    grader = make_grader(metrics=("coverage", "defects", "rouge_l"), cls=HeldPrepare)
     assert isinstance(grader, HeldPrepare)
     provider = grader.provider
     assert isinstance(provider, FakeProvider)
-    app = create_app(settings_for(tmp_path), grader=grader, poll_seconds=0.05, lease_seconds=5.0)
+    app = make_app(grader)
     items = [{**ITEM, "id": f"j{i}", "response": f"Levin is humiliated ({i})."} for i in range(3)]
     with TestClient(app) as client:
         submitted = client.post("/v1/jobs", json={"items": items})

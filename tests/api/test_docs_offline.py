@@ -5,15 +5,15 @@ import re
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import DOCS_STATIC, create_app
-from judge.config import JudgeConfig, Settings
+from api.app import DOCS_STATIC
+from judge.config import EMBEDDED_JUDGE
 from judge.engine import Grader
 from judge.fake import FakeProvider
 
@@ -23,12 +23,11 @@ URL = re.compile(r"""(?:src|href|spec-url)\s*=\s*["']([^"']+)["']|url:\s*'([^']+
 
 
 @pytest.fixture
-def http(tmp_path: Path) -> Iterator[TestClient]:
-    config = JudgeConfig(model="fake/judge", metrics=("rouge_l",))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
-                        api_keys=[KEY])
-    app = create_app(settings, grader=Grader(config, provider=FakeProvider(outputs=[])))
-    with TestClient(app) as client:
+def http(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Iterator[TestClient]:
+    grader = make_grader(FakeProvider(outputs=[]), metrics=("rouge_l",), cache=False)
+    with TestClient(make_app(grader, api_keys=[KEY])) as client:
         yield client
 
 
@@ -98,10 +97,13 @@ def test_pages_are_not_in_the_openapi_spec(http: TestClient) -> None:
     assert not any(p.startswith("/static") for p in paths)
 
 
-def test_urls_follow_the_root_path(tmp_path: Path) -> None:
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    app = create_app(settings, grader=Grader(JudgeConfig(metrics=("rouge_l",)),
-                                             provider=FakeProvider(outputs=[])))
+def test_urls_follow_the_root_path(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    grader = make_grader(
+        FakeProvider(outputs=[]), model=EMBEDDED_JUDGE, metrics=("rouge_l",), cache=False
+    )
+    app = make_app(grader)
     # A proxy serving the app under /judge sets root_path; every URL of the page needs it.
     with TestClient(app, root_path="/judge") as client:
         for page in ("/docs", "/redoc"):

@@ -7,21 +7,16 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.fake import FakeCall, FakeOutput, FakeProvider
 
 DEEP = "[" * 5000 + "]" * 5000
 """JSON nested far past the parser's recursion limit."""
@@ -50,25 +45,14 @@ def mcq_item(n: int) -> dict[str, Any]:
             "response": "[[A]]"}
 
 
-def judge(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
+@pytest.fixture
+def provider(fake_judge: Callable[[FakeCall], FakeOutput]) -> FakeProvider:
+    return FakeProvider(handler=fake_judge)
 
 
 @pytest.fixture
-def provider() -> FakeProvider:
-    return FakeProvider(handler=judge)
-
-
-@pytest.fixture
-def http(tmp_path: Path, provider: FakeProvider) -> Iterator[TestClient]:
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=provider, cache=JudgeCache(tmp_path / "cache"))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    app = create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
-    with TestClient(app, raise_server_exceptions=False) as client:
+def http(make_app: Callable[..., FastAPI], provider: FakeProvider) -> Iterator[TestClient]:
+    with TestClient(make_app(provider=provider), raise_server_exceptions=False) as client:
         yield client
 
 

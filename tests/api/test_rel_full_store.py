@@ -29,7 +29,7 @@ def test_a_full_store_answers_503_and_the_service_stays_up(tmp_path: Path) -> No
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - the child writes to it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "judge.cli", "serve", "--port", str(port), "--metrics", "rouge_l",
+        [sys.executable, "-m", "cli", "serve", "--port", str(port), "--metrics", "rouge_l",
          "--cache-dir", str(tmp_path / "cache")],
         env=cli_env(), preexec_fn=_small_files, stdout=log, stderr=subprocess.STDOUT,
     )

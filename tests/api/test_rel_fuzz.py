@@ -12,8 +12,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
@@ -26,13 +25,6 @@ from schemathesis import GenerationMode
 from schemathesis.checks import response_schema_conformance
 from schemathesis.python import asgi as schemathesis_asgi
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 KEY = "fuzz-key-1"
@@ -40,37 +32,26 @@ EXAMPLES = 20
 """Examples per operation and generation mode (about 20 operation-modes in all)."""
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    """A judge that answers any structured call validly (coverage, defects, extraction)."""
-    if call.response_model is DefectJudgement:
-        return defects()
-    context = call.validation_context or {}
-    if "n_points" in context:
-        return covering(1, n=int(context["n_points"]))
-    return {"points": ["The reference's one point."]}
+@pytest.fixture
+def fuzz_app(make_app: Callable[..., FastAPI]) -> Callable[..., FastAPI]:
+    """The service with one API key and small limits (``overrides`` change them)."""
+
+    def build(**overrides: Any) -> FastAPI:
+        options: dict[str, Any] = {
+            "api_keys": [KEY],
+            "max_batch": 8,
+            "max_job_items": 50,
+            "max_bonus_points": 8,
+            "max_body_bytes": 200_000,
+            "lease_seconds": 30.0,
+        }
+        return make_app(**{**options, **overrides})
+
+    return build
 
 
-def make_app(tmp_path: Path, **overrides: Any) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l")),
-        provider=FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    options: dict[str, Any] = {
-        "cache_dir": tmp_path / "cache",
-        "data_dir": tmp_path / "data",
-        "api_keys": [KEY],
-        "max_batch": 8,
-        "max_job_items": 50,
-        "max_bonus_points": 8,
-        "max_body_bytes": 200_000,
-        **overrides,
-    }
-    return create_app(Settings(**options), grader=grader, poll_seconds=0.05)
-
-
-def test_fuzz_every_operation_from_the_openapi_spec(tmp_path: Path) -> None:
-    app = make_app(tmp_path)
+def test_fuzz_every_operation_from_the_openapi_spec(fuzz_app: Callable[..., FastAPI]) -> None:
+    app = fuzz_app()
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     statuses: Counter[str] = Counter()
     server_errors: list[str] = []
@@ -127,8 +108,8 @@ def test_fuzz_every_operation_from_the_openapi_spec(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(make_app(tmp_path, max_body_bytes=1_000_000)) as test_client:
+def client(fuzz_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with TestClient(fuzz_app(max_body_bytes=1_000_000)) as test_client:
         test_client.headers["Authorization"] = f"Bearer {KEY}"
         yield test_client
 
@@ -189,8 +170,8 @@ def test_job_size_limit_for_json_and_jsonl(client: TestClient) -> None:
     assert error_of(empty, 422)["field"] == "items"
 
 
-def test_body_size_limit_on_every_upload_path(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, max_body_bytes=5_000)) as small:
+def test_body_size_limit_on_every_upload_path(fuzz_app: Callable[..., FastAPI]) -> None:
+    with TestClient(fuzz_app(max_body_bytes=5_000)) as small:
         small.headers["Authorization"] = f"Bearer {KEY}"
         big_item = {**ITEM, "response": "x" * 6_000}
         for response in (

@@ -14,7 +14,7 @@ import socket
 import stat
 import string
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,16 +23,14 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import JOBS_DB, create_app
+from api.app import JOBS_DB
 from api.jobs import JobStore
 from api.observability import HTTP_METHODS
 from api.serve import KEEP_ALIVE_SECONDS, MAX_HEADER_BYTES, uvicorn_options, write_settings_file
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.testing.processes import ServiceProcess
-from judge.verdicts import DefectJudgement
 
 KEY = "hostile-test-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -45,24 +43,23 @@ CHARTOM = {
 }
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    return covering(1, n=int((call.validation_context or {})["n_points"]))
+@pytest.fixture
+def build(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[[], FastAPI]:
+    """The service over the fake judge, with one key configured by its digest."""
 
+    def app() -> FastAPI:
+        grader = make_grader()
+        digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
+        return make_app(grader, judge=grader.config, api_keys=[digest], lease_seconds=30.0)
 
-def build(tmp_path: Path) -> FastAPI:
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=FakeProvider(handler=handler),
-                    cache=JudgeCache(tmp_path / "cache"))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", judge=config,
-                        api_keys=["sha256:" + hashlib.sha256(KEY.encode()).hexdigest()])
-    return create_app(settings, grader=grader, poll_seconds=0.05)
+    return app
 
 
 @pytest.fixture
-def http(tmp_path: Path) -> Iterator[TestClient]:
-    with TestClient(build(tmp_path), raise_server_exceptions=False) as client:
+def http(build: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    with TestClient(build(), raise_server_exceptions=False) as client:
         yield client
 
 
@@ -291,9 +288,9 @@ def test_the_cache_is_private_whatever_the_umask(tmp_path: Path, open_umask: Non
 
 
 def test_the_service_data_folder_is_private_whatever_the_umask(
-    tmp_path: Path, open_umask: None
+    tmp_path: Path, open_umask: None, build: Callable[..., FastAPI]
 ) -> None:
-    with TestClient(build(tmp_path)) as client:
+    with TestClient(build()) as client:
         assert client.get("/healthz").status_code == 200
     assert mode(tmp_path / "data") == 0o700
     assert mode(tmp_path / "data" / JOBS_DB) == 0o600

@@ -15,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import JOBS_DB, create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from api.app import JOBS_DB
+from judge.config import Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.provider import LiteLLMProvider
 from judge.testing.openai_server import FaultPlan, OpenAIStandIn
-from judge.verdicts import DefectJudgement
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -51,22 +48,6 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    return covering(1, n=int((call.validation_context or {})["n_points"]))
-
-
-def fake_app(tmp_path: Path, **settings: Any) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l")),
-        provider=FakeProvider(handler=handler),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
-    return create_app(config, grader=grader, poll_seconds=0.05)
-
-
 def wait_done(client: TestClient, job_id: str, key: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -80,7 +61,9 @@ def wait_done(client: TestClient, job_id: str, key: str) -> dict[str, Any]:
 # -- keys at rest and in comparison ---------------------------------------------------------------
 
 
-def test_keys_are_hashed_at_rest_everywhere_the_service_writes(tmp_path: Path) -> None:
+def test_keys_are_hashed_at_rest_everywhere_the_service_writes(
+    tmp_path: Path, make_app: Callable[..., FastAPI]
+) -> None:
     from api.serve import write_settings_file
 
     settings = Settings(
@@ -92,7 +75,7 @@ def test_keys_are_hashed_at_rest_everywhere_the_service_writes(tmp_path: Path) -
     path = write_settings_file(settings)
     assert path.stat().st_mode & 0o777 == 0o600
     assert KEY_A not in path.read_text() and digest_a in path.read_text()
-    with TestClient(fake_app(tmp_path, api_keys=[KEY_A, KEY_B])) as client:
+    with TestClient(make_app(api_keys=[KEY_A, KEY_B])) as client:
         created = client.post("/v1/jobs", json={"items": [ITEM]}, headers=auth(KEY_A))
         assert created.status_code == 202
         wait_done(client, created.json()["id"], KEY_A)
@@ -105,7 +88,7 @@ def test_keys_are_hashed_at_rest_everywhere_the_service_writes(tmp_path: Path) -
 
 
 def test_key_comparison_is_constant_time_over_every_digest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_app: Callable[..., FastAPI], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     keys = [KEY_A, KEY_B, "third-key", "fourth-key"]
     seen: list[tuple[str, str]] = []
@@ -116,7 +99,7 @@ def test_key_comparison_is_constant_time_over_every_digest(
         return bool(real(a, b))
 
     monkeypatch.setattr(hmac, "compare_digest", spy)  # api.auth calls it through the module
-    with TestClient(fake_app(tmp_path, api_keys=keys)) as client:
+    with TestClient(make_app(api_keys=keys)) as client:
         for key, status in ((KEY_A, 200), ("not-a-key", 401), (keys[-1], 200)):
             seen.clear()
             response = client.post("/v1/grade", json=ITEM, headers=auth(key))
@@ -132,12 +115,15 @@ def test_key_comparison_is_constant_time_over_every_digest(
 
 
 @pytest.fixture
-def secret_service(tmp_path: Path) -> Iterator[tuple[TestClient, OpenAIStandIn]]:
+def secret_service(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Iterator[tuple[TestClient, OpenAIStandIn]]:
     plan = FaultPlan(
         sequence=["server_error", "rate_limit", "reset", "malformed_json", "invalid", "empty"]
     )
     with OpenAIStandIn(faults=plan, record_requests=1_000) as srv:
-        judge = JudgeConfig(
+        grader = make_grader(
+            LiteLLMProvider(),
             model="openai/standin",
             api_base=srv.base_url,
             api_key=PROVIDER_SECRET,
@@ -145,14 +131,8 @@ def secret_service(tmp_path: Path) -> Iterator[tuple[TestClient, OpenAIStandIn]]
             retries=1,
             reasks=1,
         )
-        grader = Grader(judge, provider=LiteLLMProvider(), cache=JudgeCache(tmp_path / "cache"))
-        settings = Settings(
-            judge=judge,
-            cache_dir=tmp_path / "cache",
-            data_dir=tmp_path / "data",
-            api_keys=[KEY_A, KEY_B],
-        )
-        with TestClient(create_app(settings, grader=grader, poll_seconds=0.05)) as client:
+        app = make_app(grader, judge=grader.config, api_keys=[KEY_A, KEY_B], lease_seconds=30.0)
+        with TestClient(app) as client:
             yield client, srv
 
 
@@ -215,8 +195,8 @@ def test_provider_key_is_not_in_results_or_provenance(
 # -- CORS and job isolation -----------------------------------------------------------------------
 
 
-def test_cors_is_off_by_default(tmp_path: Path) -> None:
-    with TestClient(fake_app(tmp_path)) as client:
+def test_cors_is_off_by_default(make_app: Callable[..., FastAPI]) -> None:
+    with TestClient(make_app()) as client:
         preflight = client.options(
             "/v1/grade",
             headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
@@ -226,8 +206,8 @@ def test_cors_is_off_by_default(tmp_path: Path) -> None:
         assert not any(h.startswith("access-control-") for h in response.headers)
 
 
-def test_one_key_cannot_read_or_cancel_another_keys_job(tmp_path: Path) -> None:
-    with TestClient(fake_app(tmp_path, api_keys=[KEY_A, KEY_B])) as client:
+def test_one_key_cannot_read_or_cancel_another_keys_job(make_app: Callable[..., FastAPI]) -> None:
+    with TestClient(make_app(api_keys=[KEY_A, KEY_B])) as client:
         job = client.post("/v1/jobs", json={"items": [ITEM] * 3}, headers=auth(KEY_A)).json()
         job_id = job["id"]
         # Ids are unguessable (not sequential).
@@ -273,7 +253,7 @@ def test_serve_refuses_a_public_address_without_a_key(tmp_path: Path) -> None:
     env.pop("BONUSJUDGE_SETTINGS_FILE", None)
     for host in ("0.0.0.0",):  # "::" and host names: see is_loopback's table in test_api_auth
         done = subprocess.run(
-            [sys.executable, "-m", "judge.cli", "serve", "--host", host, "--port", str(port),
+            [sys.executable, "-m", "cli", "serve", "--host", host, "--port", str(port),
              "--model", "openai/x", "--api-key-env", "PROVIDER_KEY_FOR_TEST"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip

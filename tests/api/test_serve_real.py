@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from api.client import JudgeClient
-from judge.io import InputProblem, read_items
+from core.jsonl import BadLine
+from judge.io import read_items
 from judge.testing.openai_server import OpenAIStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def start_server(
 ) -> subprocess.Popen[bytes]:
     """Start `bonusjudge serve`; no judge URL means the default (embedded) judge, no metrics all."""
     cmd = [
-        sys.executable, "-m", "judge.cli", "serve", "--port", str(port),
+        sys.executable, "-m", "cli", "serve", "--port", str(port),
         "--cache-dir", str(workdir / "cache"),
     ]
     if judge_url is not None:
@@ -90,7 +91,7 @@ def test_grade_example_set_through_real_server(judge_server, tmp_path):
     try:
         requests = []
         for entry in read_items(EXAMPLES):
-            assert not isinstance(entry, InputProblem)
+            assert not isinstance(entry, BadLine)
             _, req = entry
             requests.append(req)
         with JudgeClient(f"http://127.0.0.1:{port}") as client:

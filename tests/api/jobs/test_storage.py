@@ -12,18 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import JOBS_DB, create_app
+from api.app import JOBS_DB
 from api.jobs import SCHEMA_VERSION, JobItem, JobStore
-from api.routes.calibration import REPORTS
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from api.services.calibration import REPORTS
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeRequest
-from judge.verdicts import DefectJudgement
 
 TEXT = (
     "Levin Kitty Anna Vronsky Stiva Dolly Moscow Petersburg estate mowing peasants ball "
@@ -33,21 +30,16 @@ TEXT = (
 WORDS = TEXT.split()
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
+@pytest.fixture
+def app_for(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """The service over the fake judge grading 8 items at once, with these settings."""
 
+    def build(**settings: Any) -> FastAPI:
+        return make_app(make_grader(concurrency=8), **settings)
 
-def make_app(tmp_path: Path, **settings: Any) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"),
-                    concurrency=8),
-        provider=FakeProvider(handler=handler), cache=JudgeCache(tmp_path / "cache"),
-    )
-    config = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **settings)
-    return create_app(config, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
+    return build
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
@@ -77,7 +69,9 @@ def store_bytes(data: Path) -> int:
     return sum(p.stat().st_size for p in data.glob(f"{JOBS_DB}*"))
 
 
-def test_a_job_takes_at_most_three_times_its_upload(tmp_path: Path) -> None:
+def test_a_job_takes_at_most_three_times_its_upload(
+    tmp_path: Path, app_for: Callable[..., FastAPI]
+) -> None:
     rng = random.Random(0)
     # Small items (their results are ~10x larger than they are) and a few long contexts.
     lines = [json.dumps(item(n)) for n in range(800)]
@@ -86,7 +80,7 @@ def test_a_job_takes_at_most_three_times_its_upload(tmp_path: Path) -> None:
         for n in range(800, 820)
     ]
     upload = ("\n".join(lines) + "\n").encode()
-    with TestClient(make_app(tmp_path)) as client:
+    with TestClient(app_for()) as client:
         answer = client.post(
             "/v1/jobs", content=upload, headers={"content-type": "application/x-ndjson"}
         )
@@ -166,9 +160,11 @@ def backdate(data: Path, job_ids: list[str], days: float) -> None:
         )
 
 
-def test_finished_jobs_and_reports_expire_after_the_retention_period(tmp_path: Path) -> None:
+def test_finished_jobs_and_reports_expire_after_the_retention_period(
+    tmp_path: Path, app_for: Callable[..., FastAPI]
+) -> None:
     data = tmp_path / "data"
-    with TestClient(make_app(tmp_path, retention_days=1)) as client:
+    with TestClient(app_for(retention_days=1)) as client:
         old, recent = (
             client.post("/v1/jobs", json={"items": [item(n)]}).json()["id"] for n in (1, 2)
         )
@@ -188,7 +184,7 @@ def test_finished_jobs_and_reports_expire_after_the_retention_period(tmp_path: P
     (report / "report.md").write_text("# report\n")
     backdate(data, [old, "cal", "waiting"], days=2)
 
-    with TestClient(make_app(tmp_path, retention_days=1)) as client:
+    with TestClient(app_for(retention_days=1)) as client:
         deadline = time.monotonic() + 10
         while client.get(f"/v1/jobs/{old}").status_code != 404:
             assert time.monotonic() < deadline, "the expired job was never removed"
@@ -206,11 +202,11 @@ def test_finished_jobs_and_reports_expire_after_the_retention_period(tmp_path: P
     assert left == {recent, "waiting"}
 
 
-def test_retention_zero_keeps_everything(tmp_path: Path) -> None:
-    with TestClient(make_app(tmp_path, retention_days=0)) as client:
+def test_retention_zero_keeps_everything(tmp_path: Path, app_for: Callable[..., FastAPI]) -> None:
+    with TestClient(app_for(retention_days=0)) as client:
         job = client.post("/v1/jobs", json={"items": [item(1)]}).json()["id"]
         wait_for(client, job, lambda s: s["status"] == "done")
     backdate(tmp_path / "data", [job], days=10_000)
-    with TestClient(make_app(tmp_path, retention_days=0)) as client:
+    with TestClient(app_for(retention_days=0)) as client:
         time.sleep(0.2)
         assert client.get(f"/v1/jobs/{job}").status_code == 200

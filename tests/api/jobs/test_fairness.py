@@ -13,14 +13,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.jobs import JobItem, JobStore
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.fake import FakeCall, FakeOutput, FakeProvider
 from judge.types import GradeRequest
-from judge.verdicts import DefectJudgement
 
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"
@@ -42,26 +38,6 @@ def item(n: int) -> dict[str, Any]:
     }
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
-
-
-def make_app(tmp_path: Path) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects"), concurrency=4),
-        # An asynchronous 5 ms per judge call: the jobs compete for the grader's slots.
-        provider=FakeProvider(handler=handler, latency=0.005),
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    settings = Settings(
-        cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A, KEY_B]
-    )
-    return create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0)
-
-
 def wait_for(
     client: TestClient, key: str, job_id: str, predicate: Callable[[dict[str, Any]], bool],
     timeout: float = 60.0,
@@ -77,9 +53,15 @@ def wait_for(
 
 
 def test_small_job_of_another_key_finishes_while_big_ones_are_far_from_done(
-    tmp_path: Path,
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader],
+    fake_judge: Callable[[FakeCall], FakeOutput],
 ) -> None:
-    with TestClient(make_app(tmp_path)) as client:
+    grader = make_grader(
+        # An asynchronous 5 ms per judge call: the jobs compete for the grader's slots.
+        FakeProvider(handler=fake_judge, latency=0.005),
+        metrics=("coverage", "defects"), concurrency=4,
+    )
+    with TestClient(make_app(grader, api_keys=[KEY_A, KEY_B])) as client:
         big = []
         for job in range(4):  # as many jobs as the process runs at once
             items = [item(1000 * (job + 1) + k) for k in range(200)]

@@ -19,10 +19,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.app import JOBS_DB, create_app
+from api.app import JOBS_DB
 from api.jobs import JobItem, JobStore
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.provider import Completion, Provider
@@ -96,17 +95,16 @@ class GatedProvider:
         )
 
 
-def make_app(tmp_path: Path, provider: Provider, *, concurrency: int = 4, **kwargs: Any) -> FastAPI:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"),
-                    concurrency=concurrency),
-        provider=provider,
-        cache=JudgeCache(tmp_path / "cache"),
-    )
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    kwargs.setdefault("poll_seconds", 0.05)
-    kwargs.setdefault("lease_seconds", 5.0)
-    return create_app(settings, grader=grader, **kwargs)
+@pytest.fixture
+def app_for(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """The service over ``provider``, grading ``concurrency`` items at once (default 4)."""
+
+    def build(provider: Provider, *, concurrency: int = 4) -> FastAPI:
+        return make_app(make_grader(provider, concurrency=concurrency))
+
+    return build
 
 
 def wait_for(
@@ -133,9 +131,9 @@ def lines_of(response: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in response.text.splitlines()]
 
 
-def test_json_job_lifecycle(tmp_path: Path) -> None:
+def test_json_job_lifecycle(app_for: Callable[..., FastAPI]) -> None:
     recorder = Recorder()
-    app = make_app(tmp_path, FakeProvider(handler=recorder))
+    app = app_for(FakeProvider(handler=recorder))
     items = [item(1), item(2), {**item(3), "question": ""}, item(4, tom_dimension="belief")]
     with TestClient(app) as client:
         created = client.post("/v1/jobs", json={"items": items})
@@ -165,9 +163,9 @@ def test_json_job_lifecycle(tmp_path: Path) -> None:
                                       for t in ("coverage", "defects")})
 
 
-def test_jsonl_upload_with_bad_lines_and_chartom_items(tmp_path: Path) -> None:
+def test_jsonl_upload_with_bad_lines_and_chartom_items(app_for: Callable[..., FastAPI]) -> None:
     recorder = Recorder()
-    app = make_app(tmp_path, FakeProvider(handler=recorder))
+    app = app_for(FakeProvider(handler=recorder))
     chartom = {
         "id": "ct-1", "book_name": "Anna Karenina", "tom_dimension": "emotion",
         "context_0": "", "context_1000": "Kitty refuses Levin.", "context_2000": "Long plot.",
@@ -208,8 +206,8 @@ def test_jsonl_upload_with_bad_lines_and_chartom_items(tmp_path: Path) -> None:
     assert recorder.calls[("7", "defects")] == 1
 
 
-def test_multipart_upload(tmp_path: Path) -> None:
-    app = make_app(tmp_path, FakeProvider(handler=Recorder()))
+def test_multipart_upload(app_for: Callable[..., FastAPI]) -> None:
+    app = app_for(FakeProvider(handler=Recorder()))
     data = (json.dumps(item(1)) + "\n" + json.dumps(item(2)) + "\n").encode()
     with TestClient(app) as client:
         created = client.post(
@@ -229,8 +227,8 @@ def test_multipart_upload(tmp_path: Path) -> None:
         assert both.status_code == 422 and both.json()["error"]["field"] == "judge"
 
 
-def test_job_input_errors(tmp_path: Path) -> None:
-    app = make_app(tmp_path, FakeProvider(handler=Recorder()))
+def test_job_input_errors(app_for: Callable[..., FastAPI]) -> None:
+    app = app_for(FakeProvider(handler=Recorder()))
     with TestClient(app) as client:
         empty = client.post("/v1/jobs", content=b"\n\n",
                             headers={"content-type": "application/x-ndjson"})
@@ -242,9 +240,11 @@ def test_job_input_errors(tmp_path: Path) -> None:
         assert model.status_code == 422 and model.json()["error"]["field"] == "judge.model"
 
 
-def test_results_stream_is_partial_while_running_and_honours_offset(tmp_path: Path) -> None:
+def test_results_stream_is_partial_while_running_and_honours_offset(
+    app_for: Callable[..., FastAPI]
+) -> None:
     provider = GatedProvider(FakeProvider(handler=Recorder()), free={"1", "2", "3"})
-    app = make_app(tmp_path, provider, concurrency=2)
+    app = app_for(provider, concurrency=2)
     with TestClient(app) as client:
         job = client.post("/v1/jobs", json={"items": [item(n) for n in range(1, 9)]}).json()
         status = wait_for(client, job["id"], lambda s: s["done"] == 3)
@@ -264,9 +264,9 @@ def test_results_stream_is_partial_while_running_and_honours_offset(tmp_path: Pa
         assert bad_offset.status_code == 422 and bad_offset.json()["error"]["field"] == "offset"
 
 
-def test_cancel_keeps_finished_results(tmp_path: Path) -> None:
+def test_cancel_keeps_finished_results(app_for: Callable[..., FastAPI]) -> None:
     provider = GatedProvider(FakeProvider(handler=Recorder()), free={"1", "2"})
-    app = make_app(tmp_path, provider, concurrency=2)
+    app = app_for(provider, concurrency=2)
     with TestClient(app) as client:
         job = client.post("/v1/jobs", json={"items": [item(n) for n in range(1, 7)]}).json()
         wait_for(client, job["id"], lambda s: s["done"] == 2)
@@ -295,10 +295,12 @@ def started_calls(*providers: FakeProvider) -> Counter[tuple[str, str]]:
     return counts
 
 
-def test_restart_resumes_and_grades_every_item_exactly_once(tmp_path: Path) -> None:
+def test_restart_resumes_and_grades_every_item_exactly_once(
+    tmp_path: Path, app_for: Callable[..., FastAPI]
+) -> None:
     total = 30
     slow = FakeProvider(handler=Recorder(), latency=0.05)
-    first = make_app(tmp_path, slow, concurrency=2)
+    first = app_for(slow, concurrency=2)
     with TestClient(first) as client:
         job = client.post("/v1/jobs", json={"items": [item(n) for n in range(1, total + 1)]}).json()
         wait_for(client, job["id"], lambda s: s["done"] >= 3)
@@ -313,7 +315,7 @@ def test_restart_resumes_and_grades_every_item_exactly_once(tmp_path: Path) -> N
     store.close()
 
     fast = FakeProvider(handler=Recorder(), latency=0.01)
-    second = make_app(tmp_path, fast, concurrency=4)
+    second = app_for(fast, concurrency=4)
     with TestClient(second) as client:
         status = wait_for(client, job["id"], finished)
         entries = lines_of(client.get(f"/v1/jobs/{job['id']}/results"))
@@ -324,7 +326,9 @@ def test_restart_resumes_and_grades_every_item_exactly_once(tmp_path: Path) -> N
     assert len(fast.calls) == 2 * (total - row["done"])
 
 
-def test_expired_lease_is_taken_over_and_live_one_respected(tmp_path: Path) -> None:
+def test_expired_lease_is_taken_over_and_live_one_respected(
+    tmp_path: Path, app_for: Callable[..., FastAPI]
+) -> None:
     store = JobStore(tmp_path / "data" / JOBS_DB)
     config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
 
@@ -336,7 +340,7 @@ def test_expired_lease_is_taken_over_and_live_one_respected(tmp_path: Path) -> N
 
     add("crashed", -1.0)  # its worker died: the lease has expired
     add("alive", 600.0)  # another worker holds it
-    app = make_app(tmp_path, FakeProvider(handler=Recorder()))
+    app = app_for(FakeProvider(handler=Recorder()))
     with TestClient(app) as client:
         status = wait_for(client, "crashed", finished)
         assert status["status"] == "done" and status["done"] == 1
@@ -346,14 +350,16 @@ def test_expired_lease_is_taken_over_and_live_one_respected(tmp_path: Path) -> N
     store.close()
 
 
-def test_changed_judge_settings_fail_a_resumed_job(tmp_path: Path) -> None:
+def test_changed_judge_settings_fail_a_resumed_job(
+    tmp_path: Path, app_for: Callable[..., FastAPI]
+) -> None:
     store = JobStore(tmp_path / "data" / JOBS_DB)
     old = JudgeConfig(model="fake/judge", temperature=0.7)
     request = GradeRequest.model_validate(item(1))
     store.create(job_id="old", owner="", items=[JobItem(0, "it-1", None, request, None)],
                  overrides=None, config=old, lease_owner=None, lease_seconds=0)
     store.close()
-    with TestClient(make_app(tmp_path, FakeProvider(handler=Recorder()))) as client:
+    with TestClient(app_for(FakeProvider(handler=Recorder()))) as client:
         status = wait_for(client, "old", finished)
     assert status["status"] == "failed"
     assert "config hash" in status["detail"]

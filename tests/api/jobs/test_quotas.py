@@ -8,17 +8,16 @@ import asyncio
 import base64
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.app import create_app
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.provider import Completion
@@ -77,30 +76,30 @@ def held() -> Held:
     return Held()
 
 
-def client_for(tmp_path: Path, held: Held, **limits: Any) -> Iterator[TestClient]:
-    grader = Grader(
-        JudgeConfig(model="fake/judge", metrics=("coverage", "defects")),
-        provider=held, cache=JudgeCache(tmp_path / "cache"),
-    )
-    settings = Settings(
-        cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A, KEY_B],
-        **limits,
-    )
-    app = create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=5.0,
-                     drain_timeout=5.0)
-    with TestClient(app) as client:
-        try:
-            yield client
-        finally:
-            held.gate.set()  # let the held jobs finish, so shutdown does not wait on them
+@pytest.fixture
+def client_for(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], held: Held
+) -> Callable[..., Iterator[TestClient]]:
+    """A client of the service over the held judge, with these limits (iterate to open it)."""
+
+    def serve(**limits: Any) -> Iterator[TestClient]:
+        grader = make_grader(held, metrics=("coverage", "defects"))
+        app = make_app(grader, drain_timeout=5.0, api_keys=[KEY_A, KEY_B], **limits)
+        with TestClient(app) as client:
+            try:
+                yield client
+            finally:
+                held.gate.set()  # let the held jobs finish, so shutdown does not wait on them
+
+    return serve
 
 
 def submit(client: TestClient, key: str, items: list[dict[str, Any]]) -> Any:
     return client.post("/v1/jobs", json={"items": items}, headers=auth(key))
 
 
-def test_jobs_per_key(tmp_path: Path, held: Held) -> None:
-    for client in client_for(tmp_path, held, max_jobs_per_key=2):
+def test_jobs_per_key(client_for: Callable[..., Iterator[TestClient]]) -> None:
+    for client in client_for(max_jobs_per_key=2):
         first = submit(client, KEY_A, [item(1)])
         assert submit(client, KEY_A, [item(2)]).status_code == 202
         over = submit(client, KEY_A, [item(3)])
@@ -119,8 +118,10 @@ def test_jobs_per_key(tmp_path: Path, held: Held) -> None:
         assert submit(client, KEY_A, [item(5)]).status_code == 202
 
 
-def test_calibration_runs_are_held_to_the_job_limit(tmp_path: Path, held: Held) -> None:
-    for client in client_for(tmp_path, held, max_jobs_per_key=1):
+def test_calibration_runs_are_held_to_the_job_limit(
+    tmp_path: Path, client_for: Callable[..., Iterator[TestClient]]
+) -> None:
+    for client in client_for(max_jobs_per_key=1):
         assert submit(client, KEY_A, [item(1)]).status_code == 202
         body = {"set": "example", "metrics": ["rouge_l"], "resamples": 100}
         over = client.post("/v1/calibrate", json=body, headers=auth(KEY_A))
@@ -130,8 +131,8 @@ def test_calibration_runs_are_held_to_the_job_limit(tmp_path: Path, held: Held) 
         assert not reports.exists() or not any(reports.iterdir())  # nothing left behind
 
 
-def test_unfinished_items_per_key(tmp_path: Path, held: Held) -> None:
-    for client in client_for(tmp_path, held, max_queued_items_per_key=10):
+def test_unfinished_items_per_key(client_for: Callable[..., Iterator[TestClient]]) -> None:
+    for client in client_for(max_queued_items_per_key=10):
         assert submit(client, KEY_A, [item(n) for n in range(6)]).status_code == 202
         over = submit(client, KEY_A, [item(n) for n in range(10, 15)])
         assert over.status_code == 429
@@ -147,9 +148,9 @@ def test_unfinished_items_per_key(tmp_path: Path, held: Held) -> None:
         assert submit(client, KEY_B, [item(n) for n in range(40, 50)]).status_code == 202
 
 
-def test_stored_bytes_per_key(tmp_path: Path, held: Held) -> None:
+def test_stored_bytes_per_key(client_for: Callable[..., Iterator[TestClient]], held: Held) -> None:
     held.gate.set()  # jobs may finish: stored bytes count whatever the job's status
-    for client in client_for(tmp_path, held, max_stored_bytes_per_key=20_000):
+    for client in client_for(max_stored_bytes_per_key=20_000):
         small = submit(client, KEY_A, [item(1)])
         assert small.status_code == 202
         # Random bytes as base64 hardly compress: about 45 kB stored.

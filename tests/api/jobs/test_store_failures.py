@@ -6,21 +6,18 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import api.jobs
-from api.app import create_app
+import api.jobs.worker
 from api.jobs import JobStore
-from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
 
 
 def item(n: int) -> dict[str, Any]:
@@ -29,16 +26,17 @@ def item(n: int) -> dict[str, Any]:
             "response": f"Levin is humiliated ({n})."}
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
+@pytest.fixture
+def make_client(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> Callable[[], TestClient]:
+    """A client of the service over the fake judge (no cache, 2 s leases), not yet opened."""
 
+    def build() -> TestClient:
+        grader = make_grader(metrics=("coverage", "defects"), cache=False)
+        return TestClient(make_app(grader, lease_seconds=2.0))
 
-def make_client(tmp_path: Path) -> TestClient:
-    grader = Grader(JudgeConfig(model="fake/judge", metrics=("coverage", "defects")),
-                    provider=FakeProvider(handler=handler), cache=JudgeCache(None))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data")
-    app = create_app(settings, grader=grader, poll_seconds=0.05, lease_seconds=2.0)
-    return TestClient(app)
+    return build
 
 
 def wait_status(client: TestClient, job_id: str, wanted: str, timeout: float = 30) -> dict:
@@ -51,8 +49,8 @@ def wait_status(client: TestClient, job_id: str, wanted: str, timeout: float = 3
         time.sleep(0.05)
 
 
-def test_a_store_that_fails_for_a_while_does_not_end_the_job(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(api.jobs, "_STORE_RETRY_DELAYS", (0.01, 0.01))
+def test_a_store_that_fails_for_a_while_does_not_end_the_job(make_client, monkeypatch) -> None:
+    monkeypatch.setattr(api.jobs.worker, "STORE_RETRY_DELAYS", (0.01, 0.01))
     real = JobStore.save_results
     failures = {"left": 6}  # more than one save's retries: the job must survive a release
 
@@ -63,17 +61,17 @@ def test_a_store_that_fails_for_a_while_does_not_end_the_job(tmp_path, monkeypat
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(JobStore, "save_results", flaky)
-    with make_client(tmp_path) as client:
+    with make_client() as client:
         job = client.post("/v1/jobs", json={"items": [item(n) for n in range(5)]}).json()
         status = wait_status(client, job["id"], "done")
     assert (status["done"], status["scored"]) == (5, 5)
     assert failures["left"] == 0
 
 
-def test_a_process_reclaims_its_own_lapsed_lease(tmp_path, monkeypatch) -> None:
+def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> None:
     """A release that failed (the disk was full) leaves the job leased to this process and not
     running here: once the lease lapses, this process takes it up again, no restart needed."""
-    with make_client(tmp_path) as client:
+    with make_client() as client:
         manager = client.app.state.jobs  # type: ignore[attr-defined]
         real_release = JobStore.release
         monkeypatch.setattr(JobStore, "release", lambda self, job_id, token: (_ for _ in ()).throw(
@@ -93,11 +91,13 @@ async def _fail_store(job_id: str, row: Any) -> None:
     raise sqlite3.OperationalError("database or disk is full")
 
 
-def test_submitting_to_a_failing_store_is_503_with_retry_after(tmp_path, monkeypatch) -> None:
+def test_submitting_to_a_failing_store_is_503_with_retry_after(
+    tmp_path, make_client, monkeypatch
+) -> None:
     def full(self: JobStore, **kwargs: Any) -> None:
         raise sqlite3.OperationalError(f"database or disk is full: {self.path}")
 
-    with make_client(tmp_path) as client:
+    with make_client() as client:
         monkeypatch.setattr(JobStore, "create", full)
         answer = client.post("/v1/jobs", json={"items": [item(1)]})
     assert answer.status_code == 503, answer.text

@@ -1,0 +1,66 @@
+"""Persisted jobs: the store, the leases, the worker that runs them, and reading submissions.
+
+A job survives a restart: its items and every result live in one SQLite database under the
+service's data folder, each result written as it is ready, so a restarted service resumes where
+the last one stopped. Several processes may share the database; a lease decides which one runs
+a job. The package, by responsibility:
+
+``store``      ``JobStore``, every operation on persisted jobs (the one store boundary), over
+               ``sqlite`` (the file, tables, connections), ``claims`` (leases in SQL),
+               ``items`` (item rows and results) and ``codec`` (compressed JSON).
+``policy``     how keys share the service: ``Quota`` and the fairness rules.
+``worker``     ``Worker``: claims, renews, runs and releases this process's jobs; retention.
+``manager``    ``JobManager``: submit, watch, stream, summarise, cancel (what services call).
+``grading``    the runner of grading jobs.
+``uploads``    reading a submission (JSON, JSONL, multipart) and validating grading items.
+``status``     a job's public status and a grading job's aggregates.
+"""
+
+from api.jobs.codec import pack, unpack
+from api.jobs.items import JobItem
+from api.jobs.manager import JobManager, JobRunner
+from api.jobs.policy import Quota, Usage
+from api.jobs.sqlite import GRADE, SCHEMA_VERSION
+from api.jobs.status import grading_summary, job_status
+from api.jobs.store import JobStore
+from api.jobs.uploads import (
+    JSONL_TYPES,
+    JobUpload,
+    RawItem,
+    Upload,
+    build_items,
+    check_request,
+    jsonl_items,
+    media_type,
+    read_job_upload,
+    read_upload,
+    with_line,
+)
+from api.jobs.worker import Worker
+
+__all__ = [
+    "GRADE",
+    "JSONL_TYPES",
+    "SCHEMA_VERSION",
+    "JobItem",
+    "JobManager",
+    "JobRunner",
+    "JobStore",
+    "JobUpload",
+    "Quota",
+    "RawItem",
+    "Upload",
+    "Usage",
+    "Worker",
+    "build_items",
+    "check_request",
+    "grading_summary",
+    "job_status",
+    "jsonl_items",
+    "media_type",
+    "pack",
+    "read_job_upload",
+    "read_upload",
+    "unpack",
+    "with_line",
+]

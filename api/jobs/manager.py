@@ -1,0 +1,259 @@
+"""The job manager: submit, watch, stream, summarise and cancel jobs of one service process.
+
+Job kinds share the store, the leases and the result stream: ``grade`` (run by
+``api.jobs.grading``, registered here), ``mcq`` (multiple-choice scoring) and ``calibrate`` (a
+calibration run writing a report folder; it has no item rows). The runners of other kinds are
+registered by the app (``JobManager.register``); the manager's ``Worker`` claims and runs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from api.errors import NotFound
+from api.jobs.grading import grade_job
+from api.jobs.items import JobItem
+from api.jobs.policy import Quota
+from api.jobs.sqlite import GRADE
+from api.jobs.status import grading_summary, job_status
+from api.jobs.store import JobStore
+from api.jobs.worker import Worker
+from api.schemas import JobStatus
+from judge.aggregate import Summary
+from judge.config import JudgeConfig, JudgeOverrides
+from judge.engine import Grader
+
+JobRunner = Callable[["JobManager", str, sqlite3.Row], Awaitable[None]]
+"""Runs one claimed job of a kind: ``runner(manager, job_id, row)``.
+
+It holds the job's lease while it runs: it stores results (``manager.store``), stops feeding work
+when ``manager.stopping`` is set, and leaves the job ``queued`` (just returning) when it could not
+finish, or marks it done with ``store.complete_if_finished``. An exception marks the job failed
+(a ``JudgeError``'s message is shown as the job's ``detail``).
+"""
+
+
+class JobManager:
+    """Submits, runs, watches and cancels jobs for one service process.
+
+    Args:
+        store: The jobs database.
+        grader: The engine that grades.
+        lease_seconds: How long a claim lasts without renewal; a crashed process's jobs are
+            taken over this long after its last renewal.
+        poll_seconds: How often leases are renewed and unclaimed jobs looked for.
+        drain_timeout: On shutdown, how long in-flight items may take to finish and be stored.
+        max_running: Jobs one process runs at once (they share the grader's concurrency; each
+            grading job has at most its share of it in flight, so a newly started job's items
+            are graded at once rather than queued behind the others').
+        retention_seconds: Finished jobs (items, results, files) are deleted this long after
+            they last changed; 0 keeps them.
+        purge_seconds: How often the poll loop looks for expired jobs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        grader: Grader,
+        *,
+        lease_seconds: float = 30.0,
+        poll_seconds: float = 1.0,
+        drain_timeout: float = 30.0,
+        max_running: int = 4,
+        retention_seconds: float = 0.0,
+        purge_seconds: float = 300.0,
+    ) -> None:
+        self.store = store
+        self.grader = grader
+        self.worker = Worker(
+            store, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
+            drain_timeout=drain_timeout, max_running=max_running,
+            retention_seconds=retention_seconds, purge_seconds=purge_seconds,
+        )
+        # Grading jobs stop feeding items when halted, so they can make room for other keys.
+        self.register(GRADE, JobManager._run_grade, yields=True)
+
+    def register(
+        self, kind: str, runner: JobRunner, *, purge: Callable[[str], None] | None = None,
+        yields: bool = False,
+    ) -> None:
+        """Run jobs of ``kind`` with ``runner`` (this process then claims that kind too).
+
+        ``purge(job_id)``, when given, removes what a job of this kind keeps outside the store
+        (a calibration report) once retention deletes the job. ``yields``: the runner stops
+        feeding work when ``halted``, so a job of the kind can make room for another key's.
+        """
+        self.worker.register(kind, functools.partial(runner, self), purge=purge, yields=yields)
+
+    @property
+    def token(self) -> str:
+        """This process's lease owner token."""
+        return self.worker.token
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a claim lasts without renewal."""
+        return self.worker.lease_seconds
+
+    @property
+    def poll_seconds(self) -> float:
+        """How often leases are renewed and unclaimed jobs looked for."""
+        return self.worker.poll_seconds
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set when the service shuts down: runners stop feeding new work."""
+        return self.worker.stopping
+
+    def share(self, concurrency: int) -> int:
+        """Items one job may have in flight: its share of the grader's concurrency."""
+        return self.worker.share(concurrency)
+
+    def halted(self, job_id: str) -> bool:
+        """Whether a job should stop feeding work (shutdown, or making room for another key)."""
+        return self.worker.halted(job_id)
+
+    async def start(self) -> None:
+        """Start claiming and running jobs (unfinished ones are picked up at once)."""
+        await self.worker.start()
+
+    async def stop(self) -> None:
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
+        await self.worker.stop()
+
+    # -- API ---------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        *,
+        owner: str,
+        items: Sequence[JobItem],
+        overrides: JudgeOverrides | None,
+        config: JudgeConfig | None,
+        kind: str = GRADE,
+        options: Mapping[str, Any] | None = None,
+        total: int | None = None,
+        model: str | None = None,
+        config_hash: str | None = None,
+        job_id: str | None = None,
+        quota: Quota | None = None,
+    ) -> JobStatus:
+        """Store a job and start running it here when this process has room.
+
+        The keyword arguments after ``config`` are those of ``JobStore.create``; ``job_id`` is
+        generated unless given (a caller that prepares files under the id first passes it).
+
+        Raises:
+            QuotaExceeded: the job would take ``owner`` over a limit of ``quota``.
+        """
+        job_id = job_id or uuid.uuid4().hex
+        run_here = self.worker.has_room(kind)
+        await asyncio.to_thread(
+            lambda: self.store.create(
+                job_id=job_id, owner=owner, items=items, overrides=overrides, config=config,
+                lease_owner=self.token if run_here else None, lease_seconds=self.lease_seconds,
+                kind=kind, options=options, total=total, model=model, config_hash=config_hash,
+                quota=quota,
+            )
+        )
+        row = await asyncio.to_thread(self.store.get, job_id)
+        assert row is not None
+        if run_here and row["status"] == "queued":
+            self.worker.launch(job_id)
+        return job_status(row)
+
+    async def row(self, job_id: str, owner: str, kind: str = GRADE) -> sqlite3.Row:
+        """The job's database row.
+
+        Raises:
+            NotFound: no such job of this kind for this owner.
+        """
+        row = await asyncio.to_thread(self.store.get, job_id, owner, kind)
+        if row is None:
+            raise NotFound(f"no job {job_id!r}")
+        return row
+
+    async def status(self, job_id: str, owner: str, kind: str = GRADE) -> JobStatus:
+        """The job's status.
+
+        Raises:
+            NotFound: no such job of this kind for this owner.
+        """
+        return job_status(await self.row(job_id, owner, kind))
+
+    async def cancel(self, job_id: str, owner: str, kind: str = GRADE) -> JobStatus:
+        """Cancel a job (a no-op on a finished one); finished results are kept.
+
+        Raises:
+            NotFound: no such job of this kind for this owner.
+        """
+        if not await asyncio.to_thread(self.store.cancel, job_id, owner, kind):
+            raise NotFound(f"no job {job_id!r}")
+        # Another worker running it sees the cancellation when it next renews its lease.
+        self.worker.cancel(job_id)
+        return await self.status(job_id, owner, kind)
+
+    async def retry_unscored(self, job_id: str, owner: str) -> JobStatus:
+        """Grade a finished job's unscored items again (as the CLI's ``--retry-unscored``).
+
+        Raises:
+            NotFound: no such grading job for this owner.
+            Conflict: the job is not done.
+        """
+        run_here = self.worker.has_room(GRADE)
+        reset = await asyncio.to_thread(
+            lambda: self.store.reset_unscored(
+                job_id, owner, lease_owner=self.token if run_here else None,
+                lease_seconds=self.lease_seconds,
+            )
+        )
+        if reset is None:
+            raise NotFound(f"no job {job_id!r}")
+        if reset and run_here:
+            self.worker.launch(job_id)
+        return await self.status(job_id, owner)
+
+    async def entries(
+        self, job_id: str, owner: str, offset: int, kind: str = GRADE
+    ) -> AsyncIterator[str]:
+        """NDJSON lines of the entries finished so far, skipping the first ``offset``.
+
+        Raises:
+            NotFound: no such job of this kind for this owner (raised before the first line).
+        """
+        row = await self.row(job_id, owner, kind)
+        # A snapshot: the stream ends at what was finished when it was requested.
+        return self._entry_lines(job_id, offset, int(row["next_seq"]))
+
+    async def _entry_lines(self, job_id: str, after: int, up_to: int) -> AsyncIterator[str]:
+        while after < up_to:
+            page = await asyncio.to_thread(self.store.entries, job_id, after, up_to, 500)
+            if not page:
+                return
+            for seq, line in page:
+                yield line
+                after = seq
+
+    async def summary(self, job_id: str, owner: str) -> Summary:
+        """Aggregates over the results stored so far.
+
+        Raises:
+            NotFound: no such job for this owner.
+        """
+        await self.status(job_id, owner)
+        return await asyncio.to_thread(grading_summary, self.store, job_id)
+
+    # -- the grading runner ------------------------------------------------------------------
+
+    @staticmethod
+    async def _run_grade(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+        # Through the instance, so a test can stand in for the grading of one manager.
+        await manager._grade_job(job_id, row)
+
+    async def _grade_job(self, job_id: str, row: sqlite3.Row) -> None:
+        await grade_job(self, job_id, row)

@@ -1,0 +1,132 @@
+"""How API keys share the service: per-key quotas and fairness between keys' jobs.
+
+The rules are pure functions of counts; the store supplies the counts (in the transaction that
+stores a job, for the quotas) and the worker applies the answers:
+
+* ``Quota``: a key's queued or running jobs, unfinished items and stored bytes stay within the
+  configured limits; a job beyond them is refused with 429.
+* ``JobStore.claim`` gives the next lease to the owner holding the fewest jobs (in SQL, so it
+  holds across processes).
+* ``make_room``: a full process hands a slot of the busiest owner over to a waiting one.
+* ``share``: each running job has at most its share of the grader's concurrency in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+
+from api.errors import QuotaExceeded
+from judge.config import Settings
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one key holds in the store now.
+
+    Attributes:
+        jobs: Its queued or running jobs (any kind).
+        queued: Unfinished items across those jobs.
+        stored: Bytes of items and results its jobs keep.
+    """
+
+    jobs: int
+    queued: int
+    stored: int
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Per-key limits checked when a job is stored (in the same transaction, so across replicas).
+
+    Attributes:
+        max_jobs: Queued or running jobs of any kind per key.
+        max_queued_items: Unfinished items across a key's queued and running jobs.
+        max_stored_bytes: Bytes of items and results a key's jobs keep in the store.
+        retry_after: Seconds a caller over the job or item limit is told to wait.
+    """
+
+    max_jobs: int
+    max_queued_items: int
+    max_stored_bytes: int
+    retry_after: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Quota:
+        """The limits configured in ``settings`` (``max_*_per_key``)."""
+        return cls(
+            max_jobs=settings.max_jobs_per_key,
+            max_queued_items=settings.max_queued_items_per_key,
+            max_stored_bytes=settings.max_stored_bytes_per_key,
+        )
+
+    def check(self, usage: Usage, items: int, stored: int) -> None:
+        """Refuse a new job of ``items`` units and ``stored`` bytes that would break a limit.
+
+        Args:
+            usage: What the job's owner holds now.
+            items: Units of work the job adds.
+            stored: Bytes the job keeps in the store.
+
+        Raises:
+            QuotaExceeded: naming the limit and the key's current use.
+        """
+        if usage.jobs + 1 > self.max_jobs:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_jobs} queued or running jobs per API key, "
+                f"and this key has {usage.jobs}; wait for one to finish or cancel one",
+                retry_after=self.retry_after,
+            )
+        if usage.queued + items > self.max_queued_items:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_queued_items} unfinished items per API key; "
+                f"this key has {usage.queued} queued and the job adds {items}",
+                retry_after=self.retry_after, field="items",
+            )
+        if usage.stored + stored > self.max_stored_bytes:
+            raise QuotaExceeded(
+                f"quota exceeded: at most {self.max_stored_bytes} stored bytes per API key; "
+                f"this key's jobs keep {usage.stored} and the job needs {stored}; finished jobs "
+                "are removed after the retention period",
+            )
+
+
+def share(concurrency: int, running: int) -> int:
+    """Items one job may have in flight: its share of the grader's concurrency.
+
+    Jobs running in one process share the grader's semaphore; were each to queue as many items
+    as it can, a job started later would wait behind all of theirs. With at most its share in
+    flight, each job gets about the same number of slots whenever one frees up.
+
+    Args:
+        concurrency: The grader's concurrency.
+        running: Jobs running in this process.
+    """
+    return max(1, math.ceil(concurrency / max(1, running)))
+
+
+def make_room(
+    candidates: Mapping[str, str], waiting: Set[str], held: Mapping[str, int]
+) -> str | None:
+    """The job to hand over when this process is full and another owner waits, if any.
+
+    The job of the owner holding the most jobs stops feeding items and goes back to the queue,
+    where the fair claim order gives the slot to the waiting owner. Only while that owner holds
+    at least two jobs more than the waiting one, so shares even out without jobs changing
+    hands back and forth.
+
+    Args:
+        candidates: Jobs running here that may yield, by id, with their owners.
+        waiting: Owners with a job nobody holds.
+        held: Jobs held by a live lease (in any process), per owner.
+    """
+    if not waiting:
+        return None
+    fewest = min(held.get(owner, 0) for owner in waiting)
+    choices = [
+        (held.get(owner, 0), job_id)
+        for job_id, owner in candidates.items()
+        if held.get(owner, 0) >= fewest + 2
+    ]
+    return max(choices)[1] if choices else None

@@ -1,0 +1,63 @@
+"""What callers see of a stored job: its public status, and the aggregates of a grading job."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import UTC, datetime
+
+from api.jobs.store import JobStore
+from api.schemas import JobStatus
+from judge.aggregate import Aggregator, Summary
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+def job_status(row: sqlite3.Row, *, now: float | None = None) -> JobStatus:
+    """The public status of a job row, with the current run's rate and the ETA."""
+    now = time.time() if now is None else now
+    rate: float | None = None
+    eta: float | None = None
+    started = row["run_started_at"]
+    graded = int(row["done"]) - int(row["run_start_done"])
+    if row["status"] == "running" and started is not None and graded > 0 and now > started:
+        rate = graded / (now - started)
+        eta = round((int(row["total"]) - int(row["done"])) / rate, 2)
+        rate = round(rate, 3)
+    return JobStatus(
+        id=row["id"],
+        kind=row["kind"],
+        status=row["status"],
+        total=row["total"],
+        done=row["done"],
+        scored=row["scored"],
+        unscored=row["unscored"],
+        invalid=row["invalid"],
+        rate_per_s=rate,
+        eta_s=eta,
+        created_at=_utc(row["created_at"]),
+        updated_at=_utc(row["updated_at"]),
+        judge=row["model"],
+        config_hash=row["config_hash"],
+        detail=row["detail"],
+    )
+
+
+def grading_summary(store: JobStore, job_id: str) -> Summary:
+    """Aggregates over a grading job's stored results (blocking: run it in a worker thread)."""
+    aggregator = Aggregator()
+    counters = {"judge_calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    cost = 0.0
+    for result in store.results(job_id):
+        aggregator.add(result)
+        for call in result.provenance.calls:
+            if call.cached:
+                counters["cache_hits"] += 1
+            else:
+                counters["judge_calls"] += call.attempts
+            counters["prompt_tokens"] += call.prompt_tokens or 0
+            counters["completion_tokens"] += call.completion_tokens or 0
+            cost += call.cost_usd or 0.0
+    return aggregator.summary(**counters, cost_usd=round(cost, 6) if cost else None)

@@ -1,0 +1,218 @@
+"""Reading job submissions: a JSON body, a JSONL body, or a multipart upload with a ``file``.
+
+Every job kind with items (grading, multiple choice) reads its uploads here, so they accept the
+same formats and report bad lines alike: a JSONL line that cannot be read (invalid UTF-8, not
+JSON, nested too deeply) is kept as that line's error, by number, and the rest go on. The
+grading kind's items are validated here too (``build_items``); other kinds validate theirs in
+their service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import FormData
+
+from api.errors import UnsupportedMediaType
+from api.jobs.items import JobItem
+from api.schemas import ItemError, JobBody
+from core.errors import InputError, first_error
+from core.jsonl import BadLine, read_jsonl
+from judge.config import JudgeOverrides, Settings
+from judge.io import chartom_to_request
+from judge.types import GradeRequest
+
+JSONL_TYPES = frozenset(
+    {
+        "application/x-ndjson",
+        "application/jsonl",
+        "application/x-jsonlines",
+        "application/jsonlines",
+    }
+)
+"""Content types read as one JSON item per line."""
+
+RawItem = tuple[int | None, Any, str | None]
+"""One submitted item before validation: ``(line or None, parsed JSON or None, error or None)``."""
+
+
+class _ItemsBody(Protocol):
+    @property
+    def items(self) -> Sequence[Any]: ...
+
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+"""The JSON body model of a job kind (it carries the items in ``items``)."""
+
+
+@dataclass(frozen=True)
+class Upload(Generic[BodyT]):
+    """A submission as read from the request, before its items are validated.
+
+    Attributes:
+        raw: Every non-blank item (``RawItem``), in order.
+        body: The parsed JSON body (for a JSON submission), else None.
+        form: The multipart form (for a multipart upload), else None.
+    """
+
+    raw: list[RawItem]
+    body: BodyT | None
+    form: FormData | None
+
+
+@dataclass(frozen=True)
+class JobUpload:
+    """A grading-job submission as read from the request body, before the judge is resolved.
+
+    Attributes:
+        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per non-blank item.
+        judge: Judge selection carried in the body (JSON ``judge`` or multipart ``judge`` field).
+    """
+
+    raw: list[RawItem]
+    judge: JudgeOverrides | None
+
+
+def media_type(request: Request) -> str:
+    """The request's content type without parameters, lower-cased ("" when absent)."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def jsonl_items(data: bytes) -> list[RawItem]:
+    """The lines of a JSONL upload as raw items; a line that cannot be read keeps its error."""
+    # objects=False: whether an item must be an object is each kind's rule (and message).
+    return [
+        (entry.line, None, str(entry)) if isinstance(entry, BadLine) else (entry[0], entry[1], None)
+        for entry in read_jsonl(data, objects=False)
+    ]
+
+
+async def read_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT]:
+    """Read a submission: a JSON ``body_model`` with ``items``, a JSONL body, or a ``file``.
+
+    Raises:
+        InputError: unreadable or invalid JSON body, a missing ``file`` (field named).
+        UnsupportedMediaType: another content type.
+    """
+    media = media_type(request)
+    if media == "application/json" or media.endswith("+json"):
+        try:
+            body = body_model.model_validate_json(await request.body())
+        except ValidationError as exc:
+            field, message = first_error(exc)
+            raise InputError(message, field=field) from None
+        # Every kind's body model carries its items in ``items``.
+        return Upload([(None, item, None) for item in cast(_ItemsBody, body).items], body, None)
+    if media in JSONL_TYPES:
+        return Upload(jsonl_items(await request.body()), None, None)
+    if media == "multipart/form-data":
+        form = await request.form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InputError("file: upload the JSONL file in the form field `file`", field="file")
+        return Upload(jsonl_items(await upload.read()), None, form)
+    raise UnsupportedMediaType(
+        f"content type {media or '(none)'!r} is not accepted: send application/json, "
+        "application/x-ndjson (one item per line) or multipart/form-data with a `file` field",
+        field="content-type",
+    )
+
+
+def _judge_field(value: Any) -> JudgeOverrides | None:
+    """The multipart ``judge`` field (a JSON object), with errors named under ``judge``."""
+    if value is None or value == "":
+        return None
+    try:
+        return JudgeOverrides.model_validate_json(value if isinstance(value, str) else bytes(value))
+    except ValidationError as exc:
+        field, message = first_error(exc)
+        if field in (None, "body"):  # the field as a whole: not JSON, or not an object
+            raise InputError(f"judge: {message.removeprefix('body: ')}", field="judge") from None
+        raise InputError(f"judge.{message}", field=f"judge.{field}") from None
+
+
+async def read_job_upload(request: Request) -> JobUpload:
+    """Read a grading-job submission: JSON ``{"items", "judge"}``, JSONL, or a multipart ``file``.
+
+    Raises:
+        InputError: unreadable JSON, a bad ``judge``, a missing ``file`` (field named).
+        UnsupportedMediaType: another content type.
+    """
+    upload = await read_upload(request, JobBody)
+    if upload.body is not None:
+        return JobUpload(upload.raw, upload.body.judge)
+    judge = _judge_field(upload.form.get("judge")) if upload.form is not None else None
+    return JobUpload(upload.raw, judge)
+
+
+def build_items(
+    upload: JobUpload, *, context_window: int | None, settings: Settings
+) -> list[JobItem]:
+    """Validate every item of an upload; bad ones become error entries, the rest requests.
+
+    Raises:
+        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+    """
+    if not upload.raw:
+        raise InputError("items: the job has no items", field="items")
+    if len(upload.raw) > settings.max_job_items:
+        raise InputError(
+            f"items: {len(upload.raw)} items exceed the limit of {settings.max_job_items} per job",
+            field="items",
+        )
+    seen: set[str] = set()
+    out: list[JobItem] = []
+    for index, (line, obj, problem) in enumerate(upload.raw):
+        position = line if line is not None else index + 1
+        declared = obj.get("id") if isinstance(obj, dict) else None
+        declared_id = None if declared is None else str(declared)
+        error: ItemError | None = None
+        request: GradeRequest | None = None
+        if problem is not None:
+            error = ItemError(type="invalid_input", message=problem, line=line)
+        else:
+            try:
+                request = check_request(
+                    chartom_to_request(obj, context_window, line=line), settings
+                )
+            except InputError as exc:
+                error = ItemError(
+                    type="invalid_input", message=with_line(str(exc), line), field=exc.field,
+                    line=line,
+                )
+        item_id = (request.id if request is not None else declared_id) or str(position)
+        if request is not None:
+            if item_id in seen:
+                request = None
+                error = ItemError(
+                    type="invalid_input", message=with_line(f"id: duplicate id {item_id!r}", line),
+                    field="id", line=line,
+                )
+            seen.add(item_id)
+        out.append(JobItem(index, item_id, line, request, error))
+    return out
+
+
+def with_line(message: str, line: int | None) -> str:
+    """Prefix ``message`` with its 1-based line number when it came from an uploaded file."""
+    return message if line is None or message.startswith("line ") else f"line {line}: {message}"
+
+
+def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:
+    """Apply the service's own limits to a valid request.
+
+    Raises:
+        InputError: (field ``bonus_points``) more points than ``settings.max_bonus_points``.
+    """
+    points = request.bonus_points
+    if points is not None and len(points) > settings.max_bonus_points:
+        raise InputError(
+            f"bonus_points: {len(points)} points exceed the limit of "
+            f"{settings.max_bonus_points} per item",
+            field="bonus_points",
+        )
+    return request

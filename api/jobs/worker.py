@@ -1,0 +1,292 @@
+"""This process's side of the leases: claim jobs, renew their leases, run them, hand them back.
+
+Several uvicorn workers may share the database, but only one process runs a given job: it holds
+the job's lease (owner token = pid + random suffix, renewed every poll while it runs). A lease
+that is not renewed expires, and another process takes the job over. On a clean shutdown the
+worker stops feeding new items, lets the ones in flight finish and be stored (up to
+``drain_timeout``), and releases its leases, so the next process starts at once and no judge
+call is thrown away.
+
+The worker runs the kinds it has a runner for (``register``), and claims only those, so an older
+process sharing the database never runs a job it does not understand. Finished jobs past the
+retention period are deleted here too (with their files, by the kind's purger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import Any, TypeVar
+
+from api.jobs import policy
+from api.jobs.store import JobStore
+from core.errors import JudgeError
+from judge.engine import TENANT
+
+log = logging.getLogger("bonusjudge.jobs")
+
+_T = TypeVar("_T")
+
+STORE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Waits between attempts of a store write that failed (a full disk, a long lock)."""
+
+Run = Callable[[str, sqlite3.Row], Awaitable[None]]
+"""Runs one claimed job: ``run(job_id, row)`` (see ``api.jobs.manager.JobRunner``)."""
+
+
+async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a store call in a thread, retrying it when the database fails for a while.
+
+    Raises:
+        sqlite3.Error: the last failure, once the retries are spent.
+    """
+    for delay in (*STORE_RETRY_DELAYS, None):
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except sqlite3.OperationalError:
+            if delay is None:
+                raise
+            log.warning("job store: %s failed; retrying in %.1f s", fn.__name__, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Worker:
+    """Claims, renews, runs and releases this process's jobs; purges expired ones.
+
+    Args:
+        store: The jobs database.
+        lease_seconds: How long a claim lasts without renewal.
+        poll_seconds: How often leases are renewed and unclaimed jobs looked for.
+        drain_timeout: On shutdown, how long running jobs may take to wind down.
+        max_running: Jobs this process runs at once.
+        retention_seconds: Finished jobs are deleted this long after they last changed; 0
+            keeps them.
+        purge_seconds: How often the poll loop looks for expired jobs.
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        *,
+        lease_seconds: float,
+        poll_seconds: float,
+        drain_timeout: float,
+        max_running: int,
+        retention_seconds: float,
+        purge_seconds: float,
+    ) -> None:
+        if lease_seconds <= 2 * poll_seconds:
+            raise ValueError("lease_seconds must exceed twice poll_seconds, or leases lapse")
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.drain_timeout = drain_timeout
+        self.max_running = max_running
+        self.retention_seconds = retention_seconds
+        self.purge_seconds = purge_seconds
+        self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.stopping = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._runs: dict[str, Run] = {}
+        self._purgers: dict[str, Callable[[str], None]] = {}
+        self._yielding_kinds: set[str] = set()
+        self._last_purge = float("-inf")
+        # Jobs running here: (owner, kind), and the ones asked to make room for other owners.
+        self._running: dict[str, tuple[str, str]] = {}
+        self._yielding: set[str] = set()
+
+    def register(
+        self, kind: str, run: Run, *, purge: Callable[[str], None] | None = None,
+        yields: bool = False,
+    ) -> None:
+        """Run (and claim) jobs of ``kind`` with ``run``.
+
+        Args:
+            kind: The job kind.
+            run: Runs one claimed job of the kind.
+            purge: Removes what a job of the kind keeps outside the store, once retention
+                deletes the job.
+            yields: The kind's runner stops feeding work when ``halted``, so its jobs can be
+                handed over to another owner's.
+        """
+        self._runs[kind] = run
+        if purge is not None:
+            self._purgers[kind] = purge
+        if yields:
+            self._yielding_kinds.add(kind)
+
+    def has_room(self, kind: str) -> bool:
+        """Whether a new job of ``kind`` can start here now (else it waits to be claimed)."""
+        return (
+            not self.stopping.is_set() and len(self._tasks) < self.max_running
+            and kind in self._runs
+        )
+
+    def share(self, concurrency: int) -> int:
+        """Items one job may have in flight here (``policy.share`` over the running jobs)."""
+        return policy.share(concurrency, len(self._tasks))
+
+    def halted(self, job_id: str) -> bool:
+        """Whether a job should stop feeding work (shutdown, or making room for another key)."""
+        return self.stopping.is_set() or job_id in self._yielding
+
+    def cancel(self, job_id: str) -> None:
+        """Stop the job's runner if it runs here (another process sees it at its renewal)."""
+        task = self._tasks.get(job_id)
+        if task is not None:
+            task.cancel()
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the claim/renew loop (it picks up unfinished jobs at once)."""
+        self.stopping = asyncio.Event()
+        self._poller = asyncio.create_task(self._poll(), name="bonusjudge-jobs-poll")
+
+    async def stop(self) -> None:
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
+        self.stopping.set()
+        if self._poller is not None:
+            await asyncio.gather(self._poller, return_exceptions=True)
+            self._poller = None
+        tasks = list(self._tasks.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _poll(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                await self._tick()
+            except Exception:
+                log.exception("job lease renewal or claim failed")
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=self.poll_seconds)
+
+    async def _tick(self) -> None:
+        for job_id, task in list(self._tasks.items()):
+            held = await asyncio.to_thread(self.store.renew, job_id, self.token, self.lease_seconds)
+            if not held and not task.done():
+                log.info("job %s: lease lost or job cancelled; stopping it here", job_id)
+                task.cancel()
+        if not self.stopping.is_set():
+            # Jobs this process holds but no longer runs (a release that failed on a full disk):
+            # take them up again, rather than leaving them "running" until a restart.
+            for job_id in await asyncio.to_thread(self.store.stale_own, self.token):
+                running = self._tasks.get(job_id)
+                if running is not None and not running.done():
+                    continue  # still running here; its next renewal revives the lease
+                if len(self._tasks) < self.max_running and await asyncio.to_thread(
+                    self.store.renew, job_id, self.token, self.lease_seconds
+                ):
+                    log.info("job %s: reclaiming this process's lapsed lease", job_id)
+                    self.launch(job_id)
+        free = self.max_running - len(self._tasks)
+        if free > 0 and not self.stopping.is_set():
+            claimed = await asyncio.to_thread(
+                self.store.claim, self.token, self.lease_seconds, free, tuple(self._runs)
+            )
+            for job_id in claimed:
+                self.launch(job_id)
+        elif not self.stopping.is_set():
+            await self._make_room()
+        await self._purge_expired()
+
+    async def _make_room(self) -> None:
+        """When full and another owner waits with fewer jobs held, hand one slot over.
+
+        The chosen job (``policy.make_room``) stops feeding items, lets its in-flight ones
+        finish and be stored, and goes back to the queue. One hand-over at a time.
+        """
+        if self._yielding & set(self._tasks):
+            return  # one hand-over at a time
+        waiting = await asyncio.to_thread(self.store.waiting_owners, tuple(self._runs))
+        if not waiting:
+            return
+        held = await asyncio.to_thread(self.store.held_by_owner)
+        candidates = {
+            job_id: owner
+            for job_id, (owner, kind) in self._running.items()
+            if kind in self._yielding_kinds and job_id in self._tasks
+            and job_id not in self._yielding
+        }
+        job_id = policy.make_room(candidates, waiting, held)
+        if job_id is not None:
+            log.info("job %s: making room for another API key's job", job_id)
+            self._yielding.add(job_id)
+
+    async def _purge_expired(self) -> None:
+        """Delete finished jobs past the retention period (at most every ``purge_seconds``)."""
+        now = time.monotonic()
+        if self.retention_seconds <= 0 or now - self._last_purge < self.purge_seconds:
+            return
+        self._last_purge = now
+        before = time.time() - self.retention_seconds
+        while True:
+            purged = await asyncio.to_thread(self.store.purge, before)
+            for job_id, kind in purged:
+                purge = self._purgers.get(kind)
+                if purge is not None:
+                    try:
+                        await asyncio.to_thread(purge, job_id)
+                    except OSError:
+                        log.exception("job %s: could not remove its files", job_id)
+            if purged:
+                log.info("retention: deleted %d finished job(s)", len(purged))
+            if len(purged) < 200:
+                return
+
+    # -- running one job -----------------------------------------------------------------------
+
+    def launch(self, job_id: str) -> None:
+        """Run a job this process holds the lease of (once: a second launch is a no-op)."""
+        running = self._tasks.get(job_id)
+        if running is not None and not running.done():
+            return  # one runner per job per process, whatever the database says
+        name = f"bonusjudge-job-{job_id}"
+        self._tasks[job_id] = asyncio.create_task(self._run(job_id), name=name)
+
+    async def _run(self, job_id: str) -> None:
+        try:
+            row = await asyncio.to_thread(self.store.get, job_id)
+            run = self._runs.get(row["kind"]) if row is not None else None
+            if row is not None and run is not None:
+                self._running[job_id] = (str(row["owner"]), str(row["kind"]))
+                # This task's judge calls are made for the job's owner (its own context copy).
+                TENANT.set(str(row["owner"]))
+                await run(job_id, row)
+        except asyncio.CancelledError:
+            log.info("job %s: stopped in this process", job_id)
+            raise
+        except sqlite3.Error:
+            # The store itself failed (a full disk): not the job's fault. It is released below
+            # (or, if even that fails, its lease lapses and this process reclaims it), so it
+            # goes on once the store works again.
+            log.exception("job %s: the job store failed; the job will be retried", job_id)
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            detail = str(exc) if isinstance(exc, JudgeError) else (
+                f"grading stopped by an unexpected {type(exc).__name__}; see the service log"
+            )
+            with suppress(sqlite3.Error):  # if even this fails, the lease lapses and is reclaimed
+                await store_retry(self.store.fail, job_id, self.token, detail)
+        finally:
+            if self._tasks.get(job_id) is asyncio.current_task():
+                del self._tasks[job_id]
+                self._running.pop(job_id, None)
+                self._yielding.discard(job_id)
+            try:
+                # Synchronous on purpose: it must run even while this task is being cancelled.
+                self.store.release(job_id, self.token)
+            except sqlite3.Error:
+                log.exception("job %s: could not release its lease", job_id)

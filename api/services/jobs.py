@@ -1,0 +1,67 @@
+"""Grading jobs: submitting an upload and listing a caller's jobs.
+
+Watching, streaming, summarising and cancelling a job are the job manager's own operations
+(``api.jobs.JobManager``); what is here needs the service's settings and judge selection too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from api.jobs import GRADE, JobManager, JobUpload, Quota, build_items, job_status
+from api.schemas import JobList, JobState, JobStatus
+from api.services.judges import select_judge
+from core.errors import InputError
+from judge.config import JudgeOverrides, Settings
+from judge.engine import Grader
+
+
+async def submit_grading_job(
+    upload: JobUpload,
+    query_judge: JudgeOverrides | None,
+    *,
+    jobs: JobManager,
+    grader: Grader,
+    settings: Settings,
+    owner: str,
+) -> JobStatus:
+    """Validate an upload's items and store them as a grading job of ``owner``.
+
+    Args:
+        upload: The submission as read from the request.
+        query_judge: The judge selected by query parameters (JSONL and multipart uploads).
+        jobs: The job manager.
+        grader: The engine; its config is the default judge.
+        settings: Limits, allow-list and quotas.
+        owner: The caller.
+
+    Raises:
+        InputError: the judge selected in both the body and the query, invalid options, no
+            items or too many.
+        QuotaExceeded: the job would take ``owner`` over a quota.
+    """
+    if upload.judge is not None and query_judge is not None:
+        raise InputError("judge: select the judge in the body or the query, not both",
+                         field="judge")
+    overrides = upload.judge or query_judge
+    config = select_judge(grader=grader, settings=settings, overrides=overrides)
+    items = build_items(upload, context_window=config.context_window, settings=settings)
+    return await jobs.submit(
+        owner=owner, items=items, overrides=overrides, config=config,
+        quota=Quota.from_settings(settings),
+    )
+
+
+async def list_grading_jobs(
+    jobs: JobManager, owner: str, *, limit: int, offset: int, status: JobState | None
+) -> JobList:
+    """One page of ``owner``'s grading jobs, newest first (``next_offset`` null on the last)."""
+    # One row more than the page: whether it exists says if there is a next page.
+    rows = await asyncio.to_thread(
+        lambda: jobs.store.list_jobs(owner, GRADE, status, limit=limit + 1, offset=offset)
+    )
+    more = len(rows) > limit
+    return JobList(
+        jobs=[job_status(row) for row in rows[:limit]],
+        next_offset=offset + limit if more else None,
+    )

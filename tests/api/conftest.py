@@ -1,0 +1,104 @@
+"""Shared set-up of the service tests: a scripted judge, a grader and the app.
+
+``make_app`` builds the service in-process over a ``FakeProvider`` (no LLM, no network), with
+its cache and data folders under the test's ``tmp_path``, polling for jobs every 50 ms. Tests
+that need another judge pass their own provider (``make_app(provider=...)``) or grader
+(``make_app(make_grader(...))``); settings are keyword arguments (``make_app(api_keys=[...])``).
+Open the app with ``TestClient(app)`` as a context manager: its lifespan then runs (and jobs do).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from api.app import create_app
+from judge.cache import JudgeCache
+from judge.config import JudgeConfig, Settings
+from judge.engine import Grader
+from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.provider import Provider
+from judge.types import MetricName
+from judge.verdicts import DefectJudgement
+
+METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l")
+"""The fake judge's metrics unless a test chooses others."""
+
+
+def answer(call: FakeCall) -> FakeOutput:
+    """The scripted judge: no defect, the first bonus point covered, one point extracted."""
+    if call.response_model is DefectJudgement:
+        return defects()
+    context = call.validation_context or {}
+    if "n_points" in context:
+        return covering(1, n=int(context["n_points"]))
+    return {"points": ["The reference's one point."]}
+
+
+@pytest.fixture
+def fake_judge() -> Callable[[FakeCall], FakeOutput]:
+    """The scripted judge's handler (for a ``FakeProvider`` a test builds itself)."""
+    return answer
+
+
+@pytest.fixture
+def make_grader(tmp_path: Path) -> Callable[..., Grader]:
+    """Build a grader over the fake judge (or ``provider``), cached under ``tmp_path/cache``.
+
+    ``make_grader(provider=None, *, cache=True, cls=Grader, breaker=None,
+    cache_scope="shared", **judge)``: ``judge`` are ``JudgeConfig`` fields (default model
+    ``fake/judge`` and ``METRICS``); ``cache=False`` leaves the grader without a cache.
+    """
+
+    def build(
+        provider: Provider | None = None,
+        *,
+        cache: bool = True,
+        cls: type[Grader] = Grader,
+        **options: Any,
+    ) -> Grader:
+        grader_options = {
+            key: options.pop(key) for key in ("breaker", "cache_scope") if key in options
+        }
+        config = JudgeConfig(**{"model": "fake/judge", "metrics": METRICS, **options})
+        return cls(
+            config,
+            provider=provider if provider is not None else FakeProvider(handler=answer),
+            cache=JudgeCache(tmp_path / "cache") if cache else None,
+            **grader_options,
+        )
+
+    return build
+
+
+@pytest.fixture
+def make_app(
+    tmp_path: Path, make_grader: Callable[..., Grader]
+) -> Callable[..., FastAPI]:
+    """Build the service: ``make_app(grader=None, *, provider=None, **options)``.
+
+    ``options`` are ``Settings`` fields, and ``create_app``'s ``poll_seconds`` (0.05),
+    ``lease_seconds`` (5), ``drain_timeout`` and ``warm_up``. Without a grader, one is built by
+    ``make_grader(provider)``.
+    """
+
+    def build(
+        grader: Grader | None = None, *, provider: Provider | None = None, **options: Any
+    ) -> FastAPI:
+        app_options: dict[str, Any] = {"poll_seconds": 0.05, "lease_seconds": 5.0}
+        for key in ("poll_seconds", "lease_seconds", "drain_timeout", "warm_up"):
+            if key in options:
+                app_options[key] = options.pop(key)
+        settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **options)
+        engine = grader if grader is not None else make_grader(provider)
+        return create_app(settings, grader=engine, **app_options)
+
+    return build
