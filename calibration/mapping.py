@@ -1,39 +1,48 @@
-"""A calibrated, monotone mapping from one judge configuration's score to the human scale.
+"""Fitting a calibrated, monotone mapping from one judge configuration's score to the human scale.
 
 Graded scales get isotonic regression (sklearn), binary labels (and K-QA "covered") get a
 one-feature logistic regression. The fit reports its *cross-validated* error next to two
 baselines (the training mean, and the raw judge score used as-is when it lies in 0..1), so any
 gain is measured on items the mapping did not see.
 
-A mapping belongs to the judge configuration it was fitted on: the saved JSON records that
-configuration's hash, and loading or applying it for another hash raises
-:class:`MappingConfigMismatch`. The file is small and versioned (``format_version``).
+The fitted mapping itself (:class:`CalibratedMapping`, :func:`load_mapping`, the
+:class:`~judge.mapping.Scale` it carries) lives in ``judge.mapping``: grading reads and applies
+it without scikit-learn. It is imported here so that ``calibration.mapping`` keeps offering the
+whole mapping API. A mapping belongs to the judge configuration it was fitted on (see
+:class:`MappingConfigMismatch`).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
 from calibration.agreement import FloatArray, ScoreInput, join_scores, stratified_group_folds
-from calibration.sets import CalibrationItem, Scale
+from calibration.sets import CalibrationItem
 from core.errors import ConfigError, InputError
+from judge.mapping import (
+    MAPPING_FORMAT_VERSION,
+    MIN_ITEMS,
+    CalibratedMapping,
+    CVErrors,
+    CVFigures,
+    MappingConfigMismatch,
+    MappingKind,
+    Scale,
+    load_mapping,
+)
 
 __all__ = [
     "MAPPING_FORMAT_VERSION",
+    "MIN_ITEMS",
     "CVErrors",
     "CVFigures",
     "CalibratedMapping",
@@ -48,228 +57,9 @@ __all__ = [
     "reliability_bins",
 ]
 
-MAPPING_FORMAT_VERSION = 1
-"""Version of the saved mapping format; bumped when the JSON changes shape."""
-
-MappingKind = Literal["isotonic", "logistic"]
-"""Isotonic regression for graded scales, logistic regression for binary labels."""
-
 # Weak L2 penalty: keeps the slope finite when a judge separates the classes perfectly, without
 # shrinking it noticeably on scores that live in 0..1.
 _LOGISTIC_C = 100.0
-MIN_ITEMS = 4
-"""Fewest joined items a mapping is fitted on."""
-
-
-class MappingConfigMismatch(ConfigError):
-    """A mapping was loaded or applied for a judge configuration it was not fitted on."""
-
-    def __init__(self, message: str, *, expected: str, got: str) -> None:
-        super().__init__(message, field="judge_config_hash")
-        self.expected = expected
-        self.got = got
-
-
-class CVErrors(BaseModel):
-    """Cross-validated errors of one predictor on the normalised (0..1) human scale.
-
-    Attributes:
-        mae: Mean absolute error.
-        brier: Mean squared error (the Brier score for 0/1 labels).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    mae: float
-    brier: float
-
-
-class CVFigures(BaseModel):
-    """How well the mapping predicts held-out human scores, against baselines.
-
-    Attributes:
-        folds: Folds used.
-        grouped: Whether each question's candidates stayed in one fold.
-        primary: The headline error: ``mae`` for graded scales, ``brier`` for binary labels.
-        mapped: Errors of the fitted mapping on held-out folds.
-        constant: Errors of predicting the training folds' mean human score.
-        identity: Errors of the raw judge score used as a prediction (clipped to 0..1); ``None``
-            when judge scores fall outside 0..1 and so are not on the human scale at all.
-        mae_raw: MAE of the mapping in raw human units (e.g. Likert points).
-        seed: Seed of the fold shuffling.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    folds: int
-    grouped: bool
-    primary: Literal["mae", "brier"]
-    mapped: CVErrors
-    constant: CVErrors
-    identity: CVErrors | None
-    mae_raw: float
-    seed: int
-
-
-class CalibratedMapping(BaseModel):
-    """A fitted monotone mapping, ready to save, load and apply.
-
-    Attributes:
-        format_version: Saved-format version.
-        kind: ``isotonic`` or ``logistic``.
-        judge_config_hash: Hash of the judge configuration the mapping belongs to.
-        metric: The metric whose scores it maps (e.g. ``coverage``), when named.
-        set_name: The calibration set it was fitted on.
-        set_hash: SHA-256 of that set's file.
-        n: Items it was fitted on.
-        scale: The human scale (to convert a 0..1 prediction back to raw units).
-        knots_x: Isotonic: judge-score knots (increasing).
-        knots_y: Isotonic: mapped values at the knots (non-decreasing, 0..1).
-        coef: Logistic: slope on the judge score.
-        intercept: Logistic: intercept.
-        cv: Cross-validated errors against baselines.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    format_version: int = MAPPING_FORMAT_VERSION
-    kind: MappingKind
-    judge_config_hash: str = Field(min_length=1)
-    metric: str | None = None
-    set_name: str
-    set_hash: str
-    n: int = Field(ge=MIN_ITEMS)
-    scale: Scale
-    knots_x: list[float] | None = None
-    knots_y: list[float] | None = None
-    coef: float | None = None
-    intercept: float | None = None
-    cv: CVFigures
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CalibratedMapping:
-        # A hand-edited or foreign file fails here, with the field named, rather than at apply().
-        if self.format_version != MAPPING_FORMAT_VERSION:
-            raise ValueError(
-                f"format_version {self.format_version} is not supported "
-                f"(this build reads {MAPPING_FORMAT_VERSION})"
-            )
-        if self.kind == "isotonic":
-            xs, ys = self.knots_x, self.knots_y
-            if not xs or ys is None or len(xs) != len(ys):
-                raise ValueError("isotonic mapping needs knots_x and knots_y of equal length")
-            if any(b < a for a, b in itertools.pairwise(xs)) or any(
-                b < a for a, b in itertools.pairwise(ys)
-            ):
-                raise ValueError("isotonic knots must be non-decreasing")
-        elif self.coef is None or self.intercept is None:
-            raise ValueError("logistic mapping needs coef and intercept")
-        return self
-
-    def check_config(self, judge_config_hash: str) -> None:
-        """Refuse a judge configuration other than the one the mapping was fitted on.
-
-        Raises:
-            MappingConfigMismatch: When the hashes differ.
-        """
-        if judge_config_hash != self.judge_config_hash:
-            raise MappingConfigMismatch(
-                f"this calibrated mapping was fitted for judge configuration "
-                f"{self.judge_config_hash} (set {self.set_name}), not {judge_config_hash}: "
-                "refit it on the new configuration's scores",
-                expected=self.judge_config_hash,
-                got=judge_config_hash,
-            )
-
-    def apply(self, score: float, *, judge_config_hash: str | None = None) -> float:
-        """Map a judge score to the expected human score on 0..1.
-
-        For binary labels the result is the probability that humans say correct/covered.
-
-        Args:
-            score: The judge's score.
-            judge_config_hash: When given, the configuration that produced ``score``; must be
-                the mapping's own.
-
-        Raises:
-            MappingConfigMismatch: When ``judge_config_hash`` is not the mapping's.
-            ValueError: When ``score`` is not a finite number.
-        """
-        if judge_config_hash is not None:
-            self.check_config(judge_config_hash)
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise ValueError(f"score must be a number, got {score!r}")
-        if not math.isfinite(score):
-            raise ValueError(f"score must be finite, got {score!r}")
-        return float(self._predict(np.asarray([float(score)]))[0])
-
-    def apply_raw(self, score: float, *, judge_config_hash: str | None = None) -> float:
-        """Like :meth:`apply`, but on the raw human scale (e.g. 1-5 for a Likert set)."""
-        return self.scale.denormalize(self.apply(score, judge_config_hash=judge_config_hash))
-
-    def apply_many(
-        self, scores: Sequence[float], *, judge_config_hash: str | None = None
-    ) -> list[float]:
-        """:meth:`apply` to several scores at once."""
-        if judge_config_hash is not None:
-            self.check_config(judge_config_hash)
-        values = np.asarray(scores, dtype=np.float64)
-        if not np.isfinite(values).all():
-            raise ValueError("scores must be finite numbers")
-        return [float(v) for v in self._predict(values)]
-
-    def _predict(self, values: FloatArray) -> FloatArray:
-        if self.kind == "isotonic":
-            # np.interp clips outside the knots, as IsotonicRegression(out_of_bounds="clip").
-            return np.asarray(
-                np.interp(values, self.knots_x or [], self.knots_y or []), dtype=np.float64
-            )
-        z = (self.coef or 0.0) * values + (self.intercept or 0.0)
-        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
-
-    def save(self, path: str | Path) -> Path:
-        """Write the mapping as indented JSON (keys sorted, so equal mappings give equal files)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(
-            json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
-            encoding="utf-8",
-        )
-        return target
-
-
-def load_mapping(path: str | Path, *, judge_config_hash: str | None) -> CalibratedMapping:
-    """Load a saved mapping, checking that it belongs to ``judge_config_hash``.
-
-    Args:
-        path: The JSON file.
-        judge_config_hash: The configuration the mapping will be applied to; ``None`` skips the
-            check (for inspection only: say so explicitly).
-
-    Raises:
-        InputError: When the file is unreadable or invalid (the message names the field).
-        MappingConfigMismatch: When the mapping belongs to another configuration.
-    """
-    file = Path(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read calibrated mapping {file}: {exc}", field="path") from exc
-    try:
-        mapping = CalibratedMapping.model_validate(data)
-    except ValidationError as exc:
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'mapping'}: "
-            f"{e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        raise InputError(f"invalid calibrated mapping {file}: {detail}", field="mapping") from exc
-    if judge_config_hash is not None:
-        mapping.check_config(judge_config_hash)
-    return mapping
-
-
-# --- fitting ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class AsyncBatcher(Generic[In, Out]):
         self._queue: asyncio.Queue[tuple[In, asyncio.Future[Out]]] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: set[asyncio.Future[Out]] = set()
         self.batches = 0
         self.items = 0
 
@@ -60,8 +61,12 @@ class AsyncBatcher(Generic[In, Out]):
         """Queue one input and wait for its output."""
         queue = self._ensure_worker()
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
-        await queue.put((item, future))
-        return await future
+        self._waiting.add(future)
+        try:
+            await queue.put((item, future))
+            return await future
+        finally:
+            self._waiting.discard(future)
 
     async def _run(self, queue: asyncio.Queue[tuple[In, asyncio.Future[Out]]]) -> None:
         loop = asyncio.get_running_loop()
@@ -102,3 +107,7 @@ class AsyncBatcher(Generic[In, Out]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
             self._worker = None
+        # No worker will answer a submission still queued, or in the batch it was running:
+        # cancelled, its submitter raises CancelledError instead of waiting forever.
+        for future in list(self._waiting):
+            future.cancel()

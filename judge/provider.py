@@ -3,9 +3,9 @@
 A provider does a single thing: send rendered messages and return the judge's answer, either a
 validated pydantic object (structured output) or plain text (the faithful mode). It raises
 ``ProviderError`` for transport and HTTP failures and ``JudgeOutputError`` for unusable answers.
-Caching, retries with backoff, the circuit breaker and concurrency live in the engine, outside
-providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm model through instructor;
-``judge.fake.FakeProvider`` is the scripted stand-in for tests.
+Caching, retries with backoff, the circuit breaker (``judge.calls.Caller``) and concurrency (the
+engine) live outside providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm
+model through instructor; ``judge.fake.FakeProvider`` is the scripted stand-in for tests.
 
 What reaches the wire: OpenAI's API rejects any top-level request field it does not document
 (HTTP 400 "Unrecognized request argument supplied: <name>"), and litellm forwards every keyword
@@ -255,8 +255,8 @@ def _cost(completion: Any) -> float | None:
 class LiteLLMProvider:
     """Any litellm model, with structured output through instructor.
 
-    litellm's own retries are off (``num_retries=0``): retries belong to the engine, which
-    applies backoff with jitter, ``Retry-After`` and a per-run budget.
+    litellm's own retries are off (``num_retries=0``): retries belong to ``judge.calls.Caller``,
+    which applies backoff with jitter, ``Retry-After`` and a per-run budget.
 
     Args:
         extra_params: Extra keywords for ``litellm.acompletion``. litellm sends the ones it does

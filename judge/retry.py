@@ -7,8 +7,11 @@
   at most that many extra calls, not ``items x retries``.
 * ``CircuitBreaker``: after ``threshold`` consecutive failures it opens and calls *wait* for
   ``cooldown`` seconds; then one probe call is let through (half-open) and its outcome closes the
-  breaker (the waiting calls go on) or re-opens it with a longer cool-down. The engine keeps one
-  per (model, base URL), so one failing judge never pauses another.
+  breaker (the waiting calls go on) or re-opens it with a longer cool-down. ``judge.calls.Caller``
+  keeps one per (model, base URL), so one failing judge never pauses another.
+
+This is the one retry policy: ``judge.calls.Caller`` applies it to every judge call (the retry
+loop itself runs on tenacity, with ``backoff_delay`` as its wait).
 """
 
 from __future__ import annotations

@@ -202,3 +202,16 @@ def test_reliability_bins() -> None:
     assert bins[1].n == 2 and bins[1].mean_predicted == pytest.approx(0.135)
     assert bins[9].n == 2 and bins[9].mean_observed == 1.0
     assert bins[5].n == 0 and bins[5].mean_predicted is None
+
+
+def test_the_engine_and_calibration_share_one_mapping_model() -> None:
+    """Fitting lives in calibration, the model the engine reads in judge: defined once."""
+    import calibration.mapping
+    import calibration.sets
+    import judge.mapping
+
+    assert calibration.mapping.CalibratedMapping is judge.mapping.CalibratedMapping
+    assert calibration.mapping.load_mapping is judge.mapping.load_mapping
+    assert calibration.mapping.MappingConfigMismatch is judge.mapping.MappingConfigMismatch
+    assert calibration.sets.Scale is judge.mapping.Scale
+    assert calibration.sets.parse_scale is judge.mapping.parse_scale

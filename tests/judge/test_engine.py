@@ -1,18 +1,24 @@
-"""Engine behaviour with the shipped FakeProvider: verdicts, re-asks, unscored reasons, retries."""
+"""Engine behaviour with the shipped FakeProvider: verdicts, re-asks, unscored reasons, extraction,
+and the order of the judge calls in the provenance.
+
+Retries, the budget and the breaker are in ``test_retries.py``; the cache in ``test_cache.py``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import random
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from judge.retry import CircuitBreaker, RetryBudget
+from judge.provider import Completion
 from judge.types import ExtractRequest, GradeRequest
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
@@ -97,154 +103,12 @@ async def test_invalid_after_all_reasks_is_unscored_not_zero():
     assert result.unscored_reasons == ["coverage: validation_failure"]
 
 
-async def test_retryable_provider_errors_are_retried_then_succeed():
-    err = ProviderError("429", reason="rate_limited", retryable=True, status=429, retry_after=1)
-    fake = FakeProvider(handler=by_task([err, err, covering(1, 2, n=2)], [defects()]))
-    g = grader(fake)
-    result = await g.grade(request())
-    assert result.coverage.coverage == 1.0
-    assert g.stats.retries == 2
-
-
-async def test_provider_errors_beyond_retries_are_unscored_with_reason():
-    err = ProviderError("503", reason="provider_error", retryable=True, status=503)
-    fake = FakeProvider(handler=by_task([err] * 10, [defects()]))
-    cfg = CFG.model_copy(update={"retries": 2})
-    result = await grader(fake, cfg).grade(request())
-    assert result.coverage.status == "unscored"
-    assert result.coverage.reason == "provider_error"
-    assert result.provenance.calls[0].attempts == 3
-
-
-async def test_non_retryable_error_is_not_retried():
-    err = ProviderError("401", reason="provider_error", retryable=False, status=401)
-    fake = FakeProvider(handler=by_task([err], [defects()]))
-    g = grader(fake)
-    result = await g.grade(request())
-    assert result.coverage.reason == "provider_error"
-    assert g.stats.retries == 0
-
-
-async def test_retry_budget_caps_retries_for_the_run():
-    err = ProviderError("429", reason="rate_limited", retryable=True, status=429)
-    fake = FakeProvider(handler=lambda call: err)
-    g = grader(fake, retry_budget=RetryBudget(limit=3))
-    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(5)])]
-    assert g.stats.retries == 3
-    assert all(r.status == "unscored" for r in results)
-    assert g.retry_budget.refused > 0
-
-
-async def test_circuit_breaker_past_max_outage_ends_circuit_open():
-    """A provider that never comes back cannot hold a run forever: past max_outage, items end
-    circuit_open (a reason --retry-unscored clears), and nothing more reaches the provider."""
-    err = ProviderError("down", reason="provider_error", retryable=True, status=502)
-    fake = FakeProvider(handler=lambda call: err)
-    breaker = CircuitBreaker(threshold=3, cooldown=3600)
-    cfg = CFG.model_copy(update={"retries": 4, "concurrency": 1, "max_outage": 0.0})
-    g = grader(fake, cfg, breaker=breaker)
-    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(6)], config=cfg)]
-    reasons = [r.coverage.reason for r in results]
-    assert reasons.count("circuit_open") >= 5, reasons
-    assert breaker.snapshot()["state"] == "open"
-    assert len(fake.calls) == 3  # nothing reached the provider once open
-
-
-async def test_outage_pauses_items_instead_of_ending_them():
-    """Items wait out an outage (spending none of their own retries) and are graded after it."""
-    calls = {"n": 0}
-    err = ProviderError("down", reason="provider_error", retryable=True, status=503)
-
-    def handler(call: FakeCall):
-        calls["n"] += 1
-        if calls["n"] <= 10:  # an outage: the first 10 requests fail
-            return err
-        return covering(1, n=2)
-
-    fake = FakeProvider(handler=handler)
-    breaker = CircuitBreaker(threshold=3, cooldown=0.05, max_cooldown=0.1)
-    cfg = CFG.model_copy(update={"metrics": ("coverage",), "retries": 3, "concurrency": 4})
-    g = grader(fake, cfg, breaker=breaker)
-    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(12)], config=cfg)]
-    assert [r.status for r in results] == ["scored"] * 12
-    assert breaker.snapshot()["opened_count"] >= 1 and breaker.state == "closed"
-    assert g.stats.outage_waits > 0
-
-
-async def test_one_breaker_per_model_and_base_url():
-    err = ProviderError("down", reason="provider_error", retryable=True, status=502)
-
-    def handler(call: FakeCall):
-        return err if call.config.model == "fake/down" else covering(2, n=2)
-
-    fake = FakeProvider(handler=handler)
-    down = CFG.model_copy(update={"model": "fake/down", "metrics": ("coverage",),
-                                  "retries": 0, "max_outage": 0.0})
-    up = CFG.model_copy(update={"metrics": ("coverage",)})
-    g = grader(fake, up, breaker=CircuitBreaker(threshold=2, cooldown=3600))
-    for i in range(3):
-        await g.grade(request(id=f"d{i}"), config=down)
-    assert g.breaker_for(down).state == "open"
-    assert g.breaker_for(up).state == "closed" and g.breaker_for(up) is g.breaker
-    other_base = up.model_copy(update={"api_base": "http://127.0.0.1:9/v1"})
-    assert g.breaker_for(other_base) is not g.breaker
-    result = await g.grade(request(id="u1"), config=up)
-    assert result.status == "scored"  # another judge's outage does not pause this one
-
-
-async def test_client_errors_do_not_open_the_breaker():
-    err = ProviderError("bad request", reason="provider_error", retryable=False, status=400)
-    fake = FakeProvider(handler=lambda call: err)
-    breaker = CircuitBreaker(threshold=2, cooldown=3600)
-    cfg = CFG.model_copy(update={"metrics": ("coverage",), "concurrency": 1})
-    g = grader(fake, cfg, breaker=breaker)
-    results = [r async for r in g.grade_many([request(id=f"q{i}") for i in range(5)], config=cfg)]
-    assert [r.coverage.reason for r in results] == ["provider_error"] * 5
-    assert breaker.state == "closed" and len(fake.calls) == 5
-
-
 async def test_judge_output_errors_keep_their_reason():
     for reason in ("refusal", "truncated_output", "empty_output"):
         exc = JudgeOutputError("bad", reason=reason)
         fake = FakeProvider(handler=by_task([exc], [defects()]))
         result = await grader(fake).grade(request())
         assert result.coverage.reason == reason
-
-
-async def test_cache_hit_on_rerun_and_key_sensitivity(tmp_path):
-    cache = JudgeCache(tmp_path / "c")
-    fake = FakeProvider(handler=by_task([covering(1, n=2)] * 10, [defects()] * 10))
-    g = grader(fake, cache=cache)
-    await g.grade(request())
-    assert len(fake.calls) == 2
-    # Same item again: both calls served from the cache.
-    again = await g.grade(request())
-    assert len(fake.calls) == 2
-    assert all(c.cached for c in again.provenance.calls)
-    # Timeout, retries and concurrency do not change the output: still hits.
-    cfg = CFG.model_copy(update={"timeout": 5, "retries": 1, "concurrency": 3})
-    await g.grade(request(), config=cfg)
-    assert len(fake.calls) == 2
-    # Model, temperature, rubric text and response change it: misses.
-    for changed in (
-        CFG.model_copy(update={"model": "fake/other"}),
-        CFG.model_copy(update={"temperature": 0.2}),
-    ):
-        await g.grade(request(), config=changed)
-    assert len(fake.calls) == 6
-    await g.grade(request(response="Something else entirely."))
-    assert len(fake.calls) == 8
-
-
-async def test_unscored_outputs_are_not_cached(tmp_path):
-    cache = JudgeCache(tmp_path / "c")
-    bad = {"points": []}
-    fake = FakeProvider(handler=by_task([bad] * 3 + [covering(1, n=2)], [defects()] * 2))
-    g = grader(fake, cache=cache)
-    first = await g.grade(request())
-    assert first.coverage.status == "unscored"
-    second = await g.grade(request())
-    assert second.coverage.status == "scored"
 
 
 async def test_bonus_points_extracted_when_absent_and_cached(tmp_path):
@@ -345,3 +209,60 @@ async def test_metrics_take_the_best_of_several_references():
                                     references=["in her car trunk", "the car"]))
     assert one.rouge_l.f1 < 0.3
     assert several.rouge_l.f1 > 0.5  # "in her car trunk" matches best
+
+
+ANSWERS: dict[str, Any] = {
+    "BonusPointsExtraction": {"points": ["Levin feels humiliated", "He wants to go home"]},
+    "CoverageJudgement": covering(1, n=2),
+    "DefectJudgement": defects(),
+}
+
+
+class DelayedProvider:
+    """Answers every task at once, after a delay set per response model (to reorder the calls)."""
+
+    def __init__(self, delays: dict[str, float]) -> None:
+        self.delays = delays
+        self.finished: list[str] = []
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel] | None,
+        config: JudgeConfig,
+        *,
+        validation_context: dict[str, Any] | None = None,
+    ) -> Completion:
+        assert response_model is not None
+        name = response_model.__name__
+        await asyncio.sleep(self.delays.get(name, 0.0))
+        self.finished.append(name)
+        output = response_model.model_validate(ANSWERS[name], context=validation_context)
+        return Completion(output=output, raw_text="{}")
+
+
+@pytest.mark.parametrize(
+    "delays",
+    [
+        {"BonusPointsExtraction": 0.0, "CoverageJudgement": 0.0, "DefectJudgement": 0.05},
+        {"BonusPointsExtraction": 0.03, "CoverageJudgement": 0.03, "DefectJudgement": 0.0},
+        {"BonusPointsExtraction": 0.0, "CoverageJudgement": 0.05, "DefectJudgement": 0.01},
+    ],
+)
+async def test_provenance_lists_the_calls_in_a_fixed_order(delays):
+    """Extraction, coverage, defects: whichever call finished first (they run concurrently)."""
+    provider = DelayedProvider(delays)
+    result = await grader(provider).grade(request(bonus_points=None))
+    assert result.status == "scored"
+    assert [c.task for c in result.provenance.calls] == ["extract_points", "coverage", "defects"]
+    assert list(result.provenance.rubrics) == ["extract_points", "coverage", "defects"]
+    given = await grader(DelayedProvider(delays)).grade(request())
+    assert [c.task for c in given.provenance.calls] == ["coverage", "defects"]
+    assert list(given.provenance.rubrics) == ["coverage", "defects"]
+
+
+async def test_the_order_holds_when_defects_finish_first():
+    provider = DelayedProvider({"CoverageJudgement": 0.05})
+    result = await grader(provider).grade(request())
+    assert provider.finished == ["DefectJudgement", "CoverageJudgement"]  # defects came back first
+    assert [c.task for c in result.provenance.calls] == ["coverage", "defects"]

@@ -120,8 +120,7 @@ def test_results_record_the_item_hash_and_metrics() -> None:
 
 def _mapping(tmp_path, metric: str | None, config: JudgeConfig) -> str:
     """A saved isotonic mapping y = x / 2 for ``config``, naming ``metric``."""
-    from calibration.mapping import MIN_ITEMS, CalibratedMapping, CVErrors, CVFigures
-    from calibration.sets import Scale
+    from judge.mapping import MIN_ITEMS, CalibratedMapping, CVErrors, CVFigures, Scale
 
     errors = CVErrors(mae=0.1, brier=0.02)
     mapping = CalibratedMapping(

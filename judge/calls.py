@@ -1,0 +1,452 @@
+"""Judge calls: one ``CallSpec`` in, one ``CallOutcome`` (plain data and a ``CallRecord``) out.
+
+``Caller`` is the one path every judge call takes:
+
+1. the cache: a hit answers at once (an entry another caller paid for is reported as a fresh
+   call, see ``TENANT``);
+2. the provider, with its circuit breaker (one per model and base URL): while the provider is in
+   an outage the call waits for it, spending none of its retries, for at most
+   ``config.max_outage`` seconds before it ends ``circuit_open``;
+3. retries of retryable provider errors, on tenacity: full-jitter backoff that honours
+   ``Retry-After`` (``judge.retry.backoff_delay``), at most ``config.retries`` per call and the
+   run's ``RetryBudget`` in all;
+4. conversion of the answer to the plain JSON value that is cached and returned.
+
+Every failure ends as an outcome with its unscored reason and detail; only an error marked
+``fatal`` (a test double running out of answers) escapes. The caller counts into the grader's
+``EngineStats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+from tenacity import AsyncRetrying, RetryCallState
+
+from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.text import Language
+from judge.cache import JudgeCache, judge_call_key, schema_hash
+from judge.config import JudgeConfig
+from judge.provider import Completion, Provider
+from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
+from judge.stats import EngineStats
+from judge.types import CallRecord, RubricRef
+from rubrics.loader import RenderedPrompt
+from rubrics.schema import Rubric
+
+log = logging.getLogger("bonusjudge")
+
+TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "bonusjudge_tenant", default=None
+)
+"""Who the judge calls of the current task are made for (the service sets the API-key digest).
+
+A context variable rather than a parameter: the service sets it once per request or job, and
+every task ``grade_many`` starts inherits it. None (the CLI, the calibration runner) means one
+caller.
+"""
+
+PROVIDER_REASONS: frozenset[str] = frozenset(
+    {"provider_error", "rate_limited", "timeout", "circuit_open"}
+)
+"""Unscored reasons that mean the provider failed (rather than its answer being unusable)."""
+
+
+class Backoff(Protocol):
+    """The delay before a retry: ``judge.retry.backoff_delay``'s signature."""
+
+    def __call__(
+        self, attempt: int, *, retry_after: float | None = None, rng: random.Random | None = None
+    ) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based)."""
+        ...
+
+
+def rubric_ref(rubric: Rubric, language: Language) -> RubricRef:
+    """The reference a result records for ``rubric`` rendered in ``language``."""
+    return RubricRef(id=rubric.id, version=rubric.version, hash=rubric.hash, language=language)
+
+
+def breaker_key(config: JudgeConfig) -> tuple[str, str | None]:
+    """Which circuit breaker serves ``config``: one per (model, base URL)."""
+    return (config.model, config.api_base)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """Everything one judge call needs.
+
+    Attributes:
+        task: The task recorded in the ``CallRecord`` (``coverage``, ``defects``...).
+        rubric: The rubric rendered (its id, version and hash are part of the cache key).
+        language: The language it was rendered in.
+        messages: The rendered messages, exactly as sent.
+        config: The judge configuration (model, sampling, retries, breaker wait, cache).
+        convert: Turns the provider's output into the JSON value that is cached and returned;
+            a ``JudgeOutputError`` it raises (a faithful-mode parse failure) ends the call
+            with that reason, and nothing is cached.
+        response_model: The pydantic model to fill, or None for a plain-text answer.
+        validation_context: Context for the response model's validators.
+    """
+
+    task: str
+    rubric: Rubric
+    language: Language
+    messages: list[dict[str, str]]
+    config: JudgeConfig
+    convert: Callable[[Any], Any]
+    response_model: type[BaseModel] | None = None
+    validation_context: dict[str, Any] | None = None
+
+    @classmethod
+    def for_prompt(
+        cls,
+        task: str,
+        prompt: RenderedPrompt,
+        config: JudgeConfig,
+        convert: Callable[[Any], Any],
+        *,
+        response_model: type[BaseModel] | None = None,
+        validation_context: dict[str, Any] | None = None,
+    ) -> CallSpec:
+        """The spec of a call sending ``prompt`` (its rubric, language and messages)."""
+        return cls(
+            task=task,
+            rubric=prompt.rubric,
+            language=prompt.language,
+            messages=prompt.messages,
+            config=config,
+            convert=convert,
+            response_model=response_model,
+            validation_context=validation_context,
+        )
+
+    def cache_key(self, tenant: str | None = None) -> str:
+        """The cache key: everything that changes the judge's output, and nothing else.
+
+        Args:
+            tenant: The caller the entry is kept for when the cache is partitioned per caller
+                (None: shared).
+        """
+        return judge_call_key(
+            output_fields=self.config.output_fields(),
+            messages=self.messages,
+            rubric={"id": self.rubric.id, "version": self.rubric.version, "hash": self.rubric.hash},
+            response_schema=schema_hash(self.response_model),
+            tenant=tenant,
+        )
+
+
+@dataclass
+class CallOutcome:
+    """How one judge call ended.
+
+    Attributes:
+        value: The converted answer (plain JSON data), or None when the call failed.
+        record: What the call cost, for the result's provenance.
+        reason: Why the call failed (an unscored reason), or None when it succeeded.
+        detail: A readable account of the failure.
+    """
+
+    value: Any
+    record: CallRecord
+    reason: UnscoredReason | None = None
+    detail: str | None = None
+
+
+class _CircuitOpen(Exception):
+    """The provider's outage outlasted ``max_outage``: the call gives up waiting."""
+
+
+@dataclass
+class _CallState:
+    """One call's running account: what goes into its ``CallRecord``."""
+
+    spec: CallSpec
+    key: str
+    ref: RubricRef
+    started: float
+    attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    budget_exhausted: bool = False
+
+    def record(self, outcome: str) -> CallRecord:
+        """The call's record, ending with ``outcome`` (``ok`` or the unscored reason)."""
+        return CallRecord(
+            task=self.spec.task,
+            rubric=self.ref,
+            cached=False,
+            attempts=self.attempts,
+            outcome=outcome,
+            prompt_tokens=self.prompt_tokens or None,
+            completion_tokens=self.completion_tokens or None,
+            cost_usd=self.cost or None,
+            latency_s=round(time.monotonic() - self.started, 4),
+            cache_key=self.key,
+        )
+
+    def failed(self, reason: UnscoredReason, detail: str) -> CallOutcome:
+        """The outcome of a call that ended with ``reason``."""
+        return CallOutcome(None, self.record(reason), reason, detail)
+
+
+class Caller:
+    """Makes judge calls through the cache, the provider, retries, the budget and the breakers.
+
+    Args:
+        provider: The judge backend.
+        cache: The judge-call cache (a disabled one when caching is off).
+        stats: The grader's counters, which the caller adds to.
+        retry_budget: Retries allowed for the whole life of this caller (a run).
+        breaker: The breaker whose settings every judge's breaker copies.
+        rng: Random source for backoff jitter (seedable for tests).
+        sleep: The sleep used between retries (tests inject a fast one).
+        backoff: The delay before each retry (``backoff_delay``; tests wrap it).
+        cache_scope: ``shared``: one cache for every caller (:data:`TENANT`); ``per_key``: each
+            caller's judge calls are cached apart.
+    """
+
+    def __init__(
+        self,
+        provider: Provider,
+        cache: JudgeCache,
+        stats: EngineStats,
+        *,
+        retry_budget: RetryBudget | None = None,
+        breaker: CircuitBreaker | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        backoff: Backoff = backoff_delay,
+        cache_scope: Literal["shared", "per_key"] = "shared",
+    ) -> None:
+        self.provider = provider
+        self.cache = cache
+        self.stats = stats
+        self.retry_budget = retry_budget or RetryBudget()
+        self.breaker_template = breaker or CircuitBreaker()
+        self.breakers: dict[tuple[str, str | None], CircuitBreaker] = {}
+        self.cache_scope = cache_scope
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._backoff = backoff
+
+    # -- breakers ------------------------------------------------------------------------------
+
+    def breaker_for(self, config: JudgeConfig) -> CircuitBreaker:
+        """The circuit breaker of ``config``'s judge: one per (model, base URL).
+
+        An outage of one provider must not pause another, and one judge's recovery must not
+        close the breaker of a judge still failing. A judge met for the first time gets a new
+        breaker with the template's settings.
+        """
+        key = breaker_key(config)
+        breaker = self.breakers.get(key)
+        if breaker is None:
+            template = self.breaker_template
+            breaker = CircuitBreaker(
+                threshold=template.threshold,
+                cooldown=template.cooldown,
+                max_cooldown=template.max_cooldown,
+            )
+            self.breakers[key] = breaker
+        return breaker
+
+    def set_breaker(self, config: JudgeConfig, breaker: CircuitBreaker) -> None:
+        """Use ``breaker`` for ``config``'s judge from now on."""
+        self.breakers[breaker_key(config)] = breaker
+
+    # -- one call ------------------------------------------------------------------------------
+
+    async def call(self, spec: CallSpec) -> CallOutcome:
+        """Make one judge call; see the module docstring for the path it takes.
+
+        Raises:
+            Exception: only an error the provider marks ``fatal``.
+        """
+        tenant = TENANT.get() or None  # "" is the one caller of a service without keys
+        key = spec.cache_key(tenant if self.cache_scope == "per_key" else None)
+        ref = rubric_ref(spec.rubric, spec.language)
+        started = time.monotonic()
+        if spec.config.cache:
+            hit = self._cached(spec, key, ref, tenant, started)
+            if hit is not None:
+                return hit
+        state = _CallState(spec=spec, key=key, ref=ref, started=started)
+        try:
+            completion = await self._with_retries(state)
+        except _CircuitOpen as exc:
+            return state.failed("circuit_open", str(exc))
+        except ProviderError as exc:
+            if state.budget_exhausted:
+                return state.failed(exc.reason, f"{exc} (the run's retry budget is exhausted)")
+            return state.failed(exc.reason, str(exc))
+        except JudgeOutputError as exc:
+            return state.failed(exc.reason, str(exc))
+        state.prompt_tokens += completion.prompt_tokens or 0
+        state.completion_tokens += completion.completion_tokens or 0
+        state.cost += completion.cost_usd or 0.0
+        self.stats.prompt_tokens += completion.prompt_tokens or 0
+        self.stats.completion_tokens += completion.completion_tokens or 0
+        self.stats.cost_usd += completion.cost_usd or 0.0
+        try:
+            value = spec.convert(completion.output)
+        except JudgeOutputError as exc:
+            return state.failed(exc.reason, str(exc))
+        if spec.config.cache:
+            self.cache.set(key, {"value": value, "raw": completion.raw_text, "tenant": tenant})
+        return CallOutcome(value, state.record("ok"))
+
+    def _cached(
+        self, spec: CallSpec, key: str, ref: RubricRef, tenant: str | None, started: float
+    ) -> CallOutcome | None:
+        """The outcome served from the cache, or None on a miss."""
+        cached = self.cache.get(key)
+        if cached is None:
+            return None
+        self.stats.cache_hits += 1
+        # An entry another caller paid for is reported as a fresh call: "cached" would tell this
+        # caller that someone else graded the same item (a cross-key oracle).
+        own = tenant is None or cached.get("tenant") == tenant
+        return CallOutcome(
+            value=cached["value"],
+            record=CallRecord(
+                task=spec.task,
+                rubric=ref,
+                cached=own,
+                attempts=0 if own else 1,
+                outcome="ok",
+                cache_key=key,
+                latency_s=round(time.monotonic() - started, 4),
+            ),
+        )
+
+    async def _with_retries(self, state: _CallState) -> Completion:
+        """The provider's answer, retrying retryable errors (tenacity) within both limits.
+
+        The decision to retry spends the run's budget, so it is taken once, in the ``retry``
+        predicate: a retry refused by the budget marks the call (its detail says so). Retry
+        number ``n`` waits ``backoff(n, retry_after=...)`` through the injectable sleep.
+        """
+        limit = state.spec.config.retries
+
+        def should_retry(retry_state: RetryCallState) -> bool:
+            exc = _failure(retry_state)
+            if not isinstance(exc, ProviderError) or not exc.retryable:
+                return False
+            if retry_state.attempt_number > limit:  # this call's own retries are spent
+                return False
+            if not self.retry_budget.take():
+                state.budget_exhausted = True
+                return False
+            self.stats.retries += 1
+            self.stats.retries_by_reason[exc.reason] += 1
+            return True
+
+        def wait(retry_state: RetryCallState) -> float:
+            exc = _failure(retry_state)
+            retry_after = exc.retry_after if isinstance(exc, ProviderError) else None
+            return self._backoff(retry_state.attempt_number, retry_after=retry_after, rng=self._rng)
+
+        retrying = AsyncRetrying(retry=should_retry, wait=wait, sleep=self._pause)
+        completion: Completion = await retrying(self._attempt, state)
+        return completion
+
+    async def _pause(self, seconds: float) -> None:
+        # tenacity hands over its own float subclass; the injected sleep records plain floats.
+        await self._sleep(float(seconds))
+
+    async def _attempt(self, state: _CallState) -> Completion:
+        """One request to the provider, sent again for as long as an outage lasts.
+
+        Feeds the breaker: an answer (even an unusable one, or a 4xx) is a success, a transport
+        failure a failure. A retryable failure that leaves the breaker open (this one opened
+        it, or a probe failed) is an outage: the call waits for the provider with the others
+        and asks again, spending none of its retries.
+
+        Raises:
+            _CircuitOpen: the outage outlasted ``max_outage``.
+            ProviderError: the provider failed (retryable or not); an unexpected exception is
+                reported as a non-retryable one.
+            JudgeOutputError: the judge answered, but not usably (after re-asks).
+        """
+        spec, config = state.spec, state.spec.config
+        breaker = self.breaker_for(config)
+        while True:
+            if not breaker.allow() and not await self._await_breaker(breaker, config):
+                raise _CircuitOpen(
+                    f"the provider has been failing for {breaker.open_for():.0f} s, longer than "
+                    f"max_outage ({config.max_outage:g} s); grade this item again later"
+                )
+            state.attempts += 1
+            self.stats.provider_calls += 1
+            try:
+                completion = await self.provider.complete(
+                    spec.messages,
+                    spec.response_model,
+                    config,
+                    validation_context=spec.validation_context,
+                )
+            except ProviderError as exc:
+                state.attempts += max(0, exc.attempts - 1)  # re-asks sent before the failure
+                if not exc.retryable:
+                    # A 4xx is this request's own problem, and the provider answered: it is up.
+                    breaker.record_success()
+                    raise
+                breaker.record_failure()
+                if breaker.state != "closed":
+                    self.stats.outage_waits += 1
+                    continue
+                raise
+            except asyncio.CancelledError:
+                breaker.release_probe()  # a cancelled probe must not leave the others waiting
+                raise
+            except JudgeOutputError as exc:
+                # The provider is up (it answered), so the breaker sees a success.
+                breaker.record_success()
+                state.attempts += max(0, exc.attempts - 1)
+                self.stats.reasks += max(0, exc.attempts - 1)
+                raise
+            except Exception as exc:
+                if getattr(exc, "fatal", False):
+                    raise
+                log.exception("unexpected error from the judge provider")
+                breaker.record_failure()
+                raise ProviderError(
+                    f"unexpected {type(exc).__name__}: {str(exc)[:300]}", reason="provider_error"
+                ) from exc
+            breaker.record_success()
+            state.attempts += max(0, completion.attempts - 1)
+            self.stats.reasks += max(0, completion.attempts - 1)
+            return completion
+
+    async def _await_breaker(self, breaker: CircuitBreaker, config: JudgeConfig) -> bool:
+        """Wait while ``config``'s provider is in an outage; True once a call may go ahead.
+
+        False when the outage has lasted longer than ``config.max_outage``: the item then ends
+        ``circuit_open`` (a reason a re-run or ``--retry-unscored`` clears), so a provider that
+        never comes back cannot hold a run forever.
+        """
+        while not breaker.allow():
+            if breaker.open_for() >= config.max_outage:
+                return False
+            # Real time, not the injectable backoff sleep: the breaker's clock is monotonic.
+            await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in())))
+        return True
+
+
+def _failure(retry_state: RetryCallState) -> BaseException | None:
+    """The exception the last attempt raised, or None when it returned."""
+    outcome = retry_state.outcome
+    if outcome is None or not outcome.failed:
+        return None
+    return outcome.exception()

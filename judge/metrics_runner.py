@@ -1,0 +1,99 @@
+"""Reference-based metrics for the engine: ROUGE-L and BERTScore, cached, BERTScore batched.
+
+Each value is cached under ``metric_key`` (metric, its parameters, response, reference), so a
+re-run computes nothing it has computed before. BERTScore goes through one ``AsyncBatcher`` per
+(encoder, layer): concurrently graded items share encoder batches. With several references an
+item gets the score of the best-matching one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from core.text import Language
+from judge.batching import AsyncBatcher
+from judge.cache import JudgeCache, metric_key
+from judge.config import JudgeConfig
+from judge.metrics import BertScore, RougeScore, rouge_l
+from judge.stats import EngineStats
+
+
+class MetricsRunner:
+    """Computes an item's ROUGE-L and BERTScore through the cache and the batchers.
+
+    Args:
+        cache: The cache metric values are kept in (with the judge calls).
+        stats: The grader's counters (``metric_cache_hits``).
+    """
+
+    def __init__(self, cache: JudgeCache, stats: EngineStats) -> None:
+        self.cache = cache
+        self.stats = stats
+        self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
+
+    def best_rouge(self, response: str, references: list[str], config: JudgeConfig) -> RougeScore:
+        """ROUGE-L against the best-matching reference (by F1)."""
+        unique = list(dict.fromkeys(references))
+        return max((self.rouge(response, ref, config) for ref in unique), key=lambda s: s.f1)
+
+    async def best_bertscore(
+        self, response: str, references: list[str], language: Language, config: JudgeConfig
+    ) -> BertScore:
+        """BERTScore against the best-matching reference (by F1; unavailable ones last)."""
+        unique = list(dict.fromkeys(references))
+        scores = await asyncio.gather(
+            *(self.bertscore(response, ref, language, config) for ref in unique)
+        )
+        return max(scores, key=lambda s: -1.0 if s.f1 is None else s.f1)
+
+    def rouge(self, response: str, reference: str, config: JudgeConfig) -> RougeScore:
+        """ROUGE-L of ``response`` against one reference (cached)."""
+        key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)
+        cached = self.cache.get(key) if config.cache else None
+        if cached is not None:
+            self.stats.metric_cache_hits += 1
+            return RougeScore.model_validate(cached)
+        value = rouge_l(response, reference, segmenter=config.rouge_segmenter)
+        if config.cache:
+            self.cache.set(key, value.model_dump())
+        return value
+
+    async def bertscore(
+        self, response: str, reference: str, language: Language, config: JudgeConfig
+    ) -> BertScore:
+        """BERTScore of ``response`` against one reference (cached when the encoder answered)."""
+        params = {"encoder": config.encoder, "layer": config.encoder_layer}
+        key = metric_key("bertscore", params, response, reference)
+        cached = self.cache.get(key) if config.cache else None
+        if cached is not None:
+            self.stats.metric_cache_hits += 1
+            return BertScore.model_validate(cached)
+        batcher = self._bert_batcher(config.encoder, config.encoder_layer)
+        value = await batcher.submit((response, reference, language))
+        # A score that could not be computed (f1 None, ``reason`` says why) is not cached.
+        if config.cache and value.f1 is not None:
+            self.cache.set(key, value.model_dump())
+        return value
+
+    def _bert_batcher(self, encoder: str | None, layer: int | None) -> AsyncBatcher[Any, BertScore]:
+        key = (encoder, layer)
+        if key not in self._bert_batchers:
+            from judge.metrics import bertscore
+
+            def run(batch: list[tuple[str, str, Language]]) -> list[BertScore]:
+                return bertscore(
+                    [b[0] for b in batch],
+                    [b[1] for b in batch],
+                    encoder=encoder,
+                    layer=layer,
+                    languages=[b[2] for b in batch],
+                )
+
+            self._bert_batchers[key] = AsyncBatcher(run, batch_size=64, max_wait=0.01)
+        return self._bert_batchers[key]
+
+    async def aclose(self) -> None:
+        """Stop the batch workers."""
+        for batcher in self._bert_batchers.values():
+            await batcher.aclose()
