@@ -90,14 +90,15 @@ def load_requests(
         BenchError: A line of the workload is invalid (named by its line number), or ``repeat``
             is below 1.
     """
-    from judge.io import InputProblem, read_items
+    from core.jsonl import BadLine
+    from judge.io import read_items
 
     if repeat < 1:
         raise BenchError(f"repeat must be at least 1, got {repeat}")
     source = path or workload_path()
     base: list[tuple[str, Any]] = []
     for entry in read_items(source):
-        if isinstance(entry, InputProblem):
+        if isinstance(entry, BadLine):
             raise BenchError(f"{source}: {entry}")
         base.append(entry)
         if limit is not None and len(base) >= limit:

@@ -46,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from core.errors import ConfigError, InputError
-from judge.io import load_json_line
+from core.jsonl import BadLine, read_jsonl
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -157,21 +157,11 @@ class Example:
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Read a JSONL file; a bad line raises InputError naming file and line."""
     rows: list[dict[str, Any]] = []
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read calibration set {path}: {exc}", field="data_dir") from exc
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = load_json_line(line)
-            except ValueError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON: {exc}", line=number) from exc
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{number}: a line must be a JSON object", line=number)
-            rows.append(row)
+    for entry in read_jsonl(path, field="data_dir"):
+        # A fit on part of a set would be silently off: the first bad line stops it.
+        if isinstance(entry, BadLine):
+            raise InputError(f"{path}:{entry.line}: {entry.message}", line=entry.line)
+        rows.append(entry[1])
     return rows
 
 

@@ -273,38 +273,24 @@ def build_report(
     metrics_json: dict[str, Any] = {}
     for metric, per_item in scores.items():
         reasons = (unscored or {}).get(metric)
-        verdicts = (point_verdicts or {}).get(metric)
-        flags = (defects or {}).get(metric)
         cname = _metric_config(metric, configs, metric_configs)
+        # The whole set and each of its groups are measured with the same options.
+        options: dict[str, Any] = {
+            "metric": metric,
+            "unscored_reasons": reasons,
+            "point_verdicts": (point_verdicts or {}).get(metric),
+            "defects": (defects or {}).get(metric),
+            "n_folds": n_folds,
+            "group_by_question": group_by_question,
+            "objective": objective,
+            **common,
+        }
         try:
-            result = metric_agreement(
-                items,
-                per_item,
-                metric=metric,
-                unscored_reasons=reasons,
-                point_verdicts=verdicts,
-                defects=flags,
-                n_folds=n_folds,
-                group_by_question=group_by_question,
-                objective=objective,
-                **common,
-            )
+            result = metric_agreement(items, per_item, **options)
             groups = {
                 group: {
                     value: _agreement_json(stats)
-                    for value, stats in breakdown(
-                        items,
-                        per_item,
-                        group,
-                        metric=metric,
-                        unscored_reasons=reasons,
-                        point_verdicts=verdicts,
-                        defects=flags,
-                        n_folds=n_folds,
-                        group_by_question=group_by_question,
-                        objective=objective,
-                        **common,
-                    ).items()
+                    for value, stats in breakdown(items, per_item, group, **options).items()
                 }
                 for group in fields
             }

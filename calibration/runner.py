@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
+from core.errors import first_error
 from judge.aggregate import summarize
 from judge.cache import JudgeCache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
@@ -124,8 +125,7 @@ async def _grade_all(
         try:
             request = item_request(item)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            out[item.id] = f"invalid_item: {'.'.join(map(str, error['loc']))}: {error['msg']}"
+            out[item.id] = f"invalid_item: {first_error(exc)[1]}"
             continue
         done = writer.done.get(item.id)
         if done is not None and done.get("input_hash") == request.content_hash():

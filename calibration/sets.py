@@ -12,28 +12,34 @@ mapped onto one model, :class:`CalibrationItem`:
   ``human_score``, ``tom_dimension``, ``book_name``, ``context_0/1000/2000``.
 
 Loading never stops at the first bad line: every line is validated on its own, a bad line is
-reported as a :class:`LineProblem` with its 1-based number and the reason, and the rest still
-load. A set has one scale (``score_scale`` parsed into a :class:`Scale`); the statistics pick
+reported as a :class:`core.jsonl.BadLine` with its 1-based number and the reason, and the rest
+still load. A set has one scale (``score_scale`` parsed into a :class:`Scale`); the statistics pick
 their treatment from its kind (binary, graded range, or K-QA key-point verdicts).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+)
 
 from core.errors import InputError
+from core.jsonl import BadLine, read_jsonl
+from judge.mapping import KrippendorffLevel, Scale, ScaleKind, parse_scale
 
 __all__ = [
     "CALIBRATION_DIR_ENV",
@@ -42,7 +48,6 @@ __all__ = [
     "SHARED_SETS",
     "CalibrationItem",
     "KrippendorffLevel",
-    "LineProblem",
     "LoadedSet",
     "Scale",
     "ScaleKind",
@@ -59,147 +64,8 @@ __all__ = [
 CALIBRATION_DIR_ENV = "BONUSJUDGE_CALIBRATION_DIR"
 """Environment variable naming the folder that holds the shared calibration sets."""
 
-ScaleKind = Literal["binary", "range", "keypoint"]
-"""How a set's human scores are to be read: 0/1, a graded range lo-hi, or K-QA's 1/0/-1."""
-
-KrippendorffLevel = Literal["nominal", "ordinal", "interval"]
-"""Level of measurement of one annotator's rating, as the ``krippendorff`` package names it."""
-
 # K-QA's physician labels, as they appear in ``meta.labels`` of the key-point set.
 _KQA_LABELS: dict[str, int] = {"entailment": 1, "neutral": 0, "contradiction": -1}
-# Words that say a graded score is an average or a share: continuous, so interval level.
-_CONTINUOUS_WORDS = re.compile(r"\b(mean|average|averaged|fraction|share|proportion)\b|%", re.I)
-_RANGE_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:-|–|—|\bto\b)\s*(-?\d+(?:\.\d+)?)")
-_KEYPOINT_RE = re.compile(r"contradict|1\s*/\s*0\s*/\s*-1|-1\s*/\s*0\s*/\s*1", re.I)
-_BINARY_RE = re.compile(r"\bbinary\b|(?<![\d.])0\s*/\s*1(?![\d.])", re.I)
-# Tolerance for range checks: sources store means like 4.4444444444444455.
-_EPS = 1e-9
-
-
-class Scale(BaseModel):
-    """A set's human-score scale, parsed from its ``score_scale`` text.
-
-    Attributes:
-        kind: ``binary`` (0/1), ``range`` (graded, lo..hi) or ``keypoint`` (1 covered, 0 not
-            covered, -1 contradicted).
-        lo: Lowest possible raw score.
-        hi: Highest possible raw score.
-        level: Krippendorff level of one annotator's rating on this scale: ``nominal`` for
-            binary and key-point labels, ``ordinal`` for Likert-type integer scales,
-            ``interval`` for continuous scores (shares, averages).
-        text: The ``score_scale`` text this was parsed from.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: ScaleKind
-    lo: float
-    hi: float
-    level: KrippendorffLevel
-    text: str
-
-    @property
-    def is_binary_label(self) -> bool:
-        """Whether the normalised human score is a 0/1 label (binary and key-point scales)."""
-        return self.kind in ("binary", "keypoint")
-
-    def check(self, raw: float, *, field: str = "human_score") -> float:
-        """Return ``raw`` as a float if it is a valid score on this scale.
-
-        Args:
-            raw: The raw score.
-            field: Field name used in the error message.
-
-        Raises:
-            ValueError: When the score is not finite, not an allowed label, or out of range.
-        """
-        value = float(raw)
-        if not math.isfinite(value):
-            raise ValueError(f"{field} must be a finite number, got {raw!r}")
-        if self.kind == "binary" and value not in (0.0, 1.0):
-            raise ValueError(f"{field} must be 0 or 1 on a binary scale, got {raw!r}")
-        if self.kind == "keypoint" and value not in (-1.0, 0.0, 1.0):
-            raise ValueError(
-                f"{field} must be 1 (covered), 0 (not covered) or -1 (contradicted), got {raw!r}"
-            )
-        if not self.lo - _EPS <= value <= self.hi + _EPS:
-            raise ValueError(
-                f"{field} {raw!r} lies outside the scale {self.lo:g}-{self.hi:g} ({self.text!r})"
-            )
-        return value
-
-    def normalize(self, raw: float) -> float:
-        """Map a raw score onto 0..1.
-
-        Graded ranges are rescaled linearly, binary scores are kept, and K-QA verdicts become
-        "covered" (1) versus not covered or contradicted (0): a contradiction is a defect, which
-        the key-point statistics report separately from coverage.
-        """
-        value = self.check(raw)
-        if self.kind == "keypoint":
-            return 1.0 if value == 1.0 else 0.0
-        if self.kind == "binary":
-            return value
-        return min(1.0, max(0.0, (value - self.lo) / (self.hi - self.lo)))
-
-    def denormalize(self, value: float) -> float:
-        """Map a 0..1 value back onto the raw scale (the inverse of :meth:`normalize` for ranges).
-
-        For binary and key-point scales the 0..1 value is a probability of "correct"/"covered"
-        and is returned unchanged.
-        """
-        if self.kind == "range":
-            return self.lo + value * (self.hi - self.lo)
-        return value
-
-    def describe(self) -> dict[str, Any]:
-        """A JSON-ready description (kind, bounds, level, text)."""
-        return self.model_dump()
-
-
-@lru_cache(maxsize=256)
-def parse_scale(text: str) -> Scale:
-    """Parse a ``score_scale`` text into a :class:`Scale`.
-
-    Understands the wordings of the shared sets ("binary: 1=correct, 0=incorrect",
-    "mean of crowd ratings, 1-5 Likert", "0.2-1.0 (...)", "TREC LiveQA 1-4: ...",
-    "key-point level ...: 1=Entailment, 0=Neutral, -1=Contradiction", "... (0-1)") as well as
-    the short forms ``0/1``, ``1/0/-1``, ``1-5``, ``0-1``, ``0.2-1.0``.
-
-    Args:
-        text: The scale in words.
-
-    Returns:
-        The scale descriptor.
-
-    Raises:
-        ValueError: When no scale can be recognised or the range is empty.
-    """
-    stripped = text.strip()
-    if not stripped:
-        raise ValueError("score_scale is empty")
-    # Key-point first: its wording also contains "1=... 0=..." that would read as binary.
-    if _KEYPOINT_RE.search(stripped):
-        return Scale(kind="keypoint", lo=-1.0, hi=1.0, level="nominal", text=stripped)
-    if _BINARY_RE.search(stripped):
-        return Scale(kind="binary", lo=0.0, hi=1.0, level="nominal", text=stripped)
-    match = _RANGE_RE.search(stripped)
-    if match is None:
-        raise ValueError(
-            f"cannot read a scale from score_scale {stripped!r}: expected 'binary'/'0/1', "
-            "'1/0/-1' (key points) or a range such as '1-5'"
-        )
-    lo, hi = float(match.group(1)), float(match.group(2))
-    if not lo < hi:
-        raise ValueError(f"score_scale {stripped!r} has an empty range {lo:g}-{hi:g}")
-    level: KrippendorffLevel = "interval"
-    integer_bounds = lo.is_integer() and hi.is_integer()
-    if "likert" in stripped.lower() or (
-        integer_bounds and hi - lo >= 2 and not _CONTINUOUS_WORDS.search(stripped)
-    ):
-        # Each annotator picks one of a few ordered levels, even when the set stores their mean.
-        level = "ordinal"
-    return Scale(kind="range", lo=lo, hi=hi, level=level, text=stripped)
 
 
 class CalibrationItem(BaseModel):
@@ -291,12 +157,24 @@ _GROUP_ATTRIBUTES = frozenset(
 # --- raw line models ---------------------------------------------------------------------------
 
 
-def _require_text(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
+def _require_text(value: str, info: ValidationInfo) -> str:
     if not value.strip():
-        raise ValueError(f"{name} is empty")
+        raise ValueError(f"{info.field_name} is empty")
     return value
+
+
+def _number_not_text(value: Any) -> Any:
+    # "1" or true would coerce silently; a rating stored as text is a conversion bug.
+    if isinstance(value, bool | str):
+        raise ValueError(f"human_score must be a number, got {value!r}")
+    return value
+
+
+_Text = Annotated[str, AfterValidator(_require_text)]
+"""A required text field that must not be blank."""
+
+_HumanScore = Annotated[float, BeforeValidator(_number_not_text)]
+"""A human score: a number, never a bool or a numeric string."""
 
 
 class _CalibrationLine(BaseModel):
@@ -305,13 +183,13 @@ class _CalibrationLine(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str | int
-    source: str
-    question: str
+    source: _Text
+    question: _Text
     context: str | None = None
-    reference: str
+    reference: _Text
     references: list[str] | None = None
     candidate: str
-    human_score: float
+    human_score: _HumanScore
     score_scale: str | None = None
     key_point: str | None = None
     key_point_category: str | None = None
@@ -322,19 +200,6 @@ class _CalibrationLine(BaseModel):
     question_id: str | int | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("source", "question", "reference")
-    @classmethod
-    def _nonempty(cls, value: str, info: Any) -> str:
-        return _require_text(value, info.field_name)
-
-    @field_validator("human_score", mode="before")
-    @classmethod
-    def _no_bool_or_text(cls, value: Any) -> Any:
-        # "1" or true would coerce silently; a rating stored as text is a conversion bug.
-        if isinstance(value, bool | str):
-            raise ValueError(f"human_score must be a number, got {value!r}")
-        return value
-
 
 class _CharToMLine(BaseModel):
     """A CharToM-QA item carrying a response and a human score."""
@@ -344,30 +209,18 @@ class _CharToMLine(BaseModel):
     id: str | int | None = None
     book_name: str | None = None
     tom_dimension: str | None = None
-    question: str
-    answer: str
+    question: _Text
+    answer: _Text
     bonus_points: list[str] | None = None
     misleading_choices: list[str] | None = None
     response: str
-    human_score: float
+    human_score: _HumanScore
     score_scale: str | None = None
     annotator_scores: list[float | None] | None = None
     context_0: str | None = None
     context_1000: str | None = None
     context_2000: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("question", "answer")
-    @classmethod
-    def _nonempty(cls, value: str, info: Any) -> str:
-        return _require_text(value, info.field_name)
-
-    @field_validator("human_score", mode="before")
-    @classmethod
-    def _no_bool_or_text(cls, value: Any) -> Any:
-        if isinstance(value, bool | str):
-            raise ValueError(f"human_score must be a number, got {value!r}")
-        return value
 
 
 CHARTOM_DEFAULT_SCALE = "0-1"
@@ -521,25 +374,6 @@ def _optional_str(value: Any) -> str | None:
 # --- loading -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LineProblem:
-    """A line that did not load.
-
-    Attributes:
-        line: 1-based line number.
-        reason: What is wrong, naming the field where possible.
-        id: The line's id, when it could be read.
-    """
-
-    line: int
-    reason: str
-    id: str | None = None
-
-    def __str__(self) -> str:
-        where = f"line {self.line}" + (f" (id {self.id!r})" if self.id is not None else "")
-        return f"{where}: {self.reason}"
-
-
 @dataclass
 class LoadedSet:
     """A loaded calibration set: the items that loaded and the lines that did not.
@@ -558,7 +392,7 @@ class LoadedSet:
     path: Path
     sha256: str
     items: list[CalibrationItem]
-    problems: list[LineProblem] = field(default_factory=list)
+    problems: list[BadLine] = field(default_factory=list)
     scale: Scale | None = None
 
     @property
@@ -616,33 +450,32 @@ def load_set(
     except ValueError as exc:
         raise InputError(str(exc), field="scale") from exc
     items: list[CalibrationItem] = []
-    problems: list[LineProblem] = []
+    problems: list[BadLine] = []
     first_line_of: dict[str, int] = {}
     set_scale: Scale | None = forced
-    # Split on "\n" only: str.splitlines() also breaks on U+0085/U+2028, which JSON strings may
-    # hold unescaped (the EVOUNA set does), and would cut such lines in two.
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        problem, item = _load_line(text, number, forced, chartom_context)
+    for entry in read_jsonl(data):
+        problem, item = _load_line(entry, forced, chartom_context)
         if item is not None:
             if item.id in first_line_of:
-                problem = LineProblem(
-                    number, f"id: duplicate id (first on line {first_line_of[item.id]})", item.id
+                problem = BadLine(
+                    item.line,
+                    f"id: duplicate id (first on line {first_line_of[item.id]})",
+                    field="id",
+                    id=item.id,
                 )
             elif set_scale is not None and _scale_signature(item.scale) != _scale_signature(
                 set_scale
             ):
-                problem = LineProblem(
-                    number,
+                problem = BadLine(
+                    item.line,
                     f"score_scale: {item.scale.text!r} differs from the set's scale "
                     f"{set_scale.text!r} (one set has one scale)",
-                    item.id,
+                    field="score_scale",
+                    id=item.id,
                 )
             else:
                 set_scale = set_scale or item.scale
-                first_line_of[item.id] = number
+                first_line_of[item.id] = item.line
                 items.append(item)
         if problem is not None:
             if strict:
@@ -659,14 +492,15 @@ def load_set(
 
 
 def _load_line(
-    text: str, number: int, forced: Scale | None, chartom_context: Literal[0, 1000, 2000]
-) -> tuple[LineProblem | None, CalibrationItem | None]:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return LineProblem(number, f"invalid JSON: {exc.msg} at column {exc.colno}"), None
-    if not isinstance(raw, dict):
-        return LineProblem(number, f"expected a JSON object, got {type(raw).__name__}"), None
+    entry: tuple[int, Any] | BadLine,
+    forced: Scale | None,
+    chartom_context: Literal[0, 1000, 2000],
+) -> tuple[BadLine | None, CalibrationItem | None]:
+    if isinstance(entry, BadLine):
+        # This loader has always said "invalid JSON" (core.jsonl: "not valid JSON").
+        message = entry.message.replace("not valid JSON", "invalid JSON", 1)
+        return replace(entry, message=message), None
+    number, raw = entry
     raw_id = raw.get("id")
     line_id = str(raw_id) if isinstance(raw_id, str | int) else None
     try:
@@ -674,9 +508,9 @@ def _load_line(
             raw, line=number, scale_override=forced, chartom_context=chartom_context
         )
     except ValidationError as exc:
-        return LineProblem(number, _format_validation_error(exc), line_id), None
+        return BadLine(number, _format_validation_error(exc), id=line_id), None
     except ValueError as exc:
-        return LineProblem(number, str(exc), line_id), None
+        return BadLine(number, str(exc), id=line_id), None
     return None, item
 
 

@@ -38,8 +38,14 @@ class BadLine:
     id: str | None = None
 
     def __str__(self) -> str:
-        where = f"line {self.line}" + (f" (id {self.id!r})" if self.id is not None else "")
-        return f"{where}: {self.message}"
+        # Name the item when its id is known, else the field at fault, so a reader can find it.
+        if self.id is not None:
+            where = f" (id {self.id!r})"
+        elif self.field is not None:
+            where = f" (field {self.field})"
+        else:
+            where = ""
+        return f"line {self.line}{where}: {self.message}"
 
 
 def parse_line(raw: str | bytes) -> Any:

@@ -1,9 +1,8 @@
 """Reading grading inputs and writing results safely.
 
-* ``read_items``: JSONL in, one ``(item_id, GradeRequest)`` per good line; a bad line becomes an
-  ``InputProblem`` with its line number and the field at fault, and the rest still load.
-* ``load_json_line``: the line parser of every JSONL reader (this one, the service's uploads and
-  the multiple-choice reader), so a malformed or absurdly nested line fails alike everywhere.
+* ``read_items``: JSONL in (through ``core.jsonl``, the one reader), one ``(item_id,
+  GradeRequest)`` per good line; a bad line becomes a ``core.jsonl.BadLine`` with its line number
+  and the field at fault, and the rest still load.
 * ``chartom_to_request``: a CharToM-QA item (``answer``, ``bonus_points``, ``context_0`` /
   ``context_1000`` / ``context_2000``, ``tom_dimension``...) plus ``response``, as a request.
 * ``ResultWriter``: appends one JSON line per result and flushes it, so a killed run keeps every
@@ -17,13 +16,13 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError, first_error
+from core.jsonl import BadLine, read_jsonl
 from judge.types import GradeRequest
 
 CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
@@ -31,45 +30,6 @@ CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_200
 
 _REQUEST_FIELDS = set(GradeRequest.model_fields) | {"answer", "respondent_model", "model_name"}
 
-
-@dataclass(frozen=True)
-class InputProblem:
-    """A line of an input file that could not be used."""
-
-    line: int
-    field: str | None
-    message: str
-
-    def __str__(self) -> str:
-        where = f" (field {self.field})" if self.field else ""
-        return f"line {self.line}{where}: {self.message}"
-
-
-def load_json_line(raw: str | bytes) -> Any:
-    """Parse one line of a JSONL input: the one line parser every JSONL reader uses.
-
-    Args:
-        raw: The line's text (or its UTF-8 bytes).
-
-    Returns:
-        The decoded JSON value.
-
-    Raises:
-        json.JSONDecodeError: the line is not JSON, or nests too deep for the parser (which
-            raises ``RecursionError`` for that): either way that line's problem, not the file's.
-    """
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        # The stack is unwound by now; report it like any other malformed line.
-        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-        raise json.JSONDecodeError("nested too deeply", text, 0) from None
-
-
-def _first_error(exc: ValidationError) -> tuple[str | None, str]:
-    error = exc.errors()[0]
-    field = ".".join(str(p) for p in error["loc"]) or None
-    return field, error["msg"]
 
 
 def chartom_to_request(
@@ -120,55 +80,43 @@ def chartom_to_request(
     try:
         return GradeRequest.model_validate(data)
     except ValidationError as exc:
-        field, message = _first_error(exc)
+        field, message = first_error(exc)
         if field == "reference" and "reference" not in obj:
             # A missing reference is named after the first alias; a line without `reference`
             # is in CharToM's format (or none), whose key is `answer`: name the key it lacks.
-            field = "answer"
-        raise InputError(
-            f"{field}: {message}" if field else message, field=field, line=line
-        ) from exc
+            field, message = "answer", "answer" + message.removeprefix("reference")
+        raise InputError(message, field=field, line=line) from exc
 
 
 def read_items(
     path: str | Path, *, context_window: int | None = None
-) -> Iterator[tuple[str, GradeRequest] | InputProblem]:
-    """Stream a JSONL input file: ``(item_id, request)`` per good line, ``InputProblem`` per bad.
+) -> Iterator[tuple[str, GradeRequest] | BadLine]:
+    """Stream a JSONL input file: ``(item_id, request)`` per good line, ``BadLine`` per bad one.
 
     The item id is the line's ``id`` or, when absent, its 1-based line number as a string.
     Blank lines are skipped. Duplicate ids are problems (the second one is not graded), since an
     id must name one item for resuming and for joins.
+
+    Raises:
+        InputError: (``input``) the file cannot be opened; bad lines never raise.
     """
     seen: set[str] = set()
-    # Binary, decoded line by line: one line of invalid UTF-8 is that line's problem, not a
-    # crash that loses the rest of the file; a BOM (Windows editors) is not part of line 1.
-    with open(path, "rb") as handle:
-        for number, data in enumerate(handle, start=1):
-            try:
-                raw = data.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                yield InputProblem(
-                    number, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"
-                )
-                continue
-            if not raw.strip():
-                continue
-            try:
-                obj = load_json_line(raw)
-            except json.JSONDecodeError as exc:
-                yield InputProblem(number, None, f"not valid JSON: {exc.msg}")
-                continue
-            try:
-                request = chartom_to_request(obj, context_window, line=number)
-            except InputError as exc:
-                yield InputProblem(number, exc.field, str(exc))
-                continue
-            item_id = request.id or str(number)
-            if item_id in seen:
-                yield InputProblem(number, "id", f"duplicate id {item_id!r}")
-                continue
-            seen.add(item_id)
-            yield item_id, request
+    for entry in read_jsonl(path, field="input"):
+        if isinstance(entry, BadLine):
+            yield entry
+            continue
+        number, obj = entry
+        try:
+            request = chartom_to_request(obj, context_window, line=number)
+        except InputError as exc:
+            yield BadLine(number, str(exc), field=exc.field)
+            continue
+        item_id = request.id or str(number)
+        if item_id in seen:
+            yield BadLine(number, f"duplicate id {item_id!r}", field="id")
+            continue
+        seen.add(item_id)
+        yield item_id, request
 
 
 class ResultWriter:
@@ -207,14 +155,12 @@ class ResultWriter:
             self.recovered_tail = True
             with open(self.path, "r+b") as handle:
                 handle.truncate(len(data) - len(tail))
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
+        # Any JSON value is a readable line here; only objects with an id are results.
+        for entry in read_jsonl(b"\n".join(lines), objects=False):
+            if isinstance(entry, BadLine):
+                self.corrupt_lines.append(entry.line)
                 continue
-            try:
-                obj = load_json_line(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                self.corrupt_lines.append(number)
-                continue
+            _, obj = entry
             if isinstance(obj, dict) and obj.get(self.id_field) is not None:
                 self.done[str(obj[self.id_field])] = obj
 

@@ -16,14 +16,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
 from core.errors import ConfigError
+from judge.testing.processes import wait_until_answers
 
 LOCAL_MODEL_ALIAS = "gemma3-270m"
 """The model name the local server answers to (litellm model ``openai/gemma3-270m``)."""
@@ -148,16 +146,13 @@ def start_local_llm(
     log.close()
     server = LocalLLM(process=process, port=port, log_path=log_path)
     atexit.register(server.stop)
-    deadline = time.monotonic() + startup_timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        try:
-            if httpx.get(f"{server.api_base}/models", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    if wait_until_answers(
+        f"{server.api_base}/models",
+        timeout=startup_timeout,
+        interval=0.5,
+        alive=lambda: process.poll() is None,
+    ):
+        return server
     server.stop()
     tail = log_path.read_text(errors="replace")[-2000:]
     raise ConfigError(f"the local LLM server did not start:\n{tail}", field="local_llm")

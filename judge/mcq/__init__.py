@@ -24,7 +24,6 @@ from judge.mcq.runner import score_file, score_file_async, score_items
 from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
 from judge.mcq.types import (
     Aggregate,
-    BadLine,
     CoherentMetrics,
     CrossLingualMetrics,
     ExtractionMethod,
@@ -37,6 +36,7 @@ from judge.mcq.types import (
     Outcome,
     PermutationInfo,
     PermutationMetrics,
+    SkippedLine,
     SlotMetrics,
     default_labels,
 )
@@ -45,7 +45,6 @@ __all__ = [
     "DEFAULT_FUZZY_MARGIN",
     "DEFAULT_FUZZY_THRESHOLD",
     "Aggregate",
-    "BadLine",
     "CoherentMetrics",
     "CrossLingualMetrics",
     "Extraction",
@@ -59,6 +58,7 @@ __all__ = [
     "Outcome",
     "PermutationInfo",
     "PermutationMetrics",
+    "SkippedLine",
     "SlotMetrics",
     "compute_metrics",
     "default_labels",

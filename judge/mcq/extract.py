@@ -402,35 +402,24 @@ class _Reader:
                 self._from_scan(text, scan, form="leading-label", final=False, context_start=0)
             )
         seen = {c.start for c in out}
+
+        def take(scan: _Scan, form: str, at: int) -> None:
+            # A label already read in an earlier form is not read again in a later one.
+            found = self._from_scan(
+                text, scan, form=form, final=_is_final(text, at), context_start=at
+            )
+            out.extend(found)
+            seen.update(c.start for c in found)
+
         for match in _BRACKETED.finditer(text):
             scan = _scan_list(text, match.start())
-            if scan is None or scan.tokens[0].start in seen:
-                continue
-            single = _Scan(scan.tokens[:1], scan.tokens[0].end, False)
-            found = self._from_scan(
-                text,
-                single,
-                form="bracketed",
-                final=_is_final(text, match.start()),
-                context_start=match.start(),
-            )
-            out.extend(found)
-            seen.update(c.start for c in found)
+            if scan is not None and scan.tokens[0].start not in seen:
+                take(_Scan(scan.tokens[:1], scan.tokens[0].end, False), "bracketed", match.start())
         for match in _OPTION_MENTION.finditer(text):
             scan = _scan_list(text, match.end())
-            if scan is None or scan.tokens[0].start in seen:
+            if scan is None or scan.tokens[0].start in seen or _negated(text, match.start()):
                 continue
-            if _negated(text, match.start()):
-                continue
-            found = self._from_scan(
-                text,
-                scan,
-                form="option-mention",
-                final=_is_final(text, match.start()),
-                context_start=match.start(),
-            )
-            out.extend(found)
-            seen.update(c.start for c in found)
+            take(scan, "option-mention", match.start())
         return out
 
     def bare_mentions(self) -> list[str]:

@@ -132,11 +132,7 @@ def to_canonical(displayed_label: str, labels: Sequence[str], order: Sequence[in
     Raises:
         ValueError: If the label is not one of ``labels``.
     """
-    try:
-        position = list(labels).index(displayed_label)
-    except ValueError:
-        raise ValueError(f"label {displayed_label!r} is not among {list(labels)}") from None
-    return labels[order[position]]
+    return labels[order[_position(displayed_label, labels)]]
 
 
 def to_displayed(canonical_label: str, labels: Sequence[str], order: Sequence[int]) -> str:
@@ -145,11 +141,15 @@ def to_displayed(canonical_label: str, labels: Sequence[str], order: Sequence[in
     Raises:
         ValueError: If the label is not one of ``labels``.
     """
+    return labels[list(order).index(_position(canonical_label, labels))]
+
+
+def _position(label: str, labels: Sequence[str]) -> int:
+    """Where ``label`` stands in ``labels``; a ValueError naming both when it is not there."""
     try:
-        index = list(labels).index(canonical_label)
+        return list(labels).index(label)
     except ValueError:
-        raise ValueError(f"label {canonical_label!r} is not among {list(labels)}") from None
-    return labels[list(order).index(index)]
+        raise ValueError(f"label {label!r} is not among {list(labels)}") from None
 
 
 def expand_item(

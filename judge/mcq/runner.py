@@ -10,21 +10,28 @@ concurrency; its readings are recorded as ``llm``.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypedDict, Unpack
 
 from pydantic import ValidationError
 
 from core.errors import ConfigError, InputError
-from judge.io import load_json_line
+from core.jsonl import BadLine, read_jsonl
 from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
 from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize
-from judge.mcq.types import Aggregate, BadLine, LlmExtractor, McqItem, McqResult, McqSummary
+from judge.mcq.types import (
+    Aggregate,
+    LlmExtractor,
+    McqItem,
+    McqResult,
+    McqSummary,
+    SkippedLine,
+)
 
 __all__ = [
+    "FileOptions",
     "format_validation_error",
     "read_items",
     "score_file",
@@ -33,6 +40,8 @@ __all__ = [
 ]
 
 _BATCH = 64
+# How core.jsonl words a line of invalid UTF-8 (this reader turns it into an InputError).
+_NOT_UTF8 = "not valid UTF-8"
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -50,36 +59,25 @@ def read_items(path: str | Path) -> Iterator[tuple[int, McqItem | BadLine]]:
     """Yield ``(line number, item or bad line)`` for each non-blank line of a JSONL file.
 
     Raises:
-        InputError: If the file cannot be opened or is not UTF-8 text.
+        InputError: If the file cannot be opened or a line is not UTF-8 text.
     """
-    try:
-        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}", field="input") from exc
-    with handle:
-        number = 0
-        try:
-            for number, raw in enumerate(handle, start=1):
-                if not raw.strip():
-                    continue
-                yield number, _parse_line(raw, number)
-        except UnicodeDecodeError as exc:
+    for entry in read_jsonl(path, field="input"):
+        if isinstance(entry, tuple):
+            number, data = entry
+            parsed: McqItem | BadLine
+            try:
+                parsed = McqItem.model_validate(data)
+            except ValidationError as exc:
+                parsed = BadLine(number, format_validation_error(exc))
+            yield number, parsed
+        elif entry.message.startswith(_NOT_UTF8):
+            # This reader has always refused a file that is not UTF-8 text as a whole (most
+            # likely the wrong encoding throughout) rather than skip its lines one by one.
             raise InputError(
-                f"{path}: line {number + 1} is not UTF-8 text", field="input", line=number + 1
-            ) from exc
-
-
-def _parse_line(raw: str, number: int) -> McqItem | BadLine:
-    try:
-        data = load_json_line(raw)
-    except json.JSONDecodeError as exc:
-        return BadLine(line=number, error=f"invalid JSON: {exc.msg} (column {exc.colno})")
-    if not isinstance(data, dict):
-        return BadLine(line=number, error=f"expected a JSON object, got {type(data).__name__}")
-    try:
-        return McqItem.model_validate(data)
-    except ValidationError as exc:
-        return BadLine(line=number, error=format_validation_error(exc))
+                f"{path}: line {entry.line} is not UTF-8 text", field="input", line=entry.line
+            )
+        else:
+            yield entry.line, entry
 
 
 def _check_settings(
@@ -191,6 +189,17 @@ async def score_items(
     return results
 
 
+class FileOptions(TypedDict, total=False):
+    """The settings :func:`score_file` passes on to :func:`score_file_async` (all optional)."""
+
+    aggregate: Aggregate
+    fuzzy_threshold: float
+    fuzzy_margin: float
+    group_by: Sequence[str] | None
+    llm_extractor: LlmExtractor | None
+    max_concurrency: int
+
+
 def _write_json_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a summary."""
     tmp = path.with_name(path.name + ".tmp")
@@ -210,7 +219,19 @@ async def score_file_async(
     llm_extractor: LlmExtractor | None = None,
     max_concurrency: int = 8,
 ) -> McqSummary:
-    """Async form of :func:`score_file`, for callers already inside an event loop."""
+    """Async form of :func:`score_file`, for callers already inside an event loop.
+
+    Args:
+        input_path: JSONL file of items (see :class:`McqItem`).
+        out_path: Where the result lines go.
+        summary_path: Where the :class:`McqSummary` JSON goes.
+        aggregate: How permuted runs of a question combine (``mean`` or ``majority``).
+        fuzzy_threshold: rapidfuzz score an option text must reach; 101 disables fuzzy.
+        fuzzy_margin: Points the best option text must lead the runner-up by.
+        group_by: Breakdown fields; default task, ability, tom_dimension, language and tags.
+        llm_extractor: Optional reader for rule-unparseable answers.
+        max_concurrency: Most extractor calls in flight at once.
+    """
     _check_settings(fuzzy_threshold, max_concurrency, group_by)
     out = Path(out_path)
     summary_file = Path(summary_path)
@@ -249,9 +270,11 @@ async def score_file_async(
             if key in seen:
                 bad_lines.append(
                     BadLine(
-                        line=number,
-                        error=f"id: duplicate of line {seen[key]} (id {parsed.id!r}, "
+                        number,
+                        f"id: duplicate of line {seen[key]} (id {parsed.id!r}, "
                         f"language {parsed.language!r}, permutation run {run})",
+                        field="id",
+                        id=parsed.id,
                     )
                 )
                 continue
@@ -268,7 +291,7 @@ async def score_file_async(
         fuzzy_threshold=fuzzy_threshold,
         llm_extractor=llm_extractor is not None,
         llm_failures=failures,
-        bad_lines=bad_lines,
+        bad_lines=[SkippedLine.from_bad_line(bad) for bad in bad_lines],
     )
     _write_json_atomic(summary_file, summary.model_dump_json(indent=2) + "\n")
     return summary
@@ -278,13 +301,7 @@ def score_file(
     input_path: str | Path,
     out_path: str | Path,
     summary_path: str | Path,
-    *,
-    aggregate: Aggregate = "mean",
-    fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
-    fuzzy_margin: float = DEFAULT_FUZZY_MARGIN,
-    group_by: Sequence[str] | None = None,
-    llm_extractor: LlmExtractor | None = None,
-    max_concurrency: int = 8,
+    **options: Unpack[FileOptions],
 ) -> McqSummary:
     """Score a JSONL run: one result line per valid item to ``out_path``, summary to JSON.
 
@@ -296,12 +313,8 @@ def score_file(
         input_path: JSONL file of items (see :class:`McqItem`).
         out_path: Where the result lines go.
         summary_path: Where the :class:`McqSummary` JSON goes.
-        aggregate: How permuted runs of a question combine (``mean`` or ``majority``).
-        fuzzy_threshold: rapidfuzz score an option text must reach; 101 disables fuzzy.
-        fuzzy_margin: Points the best option text must lead the runner-up by.
-        group_by: Breakdown fields; default task, ability, tom_dimension, language and tags.
-        llm_extractor: Optional reader for rule-unparseable answers.
-        max_concurrency: Most extractor calls in flight at once.
+        **options: The settings of :class:`FileOptions`, with the defaults of
+            :func:`score_file_async`.
 
     Returns:
         The summary that was written.
@@ -311,16 +324,4 @@ def score_file(
         ConfigError: If a setting is out of range.
         RuntimeError: If called from a running event loop (use :func:`score_file_async`).
     """
-    return asyncio.run(
-        score_file_async(
-            input_path,
-            out_path,
-            summary_path,
-            aggregate=aggregate,
-            fuzzy_threshold=fuzzy_threshold,
-            fuzzy_margin=fuzzy_margin,
-            group_by=group_by,
-            llm_extractor=llm_extractor,
-            max_concurrency=max_concurrency,
-        )
-    )
+    return asyncio.run(score_file_async(input_path, out_path, summary_path, **options))

@@ -22,7 +22,6 @@ from judge.mcq.extract import extract_answer as _extract
 from judge.mcq.permute import to_canonical
 from judge.mcq.types import (
     Aggregate,
-    BadLine,
     CoherentMetrics,
     CrossLingualMetrics,
     ExtractionMethod,
@@ -32,6 +31,7 @@ from judge.mcq.types import (
     McqSummary,
     MultiSelectMetrics,
     PermutationMetrics,
+    SkippedLine,
     SlotMetrics,
 )
 
@@ -203,30 +203,30 @@ def multi_label_f1(pairs: Iterable[tuple[Iterable[str], Iterable[str]]]) -> tupl
     return _f1(tp, fp, fn), macro
 
 
-def _slot_metrics(questions: Sequence[_Question]) -> SlotMetrics | None:
+def _all_right(
+    questions: Sequence[_Question], group_of: Callable[[McqResult], str | None]
+) -> tuple[int, int]:
+    """Groups of questions (``group_of`` x language) and how many have every question right."""
     groups: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for question in questions:
-        if question.first.slot_group is not None:
-            key = (question.first.slot_group, question.first.language or "")
-            groups[key].append(question.right)
+        group = group_of(question.first)
+        if group is not None:
+            groups[(group, question.first.language or "")].append(question.right)
+    return len(groups), sum(1 for rights in groups.values() if all(rights))
+
+
+def _slot_metrics(questions: Sequence[_Question]) -> SlotMetrics | None:
+    groups, exact = _all_right(questions, lambda result: result.slot_group)
     if not groups:
         return None
-    exact = sum(1 for slots in groups.values() if all(slots))
-    return SlotMetrics(groups=len(groups), exact=exact, exact_match=exact / len(groups))
+    return SlotMetrics(groups=groups, exact=exact, exact_match=exact / groups)
 
 
 def _coherent_metrics(questions: Sequence[_Question]) -> CoherentMetrics | None:
-    stories: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    for question in questions:
-        if question.first.story_id is not None:
-            key = (question.first.story_id, question.first.language or "")
-            stories[key].append(question.right)
+    stories, coherent = _all_right(questions, lambda result: result.story_id)
     if not stories:
         return None
-    coherent = sum(1 for rights in stories.values() if all(rights))
-    return CoherentMetrics(
-        stories=len(stories), coherent=coherent, accuracy=coherent / len(stories)
-    )
+    return CoherentMetrics(stories=stories, coherent=coherent, accuracy=coherent / stories)
 
 
 def _multi_metrics(results: Sequence[McqResult]) -> MultiSelectMetrics | None:
@@ -367,7 +367,7 @@ def summarize(
     fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
     llm_extractor: bool = False,
     llm_failures: int = 0,
-    bad_lines: Sequence[BadLine] = (),
+    bad_lines: Sequence[SkippedLine] = (),
 ) -> McqSummary:
     """The full summary of a run: overall metrics, breakdowns, macro averages, cross-lingual.
 

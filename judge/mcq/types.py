@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from core import jsonl
+
 ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
 """How the chosen option(s) were read from the response.
 
@@ -353,13 +355,29 @@ class McqResult(BaseModel):
     )
 
 
-class BadLine(BaseModel):
-    """An input line that could not be read as an item and was skipped."""
+class SkippedLine(BaseModel):
+    """A summary entry: an input line that could not be read as an item and was skipped.
+
+    The readers report a bad line as a :class:`core.jsonl.BadLine`; this is its shape in the
+    summary's ``bad_lines`` (``line`` and ``error``), built by :meth:`from_bad_line`.
+    """
 
     model_config = _StrictModel
 
     line: int = Field(ge=1, description="1-based line number in the input file.")
     error: str = Field(description="What was wrong, naming the field.")
+
+    @classmethod
+    def from_bad_line(cls, bad: jsonl.BadLine) -> SkippedLine:
+        """The summary entry of a bad line the reader reported."""
+        # MCQ summaries (and the CLI lines printed from them) have always said "invalid JSON";
+        # core.jsonl says "not valid JSON". Keep the wording users of this output already see.
+        return cls(line=bad.line, error=bad.message.replace("not valid JSON", "invalid JSON", 1))
+
+
+# kept until api/routes/mcq moves over to SkippedLine (its one remaining user)
+BadLine = SkippedLine
+"""Deprecated name of :class:`SkippedLine` (not a reader's type: that is core.jsonl.BadLine)."""
 
 
 class SlotMetrics(BaseModel):
@@ -506,7 +524,7 @@ class McqSummary(McqMetrics):
     cross_lingual: CrossLingualMetrics | None = Field(
         default=None, description="Cross-lingual consistency, when ids repeat across languages."
     )
-    bad_lines: list[BadLine] = Field(
+    bad_lines: list[SkippedLine] = Field(
         default_factory=list, description="Input lines skipped as invalid, with line numbers."
     )
 

@@ -6,67 +6,56 @@ The stand-in is strict like OpenAI's API: a request with a top-level field outsi
 Tests, benchmarks (``bench/``) and the fault-injection suite import from here, so the stand-in
 is part of the package rather than of the test tree.
 
-Names are loaded on first access (PEP 562) rather than at import: ``python -m
-judge.testing.openai_server`` would otherwise find its own module already imported by this
-package and warn, and code that only needs :func:`schema_instance` does not pay for aiohttp.
+The public names are those of :mod:`judge.testing.openai_server` (its command-line ``main``
+aside) and :mod:`judge.testing.schemas`, as their ``__all__`` lists them. They are loaded on first
+access (PEP 562) rather than at import: the stand-in pulls in aiohttp and the openai SDK (most of
+a second), which code that only needs :func:`schema_instance` or
+:mod:`judge.testing.processes` should not pay for.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from judge.testing.openai_server import (
-        FAULT_KINDS,
-        OPENAI_CHAT_PARAMS,
-        FaultKind,
-        FaultPlan,
-        Handler,
-        OpenAIStandIn,
-        Reply,
-        ReplyLike,
-        StandInStats,
-        ToolCall,
-    )
-    from judge.testing.schemas import (
-        SchemaError,
-        find_embedded_schema,
-        invalid_instance,
-        schema_instance,
-    )
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first access
+    from judge.testing.openai_server import *  # noqa: F403
+    from judge.testing.schemas import *  # noqa: F403
 
-__all__ = [
-    "FAULT_KINDS",
-    "OPENAI_CHAT_PARAMS",
-    "FaultKind",
-    "FaultPlan",
-    "Handler",
-    "OpenAIStandIn",
-    "Reply",
-    "ReplyLike",
-    "SchemaError",
-    "StandInStats",
-    "ToolCall",
-    "find_embedded_schema",
-    "invalid_instance",
-    "schema_instance",
-]
+# Where the names come from; the light module first, so a schema name never loads the server.
+_SOURCES = ("schemas", "openai_server")
+_NOT_EXPORTED = frozenset({"main"})  # the stand-in's command line, not a test double
 
-_SCHEMA_NAMES = frozenset(
-    {"SchemaError", "find_embedded_schema", "invalid_instance", "schema_instance"}
-)
+
+def _source(name: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def _public_names() -> list[str]:
+    names = {n for s in _SOURCES for n in _source(s).__all__ if n not in _NOT_EXPORTED}
+    # Constants, then classes, then functions, each alphabetical: how ruff sorts an __all__.
+    return sorted(names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
 
 
 def __getattr__(name: str) -> Any:
-    """Load a public name from its submodule on first access."""
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = "schemas" if name in _SCHEMA_NAMES else "openai_server"
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    """Load ``__all__`` or a public name from its submodule on first access."""
+    if name == "__all__":
+        value: Any = _public_names()
+    else:
+        # A dunder probe, or a submodule not imported yet (``from judge.testing import faults``
+        # asks here first), is no public name: answer at once, without loading the server.
+        if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            module = None
+        else:
+            module = next((m for m in map(_source, _SOURCES) if name in m.__all__), None)
+        if module is None or name in _NOT_EXPORTED:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(module, name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted({*globals(), *_public_names()})

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.jsonl import BadLine
 from judge.aggregate import Summary, summarize
 from judge.fake import FakeCall, FakeOutput, covering, defects
-from judge.io import InputProblem, read_items
-from judge.testing.openai_server import FaultKind, FaultPlan, _unknown_fields
+from judge.io import read_items
+from judge.testing.openai_server.plan import FaultKind, FaultPlan
+from judge.testing.openai_server.wire import unknown_fields
 from judge.types import GradeRequest, GradeResult
 from judge.verdicts import DefectJudgement
 from rubrics.loader import fence_tag
@@ -253,11 +255,11 @@ def replay_faults(plan: FaultPlan, count: int) -> list[FaultKind | None]:
 
     Uses the server's own decider, so the replay cannot drift from what the server did.
     """
-    # The decider is private to the stand-in module on purpose (it is state, not API); the
-    # replay must use exactly its draws, so it is imported here rather than re-implemented.
-    from judge.testing.openai_server import _FaultDecider
+    # The decider is no public API of the stand-in (it is state); the replay must use exactly
+    # its draws, so it is imported here rather than re-implemented.
+    from judge.testing.openai_server.plan import FaultDecider
 
-    decider = _FaultDecider(plan)
+    decider = FaultDecider(plan)
     return [decider.next_fault() for _ in range(count)]
 
 
@@ -270,7 +272,7 @@ def ledger_from_standin(requests: Sequence[Mapping[str, Any]], plan: FaultPlan) 
     Bodies the strict stand-in rejected (unknown fields) drew no fault and are left out.
     """
     ledger = FaultLedger()
-    drawn = [body for body in requests if _unknown_fields(body) is None]
+    drawn = [body for body in requests if unknown_fields(body) is None]
     for body, fault in zip(drawn, replay_faults(plan, len(drawn)), strict=True):
         ledger.record(item_of_text(_body_text(body)), task_of_request(body), fault or "ok")
     return ledger
@@ -461,7 +463,7 @@ def load_workload(
     """
     out: list[tuple[str, GradeRequest]] = []
     for entry in read_items(path):
-        if isinstance(entry, InputProblem):
+        if isinstance(entry, BadLine):
             raise ValueError(f"{path}: {entry}")
         _, request = entry
         number = str(len(out))

@@ -120,13 +120,13 @@ def test_bad_lines_are_reported_with_numbers_and_the_rest_loads(tmp_path: Path) 
     assert [item.line for item in loaded.items] == [1, 10]
     by_line = {p.line: p for p in loaded.problems}
     assert sorted(by_line) == [2, 3, 5, 6, 7, 8, 9]
-    assert "invalid JSON" in by_line[2].reason
-    assert "candidate" in by_line[3].reason
-    assert "outside the scale" in by_line[5].reason and by_line[5].id == "c"
-    assert "duplicate id (first on line 1)" in by_line[6].reason
-    assert "one set has one scale" in by_line[7].reason
-    assert "JSON object" in by_line[8].reason
-    assert "human_score" in by_line[9].reason
+    assert "invalid JSON" in by_line[2].message
+    assert "candidate" in by_line[3].message
+    assert "outside the scale" in by_line[5].message and by_line[5].id == "c"
+    assert "duplicate id (first on line 1)" in by_line[6].message
+    assert "one set has one scale" in by_line[7].message
+    assert "JSON object" in by_line[8].message
+    assert "human_score" in by_line[9].message
     assert "line 5 (id 'c')" in str(by_line[5])
     assert loaded.scale is not None and loaded.scale.kind == "range"
     assert len(loaded.sha256) == 64
@@ -149,7 +149,7 @@ def test_scale_override_and_missing_scale(tmp_path: Path) -> None:
     raw = json.loads(_line())
     del raw["score_scale"]
     path = _write(tmp_path / "s.jsonl", [json.dumps(raw)])
-    assert "score_scale" in load_set(path).problems[0].reason
+    assert "score_scale" in load_set(path).problems[0].message
     loaded = load_set(path, scale="0-1")
     assert len(loaded.items) == 1 and loaded.items[0].human_norm == 0.5
 
@@ -222,7 +222,7 @@ def test_kqa_labels_become_annotator_scores(tmp_path: Path) -> None:
     item = loaded.items[0]
     assert item.annotator_scores == [-1.0, 0.0, -1.0]
     assert item.human_norm == 0.0 and item.is_contradicted
-    assert "key_point" in loaded.problems[0].reason
+    assert "key_point" in loaded.problems[0].message
 
 
 def test_chartom_format_is_mapped_onto_the_same_model(tmp_path: Path) -> None:
@@ -262,7 +262,7 @@ def test_chartom_format_is_mapped_onto_the_same_model(tmp_path: Path) -> None:
     assert loaded.items[1].format == "calibration"
     (problem,) = loaded.problems
     assert problem.line == 2 and problem.id == "x1"
-    assert "no score_scale" in problem.reason
+    assert "no score_scale" in problem.message
     rescaled = load_set(path, scale="0-5")
     assert {item.id for item in rescaled.items} == {"line-1", "x1", "cal"}
 

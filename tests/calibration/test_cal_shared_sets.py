@@ -35,5 +35,5 @@ def test_chartom_like_bench_file() -> None:
     assert loaded.items and all(item.format == "chartom" for item in loaded.items)
     assert all(item.dimension for item in loaded.items)
     assert all(item.bonus_points for item in loaded.items)
-    assert all("no score_scale" in p.reason for p in loaded.problems)
+    assert all("no score_scale" in p.message for p in loaded.problems)
     assert len(loaded.items) + len(loaded.problems) == 1035

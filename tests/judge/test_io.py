@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from judge.io import InputProblem, ResultWriter, chartom_to_request, read_items
+from core.jsonl import BadLine
+from judge.io import ResultWriter, chartom_to_request, read_items
 
 ITEM = {
     "book_name": "B",
@@ -41,8 +42,8 @@ def test_read_items_reports_bad_lines_and_loads_the_rest(tmp_path):
     ]
     path.write_text("\n".join(lines) + "\n")
     out = list(read_items(path))
-    good = [e for e in out if not isinstance(e, InputProblem)]
-    bad = [e for e in out if isinstance(e, InputProblem)]
+    good = [e for e in out if not isinstance(e, BadLine)]
+    bad = [e for e in out if isinstance(e, BadLine)]
     assert [g[0] for g in good] == ["a", "7"]  # no id: the line number
     assert [(p.line, p.field) for p in bad] == [
         (2, None),
@@ -56,7 +57,7 @@ def test_an_empty_response_is_an_item_not_a_bad_line(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps({**ITEM, "id": "e", "response": " "}) + "\n")
     (entry,) = list(read_items(path))
-    assert not isinstance(entry, InputProblem) and entry[1].response == " "
+    assert not isinstance(entry, BadLine) and entry[1].response == " "
 
 
 def test_writer_resumes_and_drops_torn_tail(tmp_path):
@@ -104,6 +105,6 @@ def test_missing_reference_is_named_by_the_key_the_line_uses(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(obj) + "\n" for obj in lines))
     problems = list(read_items(path))
-    assert all(isinstance(p, InputProblem) for p in problems)
+    assert all(isinstance(p, BadLine) for p in problems)
     assert [p.field for p in problems] == ["answer", "answer", "reference", "answer"]
     assert str(problems[0]) == "line 1 (field answer): answer: Field required"

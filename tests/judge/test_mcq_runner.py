@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cli import mcq as cli
 from core.errors import ConfigError, InputError
-from judge.mcq import cli
 from judge.mcq.runner import read_items, score_file, score_file_async, score_items
 from judge.mcq.types import McqItem, McqResult, McqSummary
 

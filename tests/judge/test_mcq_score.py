@@ -231,7 +231,7 @@ def test_summary_round_trips_through_json() -> None:
 
 
 def test_macro_says_how_many_lines_had_no_group() -> None:
-    from judge.mcq.cli import format_report
+    from cli.mcq import format_report
 
     results = [
         _result("[[A]]", id="1", task="T1", language="en"),

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from judge.io import InputProblem, load_json_line, read_items
+from core.jsonl import BadLine, parse_line
+from judge.io import read_items
 from judge.mcq.runner import read_items as read_mcq_items
-from judge.mcq.types import BadLine, McqItem
+from judge.mcq.types import McqItem
 from judge.testing.processes import run_cli
 from judge.types import (
     MAX_METADATA_BYTES,
@@ -125,12 +126,12 @@ def test_accepted_metadata_round_trips() -> None:
 # -- the JSONL readers -----------------------------------------------------------------------
 
 
-def test_load_json_line_reports_deep_nesting_as_a_json_error() -> None:
+def test_parse_line_reports_deep_nesting_as_a_json_error() -> None:
     with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
-        load_json_line(DEEP_LINE)
+        parse_line(DEEP_LINE)
     with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
-        load_json_line('{"metadata": {"x": ' + DEEP_LINE + "}}")
-    assert load_json_line('{"a": [1, 2]}') == {"a": [1, 2]}
+        parse_line('{"metadata": {"x": ' + DEEP_LINE + "}}")
+    assert parse_line('{"a": [1, 2]}') == {"a": [1, 2]}
 
 
 def test_read_items_reports_each_poisoned_line_and_loads_the_rest(tmp_path: Path) -> None:
@@ -145,8 +146,8 @@ def test_read_items_reports_each_poisoned_line_and_loads_the_rest(tmp_path: Path
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     entries = list(read_items(path))
-    problems = {e.line: e for e in entries if isinstance(e, InputProblem)}
-    good = [e for e in entries if not isinstance(e, InputProblem)]
+    problems = {e.line: e for e in entries if isinstance(e, BadLine)}
+    good = [e for e in entries if not isinstance(e, BadLine)]
     assert [item_id for item_id, _ in good] == ["it-1", "it-6"]
     assert set(problems) == {2, 3, 4, 5}
     assert problems[2].field is None and "nested too deeply" in problems[2].message
@@ -165,7 +166,7 @@ def test_mcq_reader_reports_a_deep_line_as_bad(tmp_path: Path) -> None:
     entries = dict(read_mcq_items(path))
     assert isinstance(entries[1], McqItem) and isinstance(entries[3], McqItem)
     bad = entries[2]
-    assert isinstance(bad, BadLine) and bad.line == 2 and "nested too deeply" in bad.error
+    assert isinstance(bad, BadLine) and bad.line == 2 and "nested too deeply" in bad.message
 
 
 # -- the CLI, as users run it ----------------------------------------------------------------

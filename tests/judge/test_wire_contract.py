@@ -314,7 +314,7 @@ def test_cli_grades_the_examples_against_the_strict_standin(tmp_path: Path, mode
     with OpenAIStandIn(record_requests=1_000) as srv:
         out = tmp_path / "out.jsonl"
         command = [
-            sys.executable, "-m", "judge.cli", "grade", str(EXAMPLES),
+            sys.executable, "-m", "cli", "grade", str(EXAMPLES),
             "--out", str(out),
             "--model", "openai/standin",
             "--api-base", srv.base_url,
