@@ -5,5 +5,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh dev
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check .
-.venv/bin/mypy core rubrics judge calibration api
+.venv/bin/mypy core rubrics judge calibration api cli
+.venv/bin/lint-imports
 .venv/bin/pytest "$@"
