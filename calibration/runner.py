@@ -34,7 +34,7 @@ from judge.cache import JudgeCache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
-from judge.types import MAX_REFERENCES, GradeRequest, GradeResult, MetricName
+from judge.types import CALIBRATION_METRICS, MAX_REFERENCES, GradeRequest, GradeResult, MetricName
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
 
@@ -200,7 +200,7 @@ def run_calibration(
     *,
     settings: Settings,
     judges: Sequence[str] = (),
-    metrics: Sequence[str] = ("rouge_l", "bertscore", "coverage"),
+    metrics: Sequence[str] = CALIBRATION_METRICS,
     limit: int | None = None,
     out_dir: str | Path,
     retest: bool = False,

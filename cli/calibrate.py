@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 from cli.common import add_judge_options, pct, settings_from_args
-
-CALIBRATION_METRICS = ("rouge_l", "bertscore", "coverage")
-"""What ``calibrate --metrics`` can correlate with the human scores (and does by default)."""
+from judge.types import CALIBRATION_METRICS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -33,7 +33,11 @@ JudgeTask = Literal["coverage", "defects", "extract_points"]
 MetricName = Literal["coverage", "defects", "rouge_l", "bertscore"]
 """What a caller can ask to be computed for an item."""
 
-ALL_METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l", "bertscore")
+ALL_METRICS: tuple[MetricName, ...] = get_args(MetricName)
+"""Every metric, in the order results and tables show them."""
+
+CALIBRATION_METRICS: tuple[MetricName, ...] = ("rouge_l", "bertscore", "coverage")
+"""What a calibration run computes by default: the paper's comparison (defects are not a score)."""
 
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of objects and arrays in ``metadata`` (the object itself is level 1)."""

@@ -4,7 +4,7 @@ Extract the chosen option from free text (:func:`extract_answer`), score items
 (:func:`score_item`, :func:`score_items`), summarise runs with the papers' breakdowns
 (:func:`summarize`), build permuted presentations against position bias (:func:`expand_item`),
 and score whole JSONL files (:func:`score_file`). The CLI subcommand lives in
-:mod:`judge.mcq.cli`.
+:mod:`cli.mcq`.
 """
 
 from judge.mcq.extract import (
