@@ -11,7 +11,7 @@ from core.errors import ConfigError, InputError
 from judge.mcq.runner import read_items, score_file, score_file_async, score_items
 from judge.mcq.types import McqItem, McqResult, McqSummary
 
-DATA = Path(__file__).resolve().parents[2] / "judge" / "data"
+DATA = Path(__file__).resolve().parents[3] / "judge" / "data"
 CHARTOM = DATA / "mcq_example_chartom.jsonl"
 TOMBENCH = DATA / "mcq_example_tombench.jsonl"
 

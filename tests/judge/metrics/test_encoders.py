@@ -22,7 +22,7 @@ from judge.metrics import (
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 # --- resolution (no weights loaded) ----------------------------------------------------------
