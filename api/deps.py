@@ -9,7 +9,9 @@ of a request is a service (``api.services.judges.select_judge``).
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, TypeVar, cast
 
 from fastapi import Depends, Request
 
@@ -21,33 +23,32 @@ from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
 from judge.metrics import needs_encoder
 
+_T = TypeVar("_T")
+
 WARMUP_RETRY_AFTER = 5
 """Seconds a request refused during the encoder warm-up is told to wait (``Retry-After``)."""
 
 
-def get_settings(request: Request) -> Settings:
-    """The service's settings (validated at start-up)."""
-    settings: Settings = request.app.state.settings
-    return settings
+def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], _T]:
+    """A dependency returning the ``kind`` object ``create_app`` stored on the app as ``name``."""
+
+    def dependency(request: Request) -> _T:
+        return cast(_T, getattr(request.app.state, name))
+
+    dependency.__name__ = dependency.__qualname__ = f"get_{name}"
+    dependency.__doc__ = doc
+    return dependency
 
 
-def get_grader(request: Request) -> Grader:
-    """The grading engine shared by every request of this process."""
-    grader: Grader = request.app.state.grader
-    return grader
-
-
-def get_jobs(request: Request) -> JobManager:
-    """The job runner of this process."""
-    jobs: JobManager = request.app.state.jobs
-    return jobs
-
-
-def get_observability(request: Request) -> Observability:
-    """The app's Prometheus registry and instruments."""
-    observability: Observability = request.app.state.observability
-    return observability
-
+get_settings = _app_state("settings", Settings, "The service's settings (validated at start-up).")
+get_grader = _app_state(
+    "grader", Grader, "The grading engine shared by every request of this process."
+)
+get_jobs = _app_state("jobs", JobManager, "The job runner of this process.")
+get_observability = _app_state(
+    "observability", Observability, "The app's Prometheus registry and instruments."
+)
+get_warmup = _app_state("warmup", EncoderWarmup, "The app's start-up encoder warm-up.")
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 GraderDep = Annotated[Grader, Depends(get_grader)]
@@ -104,12 +105,6 @@ class ReadyGate:
             raise EncoderLoading(self.warmup.name)
 
 
-def get_warmup(request: Request) -> EncoderWarmup:
-    """The app's start-up encoder warm-up."""
-    warmup: EncoderWarmup = request.app.state.warmup
-    return warmup
-
-
 WarmupDep = Annotated[EncoderWarmup, Depends(get_warmup)]
 
 
@@ -130,6 +125,34 @@ def require_owner(request: Request, settings: SettingsDep) -> str:
 
 OwnerDep = Annotated[str, Depends(require_owner)]
 """The authenticated caller; raises 401 when keys are configured and none valid is sent."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a job submission takes besides the request: the app's objects and the caller.
+
+    Attributes:
+        jobs: The job manager.
+        grader: The engine; its config is the default judge.
+        settings: Limits, allow-list and quotas.
+        owner: The caller, who will own the job.
+    """
+
+    jobs: JobManager
+    grader: Grader
+    settings: Settings
+    owner: str
+
+
+def get_job_context(
+    jobs: JobsDep, grader: GraderDep, settings: SettingsDep, owner: OwnerDep
+) -> JobContext:
+    """The context of a job submission (authenticates the caller)."""
+    return JobContext(jobs, grader, settings, owner)
+
+
+JobContextDep = Annotated[JobContext, Depends(get_job_context)]
+"""The context of a job submission; raises 401 as :data:`OwnerDep` does."""
 
 
 async def bind_tenant(owner: OwnerDep) -> str:

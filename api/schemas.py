@@ -140,13 +140,18 @@ class BatchBody(BaseModel):
     )
 
 
-class BatchEntry(BaseModel):
-    """The outcome of one item of a batch or job: a result or an error, never both."""
+class _Entry(BaseModel):
+    """The item an entry of a response or job stream is about."""
 
     index: int = Field(ge=0, description="0-based position of the item in the input.")
     id: str | None = Field(
         default=None, description="The item's id (its `id`, else its 1-based position or line)."
     )
+
+
+class BatchEntry(_Entry):
+    """The outcome of one item of a batch or job: a result or an error, never both."""
+
     result: GradeResult | None = Field(default=None, description="The grade; null on error.")
     error: ItemError | None = Field(default=None, description="Why it was not graded; else null.")
 
@@ -502,13 +507,9 @@ class McqBody(BaseModel):
     )
 
 
-class McqEntry(BaseModel):
+class McqEntry(_Entry):
     """The outcome of one multiple-choice item: a result or an error, never both."""
 
-    index: int = Field(ge=0, description="0-based position of the item in the input.")
-    id: str | None = Field(
-        default=None, description="The item's id (its `id`, else its 1-based position or line)."
-    )
     result: McqResult | None = Field(default=None, description="The score; null on error.")
     error: ItemError | None = Field(default=None, description="Why it was not scored; else null.")
 

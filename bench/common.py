@@ -7,6 +7,7 @@ interpreter so that imports, caches and peak memory never leak from one section 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -14,7 +15,6 @@ import resource
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,13 @@ __all__ = [
     "load_requests",
     "log",
     "machine",
+    "parse_section_args",
     "peak_rss_mb",
     "percentile",
     "proc_peak_rss_mb",
     "process_tree",
     "quiet_litellm",
+    "section_parser",
     "set_bench_env",
     "workload_path",
     "write_json",
@@ -173,23 +175,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-@dataclass
 class Timer:
     """Wall and CPU time of a block: ``with Timer() as t: ...; t.wall, t.cpu``."""
 
-    wall: float = 0.0
-    cpu: float = 0.0
-    _wall0: float = 0.0
-    _cpu0: float = 0.0
+    wall = 0.0
+    cpu = 0.0
 
     def __enter__(self) -> Timer:
-        self._wall0 = time.perf_counter()
-        self._cpu0 = time.process_time()
+        self._start = (time.perf_counter(), time.process_time())
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self._wall0
-        self.cpu = time.process_time() - self._cpu0
+        wall0, cpu0 = self._start
+        self.wall = time.perf_counter() - wall0
+        self.cpu = time.process_time() - cpu0
 
 
 def dir_size_mb(path: Path) -> float:
@@ -203,11 +202,45 @@ def _files(path: Path) -> Iterator[Path]:
             yield child
 
 
+def section_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The command line of the section ``python -m MODULE``, with its ``--json PATH`` option.
+
+    Args:
+        module: The section's module (``bench.layers``).
+        doc: The section's description (its module docstring).
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
+    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
+    return parser
+
+
+def parse_section_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, litellm: bool = False
+) -> argparse.Namespace:
+    """Parse a section's command line and set its run environment (:func:`set_bench_env`).
+
+    Args:
+        parser: The section's parser (from :func:`section_parser`).
+        argv: Its arguments (None: the process's).
+        litellm: The section calls litellm in this process: :func:`quiet_litellm` too (not done
+            otherwise, since importing litellm costs seconds and memory the figures would show).
+    """
+    args = parser.parse_args(argv)
+    set_bench_env()
+    if litellm:
+        quiet_litellm()
+    return args
+
+
 def write_json(path: str | None, payload: dict[str, Any]) -> None:
-    """Write a section's figures for :mod:`bench.run_all` (nothing when ``path`` is None)."""
+    """Write a section's figures for :mod:`bench.run_all` (nothing when ``path`` is None).
+
+    The figures are written with the :func:`machine` they were taken on.
+    """
     if path is None:
         return
-    Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    figures = {**payload, "machine": machine()}
+    Path(path).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 
 
 def log(message: str) -> None:

@@ -18,22 +18,13 @@ concurrency 16 against a zero-latency stand-in, and reports CPU ms per call of t
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from bench.common import (
-    Timer,
-    load_requests,
-    log,
-    machine,
-    quiet_litellm,
-    set_bench_env,
-    write_json,
-)
+from bench.common import Timer, load_requests, log, parse_section_args, section_parser, write_json
 from bench.standin import StandInProcess
 
 __all__ = ["main", "measure"]
@@ -163,27 +154,17 @@ async def _layers(base_url: str, count: int) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure and print the CPU cost per call of each client layer.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.layers", description=__doc__)
+    """Measure and print the CPU cost per call of each client layer."""
+    parser = section_parser("bench.layers", __doc__)
     parser.add_argument("--calls", type=int, default=200, help="measured calls per layer")
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
-    set_bench_env()
-    quiet_litellm()
+    args = parse_section_args(parser, argv, litellm=True)
     with StandInProcess(latency=0.0) as srv:
         log(f"layers: {args.calls} calls each at concurrency {_CONCURRENCY}, zero latency")
         rows = asyncio.run(_layers(srv.base_url, args.calls))
     print("| layer | CPU ms/call | calls/s (one process) |\n|---|---|---|")
     for row in rows:
         print(f"| {row['layer']} | {row['cpu_ms_per_call']} | {row['calls_per_s']} |")
-    write_json(args.json, {"layers": rows, "calls": args.calls, "machine": machine()})
+    write_json(args.json, {"layers": rows, "calls": args.calls})
     return 0
 
 

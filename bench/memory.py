@@ -8,7 +8,6 @@ process nor the stand-in's process is counted.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -18,7 +17,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchError, log, machine, set_bench_env, workload_path, write_json
+from bench.common import (
+    BenchError,
+    log,
+    parse_section_args,
+    section_parser,
+    workload_path,
+    write_json,
+)
 from bench.standin import StandInProcess
 
 __all__ = ["bonusjudge_command", "main", "run_cli"]
@@ -77,24 +83,15 @@ def run_cli(base_url: str, *, metrics: str, concurrency: int, timeout: float) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI on the workload and print its peak RSS.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
+    """Run the CLI on the workload and print its peak RSS."""
+    parser = section_parser("bench.memory", __doc__)
     parser.add_argument("--latency", type=float, default=0.02, help="stand-in seconds per call")
     parser.add_argument("--concurrency", type=int, default=64, help="CLI --concurrency")
     parser.add_argument(
         "--metrics", default="coverage,defects,rouge_l,bertscore", help="CLI --metrics"
     )
     parser.add_argument("--timeout", type=float, default=600, help="seconds before giving up")
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
-    set_bench_env()
+    args = parse_section_args(parser, argv)
     with StandInProcess(latency=args.latency) as srv:
         log(f"bonusjudge grade: whole workload, metrics {args.metrics}, c={args.concurrency}")
         row = run_cli(
@@ -102,7 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         row["server_requests"] = srv.stats().requests
     row["latency_s"] = args.latency
-    row["machine"] = machine()
     print(
         f"bonusjudge grade: {row['items']} items in {row['wall_s']} s "
         f"({row['items_per_s']} items/s), peak RSS {row['peak_rss_mb']} MiB"

@@ -15,11 +15,10 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import Timer, load_requests, log, machine, set_bench_env, write_json
+from bench.common import Timer, load_requests, log, parse_section_args, section_parser, write_json
 
 __all__ = ["main"]
 
@@ -144,24 +143,14 @@ def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure ROUGE-L and BERTScore throughput and print a table.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.metrics_cost", description=__doc__)
+    """Measure ROUGE-L and BERTScore throughput and print a table."""
+    parser = section_parser("bench.metrics_cost", __doc__)
     parser.add_argument("--chunk", type=int, default=100, help="pairs per call, unbatched run")
     parser.add_argument(
         "--chunked-pairs", type=int, default=300, help="pairs scored in the unbatched run"
     )
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
-    set_bench_env()
+    args = parse_section_args(parser, argv)
     row = _run(args.chunk, args.chunked_pairs)
-    row["machine"] = machine()
     print(
         "| metric | pairs/s |\n|---|---|\n"
         f"| ROUGE-L | {row['rouge_l_pairs_per_s']} |\n"

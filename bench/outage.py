@@ -14,7 +14,6 @@ final ``circuit_open`` result: a job ended in 9 s with 1,032 of 1,035 items unsc
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import threading
@@ -23,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import log, machine, set_bench_env, workload_path, write_json
+from bench.common import log, parse_section_args, section_parser, workload_path, write_json
 
 
 def _outage(server: Any, seconds: float) -> threading.Event:
@@ -105,13 +104,11 @@ def run_cli(server: Any, source: Path, outage: float, tmp: Path) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both outage runs and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = section_parser("bench.outage", __doc__)
     parser.add_argument("--outage", type=float, default=4.0, help="seconds the judge is down")
     parser.add_argument("--latency", type=float, default=0.1, help="stand-in latency (s)")
     parser.add_argument("--limit", type=int, help="first N items of the workload")
-    parser.add_argument("--json", help="write the figures here")
-    args = parser.parse_args(argv)
-    set_bench_env()
+    args = parse_section_args(parser, argv)
     from judge.testing.openai_server import OpenAIStandIn
 
     source = workload_path()
@@ -138,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{row['judge_5xx']:>6}{_fmt(row['bpc']):>7}{_fmt(row['bpc_all']):>8}")
     print("\ngoal: at least 99% of items scored; unscored by reason: "
           + "; ".join(f"{r['run']} {r['unscored_by_reason'] or 'none'}" for r in rows))
-    write_json(args.json, {"machine": machine(), "outage_s": args.outage, "rows": rows})
+    write_json(args.json, {"outage_s": args.outage, "rows": rows})
     return 0
 
 

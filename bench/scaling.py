@@ -21,10 +21,9 @@ from typing import Any
 from bench.common import (
     load_requests,
     log,
-    machine,
+    parse_section_args,
     peak_rss_mb,
-    quiet_litellm,
-    set_bench_env,
+    section_parser,
     write_json,
 )
 from bench.standin import StandInProcess
@@ -58,28 +57,17 @@ async def _run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Grade the repeated workload once and print items/s and peak RSS.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__)
+    """Grade the repeated workload once and print items/s and peak RSS."""
+    parser = section_parser("bench.scaling", __doc__)
     parser.add_argument("--repeat", type=int, default=1, help="copies of the workload")
     parser.add_argument(
         "--base", type=int, default=None, help="items of the workload per copy (default: all)"
     )
     parser.add_argument("--latency", type=float, default=0.02, help="stand-in seconds per call")
     parser.add_argument("--concurrency", type=int, default=128, help="grader concurrency")
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
-    set_bench_env()
-    quiet_litellm()
+    args = parse_section_args(parser, argv, litellm=True)
     with StandInProcess(latency=args.latency) as srv:
         row = asyncio.run(_run(args, srv.base_url))
-    row["machine"] = machine()
     print(
         f"x{row['repeat']}: {row['items']} items in {row['wall_s']} s = {row['items_per_s']} "
         f"items/s; peak RSS {row['peak_rss_mb']} MiB (after warm-up {row['peak_rss_before_mb']})"

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,23 +32,18 @@ from bench.common import (
     BenchError,
     load_requests,
     log,
-    machine,
+    parse_section_args,
     percentile,
     proc_peak_rss_mb,
     process_tree,
-    set_bench_env,
+    section_parser,
     write_json,
 )
 from bench.memory import bonusjudge_command
 from bench.standin import StandInProcess
+from judge.testing.processes import free_port, wait_until_answers
 
 __all__ = ["load", "main", "start_service"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_service(
@@ -63,9 +57,7 @@ def start_service(
     Raises:
         BenchError: The service exited or did not answer within ``timeout`` seconds.
     """
-    import httpx
-
-    port = _free_port()
+    port = free_port()
     command = [
         *bonusjudge_command(), "serve", "--port", str(port), "--workers", str(workers),
         "--model", "openai/standin", "--api-base", base_url, "--metrics", "coverage,defects",
@@ -76,17 +68,13 @@ def start_service(
     log_file = open(work / "serve.log", "wb")  # noqa: SIM115 - closed with the process
     process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = (work / "serve.log").read_text(errors="replace")[-1500:]
-            raise BenchError(f"bonusjudge serve exited {process.returncode}: {tail}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
+    if wait_until_answers(
+        f"{url}/healthz", timeout=timeout, interval=0.3, alive=lambda: process.poll() is None
+    ):
+        return process, url
+    if process.poll() is not None:
+        tail = (work / "serve.log").read_text(errors="replace")[-1500:]
+        raise BenchError(f"bonusjudge serve exited {process.returncode}: {tail}")
     stop_service(process)
     raise BenchError(f"bonusjudge serve did not answer /healthz within {timeout:g} s")
 
@@ -214,15 +202,8 @@ async def _run(args: argparse.Namespace, srv: StandInProcess) -> list[dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Benchmark the HTTP service with 1 and 2 workers and print the table.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.service", description=__doc__)
+    """Benchmark the HTTP service with 1 and 2 workers and print the table."""
+    parser = section_parser("bench.service", __doc__)
     parser.add_argument("--latency", type=float, default=0.2, help="stand-in seconds per call")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="uvicorn workers")
     parser.add_argument("--cold", type=int, default=200, help="distinct items (cold phase)")
@@ -233,9 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--server-concurrency", type=int, default=64, help="the service's --concurrency"
     )
     parser.add_argument("--time-limit", type=float, default=90, help="seconds per phase, at most")
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
-    set_bench_env()
+    args = parse_section_args(parser, argv)
     with StandInProcess(latency=args.latency) as srv:
         rows = asyncio.run(_run(args, srv))
     print(
@@ -252,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(
         args.json,
         {"service": rows, "latency_s": args.latency, "cold_concurrency": args.cold_concurrency,
-         "cached_concurrency": args.cached_concurrency, "machine": machine()},
+         "cached_concurrency": args.cached_concurrency},
     )
     return 0
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from bench.common import log, machine, peak_rss_mb, quiet_litellm, set_bench_env, write_json
+from bench.common import log, parse_section_args, peak_rss_mb, section_parser, write_json
 
 if TYPE_CHECKING:
     from judge.testing.faults import Task
@@ -45,7 +45,7 @@ MIX: dict[FaultKind, float] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
+    parser = section_parser("bench.soak", __doc__)
     parser.add_argument("--items", type=int, default=None, help="first N items (default: all)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds to run (default 1)")
     parser.add_argument("--concurrency", type=int, default=64, help="items at once (default 64)")
@@ -57,7 +57,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--real-sleep", action="store_true", help="sleep the backoff delays (default: record)"
     )
-    parser.add_argument("--json", help="write the figures to this file")
     return parser
 
 
@@ -189,16 +188,14 @@ def _print_round(f: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the soak; 0 when every round kept every invariant, else 1."""
-    args = _parser().parse_args(argv)
-    set_bench_env()
-    quiet_litellm()
+    args = parse_section_args(_parser(), argv, litellm=True)
     import logging
 
     # instructor logs every failed attempt at ERROR: thousands of lines by design here.
     logging.getLogger("instructor").setLevel(logging.CRITICAL)
     rounds = asyncio.run(_soak(args))
     broken = sum(len(r["violations"]) for r in rounds)
-    write_json(args.json, {"machine": machine(), "mix": MIX, "rounds": rounds})
+    write_json(args.json, {"mix": MIX, "rounds": rounds})
     print(f"soak: {len(rounds)} round(s), {broken} violation(s)")
     return 1 if broken else 0
 

@@ -22,11 +22,11 @@ import multiprocessing as mp
 import sys
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
-from types import TracebackType
 from typing import Any, Self
 
 from judge.testing.openai_server import OpenAIStandIn, StandInStats
 from judge.testing.openai_server import main as _standin_main
+from judge.testing.processes import StartStop
 
 __all__ = ["StandInProcess", "main"]
 
@@ -62,7 +62,7 @@ def _child(conn: Connection, options: dict[str, Any]) -> None:
         conn.close()
 
 
-class StandInProcess:
+class StandInProcess(StartStop):
     """An OpenAI-compatible stand-in judge in a child process.
 
     Args:
@@ -169,17 +169,6 @@ class StandInProcess:
         if conn is not None:
             conn.close()
         self._process = self._conn = self._base_url = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,9 +32,8 @@ from bench.common import (
     dir_size_mb,
     load_requests,
     log,
-    machine,
-    quiet_litellm,
-    set_bench_env,
+    parse_section_args,
+    section_parser,
     write_json,
 )
 from bench.standin import StandInProcess
@@ -256,15 +255,8 @@ def _table(payload: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the cold / public-scorer / warm benchmarks and print their table.
-
-    Args:
-        argv: Command-line arguments (see ``--help``).
-
-    Returns:
-        The exit status.
-    """
-    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
+    """Run the cold / public-scorer / warm benchmarks and print their table."""
+    parser = section_parser("bench.throughput", __doc__)
     parser.add_argument("--latency", type=float, default=0.2, help="stand-in seconds per call")
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 8, 32, 64, 128], help="levels to run"
@@ -278,11 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--public-items", type=int, default=40,
         help="items for the public scorer's sequential loop (0: skip)",
     )
-    parser.add_argument("--json", help="write the figures here (for bench.run_all)")
-    args = parser.parse_args(argv)
+    args = parse_section_args(parser, argv, litellm=True)
     args.subset = _parse_subsets(args.subset)
-    set_bench_env()
-    quiet_litellm()
     with StandInProcess(latency=args.latency) as srv:
         payload: dict[str, Any] = asyncio.run(_cold_and_warm(args, srv))
         if args.public_items:
@@ -290,7 +279,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"public scorer's loop: {len(items)} items, 2 sequential calls each")
             payload["public_scorer"] = public_scorer_run(items, srv.base_url)
             payload["public_scorer"]["latency_s"] = args.latency
-    payload["machine"] = machine()
     print(_table(payload))
     write_json(args.json, payload)
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -187,15 +187,21 @@ def bootstrap_ci(
     return float(low), float(high), note
 
 
+class BootstrapOptions(TypedDict, total=False):
+    """How :func:`bootstrap_ci` resamples; each option has its default there."""
+
+    n_resamples: int
+    confidence: float
+    seed: int
+
+
 def correlation(
     x: npt.ArrayLike,
     y: npt.ArrayLike,
     method: CorrelationMethod,
     *,
-    n_resamples: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
     names: tuple[str, str] = ("judge", "human"),
+    **bootstrap: Unpack[BootstrapOptions],
 ) -> Estimate:
     """Pearson, Spearman or Kendall (tau-b) correlation with a bootstrap interval.
 
@@ -203,10 +209,9 @@ def correlation(
         x: First scores.
         y: Second scores, aligned with ``x`` (already joined by id).
         method: Which correlation.
-        n_resamples: Bootstrap resamples (0 disables the interval).
-        confidence: Interval coverage.
-        seed: Bootstrap seed.
         names: What ``x`` and ``y`` are, for notes.
+        **bootstrap: ``n_resamples`` (0 disables the interval), ``confidence`` and ``seed``, as
+            for :func:`bootstrap_ci`.
 
     Returns:
         The estimate; ``value`` is ``None`` with a note for constant input or n < 3.
@@ -226,10 +231,9 @@ def correlation(
             result = stats.kendalltau(xa, ya)
     low = high = None
     ci_note = None
-    if n_resamples > 0:
-        low, high, ci_note = bootstrap_ci(
-            xa, ya, method, n_resamples=n_resamples, confidence=confidence, seed=seed
-        )
+    resamples = bootstrap.get("n_resamples")
+    if resamples is None or resamples > 0:  # None: bootstrap_ci's default number
+        low, high, ci_note = bootstrap_ci(xa, ya, method, **bootstrap)
     return Estimate(
         value=finite_or_none(result.statistic),
         ci_low=low,

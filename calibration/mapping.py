@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -231,19 +231,27 @@ def cross_validate_mapping(
     return MappingCV(figures=figures, ids=ids, judge=x, human=y, predicted=predicted)
 
 
+class CVOptions(TypedDict, total=False):
+    """The options of :func:`cross_validate_mapping`, which the fits take too (all optional)."""
+
+    unscored_reasons: Mapping[str, str] | None
+    kind: MappingKind | None
+    n_folds: int
+    seed: int
+    group_by_question: bool
+
+
+class FitOptions(CVOptions, total=False):
+    """The keyword arguments of :func:`fit_mapping`: what the mapping file records, and CV."""
+
+    judge_config_hash: Required[str]
+    set_name: Required[str]
+    set_hash: Required[str]
+    metric: str | None
+
+
 def fit_mapping(
-    items: Sequence[CalibrationItem],
-    scores: ScoreInput,
-    *,
-    judge_config_hash: str,
-    set_name: str,
-    set_hash: str,
-    metric: str | None = None,
-    unscored_reasons: Mapping[str, str] | None = None,
-    kind: MappingKind | None = None,
-    n_folds: int = 5,
-    seed: int = 0,
-    group_by_question: bool = True,
+    items: Sequence[CalibrationItem], scores: ScoreInput, **options: Unpack[FitOptions]
 ) -> CalibratedMapping:
     """Fit a monotone mapping from judge scores to the human scale, with its CV error.
 
@@ -253,34 +261,17 @@ def fit_mapping(
     Args:
         items: The calibration set's items (one scale).
         scores: The judge configuration's score per item id.
-        judge_config_hash: Hash of that judge configuration.
-        set_name: The set's name.
-        set_hash: The set file's SHA-256.
-        metric: The metric's name, recorded in the file.
-        unscored_reasons: Why unscored items are unscored.
-        kind: Force ``isotonic`` or ``logistic`` (default: by the set's scale).
-        n_folds: Cross-validation folds.
-        seed: Fold shuffling seed.
-        group_by_question: Keep each question's candidates in one fold.
+        **options: ``judge_config_hash`` (hash of that judge configuration), ``set_name``,
+            ``set_hash`` (the set file's SHA-256), and optionally ``metric`` (the metric's name,
+            recorded in the file) and the options of :func:`cross_validate_mapping`
+            (``unscored_reasons``, ``kind``, ``n_folds``, ``seed``, ``group_by_question``).
 
     Raises:
         ConfigError: When ``judge_config_hash`` is empty.
         InputError: Too few items, or labels unsuitable for the kind.
         JoinError: When the scores cannot be joined to the items.
     """
-    mapping, _ = fit_mapping_with_cv(
-        items,
-        scores,
-        judge_config_hash=judge_config_hash,
-        set_name=set_name,
-        set_hash=set_hash,
-        metric=metric,
-        unscored_reasons=unscored_reasons,
-        kind=kind,
-        n_folds=n_folds,
-        seed=seed,
-        group_by_question=group_by_question,
-    )
+    mapping, _ = fit_mapping_with_cv(items, scores, **options)
     return mapping
 
 
@@ -292,11 +283,7 @@ def fit_mapping_with_cv(
     set_name: str,
     set_hash: str,
     metric: str | None = None,
-    unscored_reasons: Mapping[str, str] | None = None,
-    kind: MappingKind | None = None,
-    n_folds: int = 5,
-    seed: int = 0,
-    group_by_question: bool = True,
+    **cv_options: Unpack[CVOptions],
 ) -> tuple[CalibratedMapping, MappingCV]:
     """:func:`fit_mapping`, also returning the held-out predictions (for reliability diagrams).
 
@@ -304,16 +291,8 @@ def fit_mapping_with_cv(
     """
     if not judge_config_hash:
         raise ConfigError("judge_config_hash is required", field="judge_config_hash")
-    cv = cross_validate_mapping(
-        items,
-        scores,
-        unscored_reasons=unscored_reasons,
-        kind=kind,
-        n_folds=n_folds,
-        seed=seed,
-        group_by_question=group_by_question,
-    )
-    chosen = kind or _default_kind(items[0].scale)
+    cv = cross_validate_mapping(items, scores, **cv_options)
+    chosen = cv_options.get("kind") or _default_kind(items[0].scale)
     params = _fit(chosen, cv.judge, cv.human)
     mapping = CalibratedMapping(
         kind=chosen,

@@ -17,9 +17,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -57,6 +58,10 @@ def _check_window(value: int | None) -> int | None:
             f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {value})"
         )
     return value
+
+
+ContextWindow = Annotated[int | None, AfterValidator(_check_window)]
+"""A CharToM plot window (one of :data:`CHARTOM_WINDOWS`), or None for the default."""
 
 
 def default_cache_dir() -> Path:
@@ -108,7 +113,7 @@ class JudgeConfig(BaseModel):
         description="Rubric family: `chartom` (our structured rubrics) or `chartom-paper` (the "
         "paper's published prompts, parsed from plain text).",
     )
-    context_window: int | None = Field(
+    context_window: ContextWindow = Field(
         default=None,
         description="CharToM plot window the defect judge sees when reading CharToM items "
         "(default: the largest).",
@@ -149,11 +154,6 @@ class JudgeConfig(BaseModel):
         "for this judge configuration: results then carry `calibrated_score`, the coverage "
         "mapped to the human scale. Refused if made for another configuration.",
     )
-
-    @field_validator("context_window")
-    @classmethod
-    def _check_context_window(cls, value: int | None) -> int | None:
-        return _check_window(value)
 
     @field_validator("metrics", mode="before")
     @classmethod
@@ -230,14 +230,9 @@ class JudgeOverrides(BaseModel):
     rubric: str | None = Field(default=None, description="Rubric family id.")
     metrics: tuple[MetricName, ...] | None = Field(default=None, description="Metrics to compute.")
     length_control: bool | None = Field(default=None, description="Apply the length cap.")
-    context_window: int | None = Field(
+    context_window: ContextWindow = Field(
         default=None, description="CharToM plot window (0, 1000, 2000)."
     )
-
-    @field_validator("context_window")
-    @classmethod
-    def _check_context_window(cls, value: int | None) -> int | None:
-        return _check_window(value)
 
     @field_validator("metrics", mode="before")
     @classmethod

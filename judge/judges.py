@@ -271,6 +271,26 @@ def _quality_note(model: str) -> str | None:
     return None
 
 
+def _provenance(
+    config: JudgeConfig,
+    rubrics: dict[str, RubricRef],
+    calls: list[CallRecord],
+    truncated: bool,
+    **judge: Any,
+) -> Provenance:
+    """A result's provenance: ``judge`` (the fields that describe the judge), and the run's."""
+    return Provenance(
+        **judge,
+        rubrics=rubrics,
+        config_hash=config.config_hash(),
+        metrics=list(config.metrics),
+        calls=calls,
+        length_control=config.length_control,
+        response_truncated=truncated,
+        bonusjudge_version=BONUSJUDGE_VERSION,
+    )
+
+
 # -- the judges --------------------------------------------------------------------------------
 
 
@@ -310,14 +330,7 @@ class LLMJudge:
         request = item.request
         if request.bonus_points:
             return TaskRun(Points(list(request.bonus_points), "request"))
-        outcome, ref = await self._extract(
-            item.language,
-            question=request.question,
-            reference=request.reference,
-            context=request.context,
-            book_name=request.book_name,
-            domain=request.domain,
-        )
+        outcome, ref = await self._extract(item.language, request, domain=request.domain)
         if outcome.reason is not None:
             points = Points(None, "extracted", outcome.reason, outcome.detail)
         else:
@@ -330,19 +343,7 @@ class LLMJudge:
         """Ask the coverage rubric which points the answer covers."""
         if item.empty:
             return TaskRun(empty_coverage(points, source, expected=None))
-        request = item.request
-        prompt = self._library.render(
-            self._rubrics["coverage"],
-            item.language,
-            {
-                "question": request.question,
-                "reference": request.reference,
-                "points": points,
-                "response": item.response,
-                "book_name": request.book_name,
-                "domain": request.domain,
-            },
-        )
+        prompt = self._render("coverage", item, points=points)
         refs = {"coverage": rubric_ref(prompt.rubric, prompt.language)}
         outcome = await self._caller.call(self._coverage.spec(prompt, self.config, len(points)))
         if outcome.reason is not None:
@@ -363,19 +364,7 @@ class LLMJudge:
 
     async def defects(self, item: Item) -> TaskRun[DefectsResult]:
         """Ask the defects rubric what the answer gets wrong."""
-        request = item.request
-        prompt = self._library.render(
-            self._rubrics["defects"],
-            item.language,
-            {
-                "question": request.question,
-                "reference": request.reference,
-                "response": item.response,
-                "context": request.context,
-                "book_name": request.book_name,
-                "domain": request.domain,
-            },
-        )
+        prompt = self._render("defects", item, context=item.request.context)
         refs = {"defects": rubric_ref(prompt.rubric, prompt.language)}
         outcome = await self._caller.call(
             CallSpec.for_prompt(
@@ -402,14 +391,7 @@ class LLMJudge:
 
     async def extract_points(self, request: ExtractRequest, language: Language) -> ExtractResult:
         """Split a reference answer into bonus points with the extraction rubric (cached)."""
-        outcome, ref = await self._extract(
-            language,
-            question=request.question,
-            reference=request.reference,
-            context=request.context,
-            book_name=request.book_name,
-            domain=None,
-        )
+        outcome, ref = await self._extract(language, request, domain=None)
         provenance = self.provenance({"extract_points": ref}, [outcome.record])
         if outcome.reason is not None:
             return ExtractResult(
@@ -420,24 +402,30 @@ class LLMJudge:
             )
         return ExtractResult(status="scored", bonus_points=outcome.value, provenance=provenance)
 
+    def _render(self, task: str, item: Item, **variables: Any) -> RenderedPrompt:
+        """The ``task`` rubric's prompt about ``item``'s answer, plus the task's ``variables``."""
+        request = item.request
+        answer = {
+            "question": request.question,
+            "reference": request.reference,
+            "response": item.response,
+            "book_name": request.book_name,
+            "domain": request.domain,
+        }
+        return self._library.render(self._rubrics[task], item.language, {**answer, **variables})
+
     async def _extract(
-        self,
-        language: Language,
-        *,
-        question: str,
-        reference: str,
-        context: str | None,
-        book_name: str | None,
-        domain: str | None,
+        self, language: Language, request: GradeRequest | ExtractRequest, *, domain: str | None
     ) -> tuple[CallOutcome, RubricRef]:
+        # An extraction request has no domain: the caller says which one the prompt gets.
         prompt = self._library.render(
             self._rubrics["extract_points"],
             language,
             {
-                "question": question,
-                "reference": reference,
-                "context": context,
-                "book_name": book_name,
+                "question": request.question,
+                "reference": request.reference,
+                "context": request.context,
+                "book_name": request.book_name,
                 "domain": domain,
             },
         )
@@ -457,19 +445,13 @@ class LLMJudge:
     ) -> Provenance:
         """The model, base URL, output mode and sampling, with the rubrics and calls."""
         config = self.config
-        return Provenance(
+        return _provenance(
+            config, rubrics, calls, truncated,
             judge=config.model,
             api_base=config.api_base,
             mode=self.mode,
             judge_quality=_quality_note(config.model),
             sampling=config.sampling(),
-            rubrics=rubrics,
-            config_hash=config.config_hash(),
-            metrics=list(config.metrics),
-            calls=calls,
-            length_control=config.length_control,
-            response_truncated=truncated,
-            bonusjudge_version=BONUSJUDGE_VERSION,
         )
 
 
@@ -602,15 +584,9 @@ class EmbeddedJudge:
             from judge.matcher import MATCHER_VERSION
 
             matcher_version = MATCHER_VERSION
-        return Provenance(
+        return _provenance(
+            config, rubrics, calls, truncated,
             judge=EMBEDDED_JUDGE,
             judge_version=matcher_version,
             judge_quality="non-LLM matcher: coverage only, defects not assessed",
-            rubrics=rubrics,
-            config_hash=config.config_hash(),
-            metrics=list(config.metrics),
-            calls=calls,
-            length_control=config.length_control,
-            response_truncated=truncated,
-            bonusjudge_version=BONUSJUDGE_VERSION,
         )

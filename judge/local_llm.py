@@ -13,24 +13,16 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from core.errors import ConfigError
-from judge.testing.processes import wait_until_answers
+from judge.testing.processes import free_port, wait_until_answers
 
 LOCAL_MODEL_ALIAS = "gemma3-270m"
 """The model name the local server answers to (litellm model ``openai/gemma3-270m``)."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def gguf_path(cache_dir: Path | None = None) -> Path:
@@ -91,12 +83,7 @@ class LocalLLM:
     def __enter__(self) -> LocalLLM:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -120,7 +107,7 @@ def start_local_llm(
             "the local LLM needs the [local] extra: pip install -e '.[local]'", field="local_llm"
         ) from exc
     model_file = gguf_path()
-    port = port or _free_port()
+    port = port or free_port()
     log_dir = log_dir or model_file.parent
     log_path = log_dir / f"llama-server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child, closed right after

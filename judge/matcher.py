@@ -117,18 +117,8 @@ FULL_FEATURES: tuple[str, ...] = (
 )
 """Features of the English model, in the order of its weights."""
 
-LEXICAL_FEATURES: tuple[str, ...] = (
-    "exact_match",
-    "fuzz_partial",
-    "fuzz_token_set",
-    "content_recall",
-    "sentence_recall",
-    "token_f1",
-    "novel_recall",
-    "distinct_recall",
-    "bigram_recall",
-    "number_missing",
-    "length_ratio",
+LEXICAL_FEATURES: tuple[str, ...] = tuple(
+    name for name in FULL_FEATURES if not name.startswith("sim_") and name != "name_missing"
 )
 """Features of the lexical-only model (Chinese): no encoder, and no names (no capital letters)."""
 

@@ -8,7 +8,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, closing
-from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
 import httpx
@@ -114,12 +113,7 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
     async def __aenter__(self) -> AsyncJudgeClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- the driver ----------------------------------------------------------------------------

@@ -18,7 +18,21 @@ class JudgeClientError(Exception):
     """Root of every error this client raises."""
 
 
-class ClientHTTPError(JudgeClientError):
+class _Reported(JudgeClientError):
+    """An error the service reported in its error shape: ``type``, ``message``, ``field``."""
+
+    def __init__(self, text: str, *, type: str, message: str, field: str | None) -> None:
+        super().__init__(text)
+        self.type = type
+        self.message = message
+        self.field = field
+
+
+def _where(field: str | None) -> str:
+    return f" [field: {field}]" if field else ""
+
+
+class ClientHTTPError(_Reported):
     """The service answered with an error status (its ``{"error": {...}}`` body, parsed).
 
     Attributes:
@@ -43,12 +57,11 @@ class ClientHTTPError(JudgeClientError):
         url: str = "",
         retry_after: float | None = None,
     ) -> None:
-        where = f" [field: {field}]" if field else ""
-        super().__init__(f"{method} {url} -> HTTP {status} {type}: {message}{where}".strip())
+        super().__init__(
+            f"{method} {url} -> HTTP {status} {type}: {message}{_where(field)}".strip(),
+            type=type, message=message, field=field,
+        )
         self.status = status
-        self.type = type
-        self.message = message
-        self.field = field
         self.method = method
         self.url = url
         self.retry_after = retry_after
@@ -95,7 +108,7 @@ class ClientResponseError(JudgeClientError):
         self.field = field
 
 
-class ClientItemError(JudgeClientError):
+class ClientItemError(_Reported):
     """One item of a batch or job failed while the rest were graded.
 
     Attributes:
@@ -120,13 +133,11 @@ class ClientItemError(JudgeClientError):
         label = f"item {index}" + (f" (id {id!r})" if id is not None else "")
         if line is not None:
             label += f" (line {line})"
-        where = f" [field: {field}]" if field else ""
-        super().__init__(f"{label}: {type}: {message}{where}")
+        super().__init__(
+            f"{label}: {type}: {message}{_where(field)}", type=type, message=message, field=field
+        )
         self.index = index
         self.id = id
-        self.type = type
-        self.message = message
-        self.field = field
         self.line = line
 
 

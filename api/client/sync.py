@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, closing
-from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
 import httpx
@@ -117,12 +116,7 @@ class JudgeClient(Workflows, SyncRunner):
     def __enter__(self) -> JudgeClient:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- the driver ----------------------------------------------------------------------------
@@ -183,11 +177,8 @@ class JudgeClient(Workflows, SyncRunner):
         self,
         items: Iterable[ItemInput],
         *,
-        judge: JudgeInput = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        concurrency: int = 4,
-        progress: bool = True,
         return_exceptions: bool = False,
+        **options: Unpack[ManyOptions],
     ) -> list[GradeResult] | list[GradeResult | ClientItemError]:
         """Grade any number of items in batches, ``concurrency`` requests at a time.
 
@@ -215,9 +206,7 @@ class JudgeClient(Workflows, SyncRunner):
                 cancelled.
         """
         results: list[GradeResult | ClientItemError | None] = []
-        for position, outcome in self.grade_stream(
-            items, judge=judge, batch_size=batch_size, concurrency=concurrency, progress=progress
-        ):
+        for position, outcome in self.grade_stream(items, **options):
             if isinstance(outcome, ClientItemError) and not return_exceptions:
                 raise outcome
             if position >= len(results):

@@ -34,6 +34,7 @@ from api.jobs.uploads import (
     media_type,
     read_job_upload,
     read_upload,
+    upload_doc,
     with_line,
 )
 from api.jobs.worker import Worker
@@ -62,5 +63,6 @@ __all__ = [
     "read_job_upload",
     "read_upload",
     "unpack",
+    "upload_doc",
     "with_line",
 ]

@@ -9,7 +9,7 @@ their service.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -120,6 +120,52 @@ async def read_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT
         "application/x-ndjson (one item per line) or multipart/form-data with a `file` field",
         field="content-type",
     )
+
+
+def upload_doc(
+    body_schema: str,
+    example: dict[str, Any],
+    jsonl_example: str,
+    *,
+    line: str,
+    form_fields: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads its submission with :func:`read_upload`.
+
+    FastAPI cannot see the formats such a route accepts (it reads the raw request), so the route
+    passes this as ``openapi_extra``: the JSON body, a JSONL body, and a multipart ``file``.
+
+    Args:
+        body_schema: Name of the JSON body's component schema (``JobBody``).
+        example: An example JSON body.
+        jsonl_example: An example JSONL body.
+        line: What one JSONL line holds.
+        form_fields: Multipart fields besides ``file``, with their descriptions.
+    """
+    properties: dict[str, Any] = {
+        "file": {"type": "string", "format": "binary",
+                 "description": "JSONL file, one item per line."},
+    }
+    for name, description in (form_fields or {}).items():
+        properties[name] = {"type": "string", "description": description}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": f"#/components/schemas/{body_schema}"},
+                    "example": example,
+                },
+                "application/x-ndjson": {
+                    "schema": {"type": "string", "description": line},
+                    "example": jsonl_example,
+                },
+                "multipart/form-data": {
+                    "schema": {"type": "object", "required": ["file"], "properties": properties},
+                },
+            },
+        }
+    }
 
 
 def _judge_field(value: Any) -> JudgeOverrides | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import FileResponse
 
-from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, require_owner
+from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
 from api.errors import ERROR_RESPONSES
 from api.schemas import CalibrateBody, CalibrationJob, ReportList
 from api.services import calibration as service
@@ -27,21 +27,14 @@ router = APIRouter(
     response_description="The calibration job, queued or already running.",
 )
 async def calibrate(
-    body: CalibrateBody,
-    response: Response,
-    jobs: JobsDep,
-    grader: GraderDep,
-    settings: SettingsDep,
-    owner: OwnerDep,
+    body: CalibrateBody, response: Response, context: JobContextDep
 ) -> CalibrationJob:
     """Correlate judges and metrics with the human ratings of a set; runs in the background.
 
     The report (`GET /v1/reports/{id}`) has agreement statistics with bootstrap intervals,
     inter-annotator ceilings, calibrated mappings and plots. Poll `GET /v1/calibrate/{id}`.
     """
-    job = await service.start_calibration(
-        body, jobs=jobs, grader=grader, settings=settings, owner=owner
-    )
+    job = await service.start_calibration(body, context)
     response.headers["Location"] = f"/v1/calibrate/{job.id}"
     return job
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import StreamingResponse
 from pydantic import ConfigDict, field_validator
 
-from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep
+from api.deps import JobContextDep, JobsDep, OwnerDep
 from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE
-from api.jobs import read_job_upload
+from api.jobs import GRADE, read_job_upload, upload_doc
+from api.routes.common import add_results_route
 from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from api.services.jobs import list_grading_jobs, submit_grading_job
 from judge.aggregate import Summary
@@ -23,33 +23,10 @@ _JSONL_EXAMPLE = (
     'Wickham lied to her.", "bonus_points": ["Elizabeth realises Wickham deceived her"], '
     '"context_1000": "...", "tom_dimension": "belief", "response": "She sees Wickham lied."}\n'
 )
-_UPLOAD_DOC: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {"$ref": "#/components/schemas/JobBody"},
-                "example": JOB_EXAMPLE,
-            },
-            "application/x-ndjson": {
-                "schema": {"type": "string", "description": "One item (JSON object) per line."},
-                "example": _JSONL_EXAMPLE,
-            },
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary",
-                                 "description": "JSONL file, one item per line."},
-                        "judge": {"type": "string",
-                                  "description": "Optional judge selection as a JSON object."},
-                    },
-                },
-            },
-        },
-    }
-}
+_UPLOAD_DOC = upload_doc(
+    "JobBody", JOB_EXAMPLE, _JSONL_EXAMPLE, line="One item (JSON object) per line.",
+    form_fields={"judge": "Optional judge selection as a JSON object."},
+)
 
 
 class JudgeQuery(JudgeOverrides):
@@ -80,10 +57,7 @@ class JudgeQuery(JudgeOverrides):
 async def submit_job(
     request: Request,
     response: Response,
-    jobs: JobsDep,
-    grader: GraderDep,
-    settings: SettingsDep,
-    owner: OwnerDep,
+    context: JobContextDep,
     query_judge: Annotated[JudgeQuery | None, Query()] = None,
 ) -> JobStatus:
     """Submit items as JSON `{"items", "judge"}`, a JSONL body or a multipart `file`.
@@ -97,9 +71,7 @@ async def submit_job(
     429 naming the limit and its current use.
     """
     upload = await read_job_upload(request)
-    status = await submit_grading_job(
-        upload, query_judge, jobs=jobs, grader=grader, settings=settings, owner=owner
-    )
+    status = await submit_grading_job(upload, query_judge, context)
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
 
@@ -130,22 +102,10 @@ async def get_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     return await jobs.status(job_id, owner)
 
 
-@router.get(
-    "/{job_id}/results",
-    summary="Stream a job's results",
-    response_class=StreamingResponse,
-    responses={200: {"content": {"application/x-ndjson": {}},
-                     "description": "One `BatchEntry` JSON object per line."}},
+add_results_route(
+    router, "/{job_id}/results", kind=GRADE, entry="BatchEntry",
+    summary="Stream a job's results", name="job_results",
 )
-async def job_results(
-    job_id: str,
-    jobs: JobsDep,
-    owner: OwnerDep,
-    offset: Annotated[int, Query(ge=0, description="Skip the first N finished entries.")] = 0,
-) -> StreamingResponse:
-    """Entries finished so far, one JSON line each, in finishing order (partial while running)."""
-    lines = await jobs.entries(job_id, owner, offset)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 @router.get("/{job_id}/summary", summary="Aggregates of a job's results")

@@ -7,14 +7,14 @@ body, or for jobs also a JSONL body or multipart ``file`` with the options as qu
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import StreamingResponse
 
-from api.deps import GraderDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
+from api.deps import GraderDep, JobContextDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
 from api.errors import ERROR_RESPONSES
-from api.jobs import read_upload
+from api.jobs import read_upload, upload_doc
+from api.routes.common import add_results_route
 from api.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
@@ -24,31 +24,9 @@ from judge.mcq.types import Aggregate, McqSummary
 router = APIRouter(prefix="/v1/mcq", tags=["multiple choice"], responses=ERROR_RESPONSES)
 
 _JSONL_EXAMPLE = json.dumps(MCQ_JOB_EXAMPLE["items"][0]) + "\n"
-_UPLOAD_DOC: dict[str, Any] = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {"$ref": "#/components/schemas/McqBody"},
-                "example": MCQ_JOB_EXAMPLE,
-            },
-            "application/x-ndjson": {
-                "schema": {"type": "string", "description": "One McqItem (JSON) per line."},
-                "example": _JSONL_EXAMPLE,
-            },
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {
-                        "file": {"type": "string", "format": "binary",
-                                 "description": "JSONL file, one item per line."},
-                    },
-                },
-            },
-        },
-    }
-}
+_UPLOAD_DOC = upload_doc(
+    "McqBody", MCQ_JOB_EXAMPLE, _JSONL_EXAMPLE, line="One McqItem (JSON) per line."
+)
 
 
 def options_query(
@@ -101,10 +79,7 @@ async def score_mcq(body: McqBody, grader: GraderDep, settings: SettingsDep) -> 
 async def submit_mcq_job(
     request: Request,
     response: Response,
-    jobs: JobsDep,
-    grader: GraderDep,
-    settings: SettingsDep,
-    owner: OwnerDep,
+    context: JobContextDep,
     query_options: Annotated[McqOptions | None, Depends(options_query)],
 ) -> JobStatus:
     """Submit items as JSON (the body of `POST /v1/mcq`), a JSONL body or a multipart `file`.
@@ -115,9 +90,7 @@ async def submit_mcq_job(
     scored in the background and survive a restart.
     """
     upload = await read_upload(request, McqBody)
-    status = await service.submit_mcq_job(
-        upload, query_options, jobs=jobs, grader=grader, settings=settings, owner=owner
-    )
+    status = await service.submit_mcq_job(upload, query_options, context)
     response.headers["Location"] = f"/v1/mcq/jobs/{status.id}"
     return status
 
@@ -128,22 +101,10 @@ async def get_mcq_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     return await jobs.status(job_id, owner, MCQ)
 
 
-@router.get(
-    "/jobs/{job_id}/results",
-    summary="Stream a multiple-choice job's results",
-    response_class=StreamingResponse,
-    responses={200: {"content": {"application/x-ndjson": {}},
-                     "description": "One `McqEntry` JSON object per line."}},
+add_results_route(
+    router, "/jobs/{job_id}/results", kind=MCQ, entry="McqEntry",
+    summary="Stream a multiple-choice job's results", name="mcq_job_results",
 )
-async def mcq_job_results(
-    job_id: str,
-    jobs: JobsDep,
-    owner: OwnerDep,
-    offset: Annotated[int, Query(ge=0, description="Skip the first N finished entries.")] = 0,
-) -> StreamingResponse:
-    """Entries finished so far, one JSON line each, in finishing order (partial while running)."""
-    lines = await jobs.entries(job_id, owner, offset, MCQ)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 @router.get("/jobs/{job_id}/summary", summary="Summary of a multiple-choice job")

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobManager, JobRunner, Quota, job_status
 from api.schemas import CalibrateBody, CalibrationJob, SetProblem
 from api.services.judges import allowed_models
 from core.errors import ConfigError, InputError, JudgeError
 from judge.config import Settings
-from judge.engine import Grader
 
 if TYPE_CHECKING:
     from calibration.sets import LoadedSet
@@ -229,10 +229,8 @@ def _check_judges(body: CalibrateBody, default: str, settings: Settings) -> list
     return judges
 
 
-async def start_calibration(
-    body: CalibrateBody, *, jobs: JobManager, grader: Grader, settings: Settings, owner: str
-) -> CalibrationJob:
-    """Check a calibration request, prepare its report folder and store it as a job.
+async def start_calibration(body: CalibrateBody, context: JobContext) -> CalibrationJob:
+    """Check a calibration request, prepare its report folder and store it as a job of the caller.
 
     The set is loaded once here, so a set without a usable line is refused at once (and its
     problems are listed in the status); the folder is removed again when the job is not stored.
@@ -252,7 +250,8 @@ async def start_calibration(
         "upload" if body.items is not None
         else await asyncio.to_thread(_source_of, body.dataset or "")
     )
-    judges = _check_judges(body, grader.config.model, settings)
+    settings = context.settings
+    judges = _check_judges(body, context.grader.config.model, settings)
     metrics = list(dict.fromkeys(body.metrics))
     job_id = uuid.uuid4().hex
     folder = reports_dir(settings) / job_id
@@ -289,15 +288,18 @@ async def start_calibration(
     options["problem_lines"] = _problems(dataset)
     total = min(len(dataset.items), body.limit) if body.limit else len(dataset.items)
     try:
-        await jobs.submit(
-            owner=owner, items=[], overrides=None, config=None, kind=CALIBRATE, options=options,
+        await context.jobs.submit(
+            owner=context.owner, items=[], overrides=None, config=None, kind=CALIBRATE,
+            options=options,
             total=total, model=", ".join(judges), config_hash=dataset.short_hash, job_id=job_id,
             quota=Quota.from_settings(settings),
         )
     except BaseException:  # over quota (or the store failed): the prepared folder goes too
         await asyncio.to_thread(shutil.rmtree, folder, True)
         raise
-    return await calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
+    return await calibration_job(
+        job_id, jobs=context.jobs, owner=context.owner, settings=settings
+    )
 
 
 # -- the runner ----------------------------------------------------------------------------------

@@ -8,32 +8,24 @@ from __future__ import annotations
 
 import asyncio
 
+from api.deps import JobContext
 from api.jobs import GRADE, JobManager, JobUpload, Quota, build_items, job_status
 from api.schemas import JobList, JobState, JobStatus
 from api.services.judges import select_judge
 from core.errors import InputError
-from judge.config import JudgeOverrides, Settings
-from judge.engine import Grader
+from judge.config import JudgeOverrides
 
 
 async def submit_grading_job(
-    upload: JobUpload,
-    query_judge: JudgeOverrides | None,
-    *,
-    jobs: JobManager,
-    grader: Grader,
-    settings: Settings,
-    owner: str,
+    upload: JobUpload, query_judge: JudgeOverrides | None, context: JobContext
 ) -> JobStatus:
-    """Validate an upload's items and store them as a grading job of ``owner``.
+    """Validate an upload's items and store them as a grading job of the caller.
 
     Args:
         upload: The submission as read from the request.
         query_judge: The judge selected by query parameters (JSONL and multipart uploads).
-        jobs: The job manager.
-        grader: The engine; its config is the default judge.
-        settings: Limits, allow-list and quotas.
-        owner: The caller.
+        context: The job manager, the engine (its config is the default judge), the settings
+            and the caller.
 
     Raises:
         InputError: the judge selected in both the body and the query, invalid options, no
@@ -44,10 +36,11 @@ async def submit_grading_job(
         raise InputError("judge: select the judge in the body or the query, not both",
                          field="judge")
     overrides = upload.judge or query_judge
-    config = select_judge(grader=grader, settings=settings, overrides=overrides)
+    settings = context.settings
+    config = select_judge(grader=context.grader, settings=settings, overrides=overrides)
     items = build_items(upload, context_window=config.context_window, settings=settings)
-    return await jobs.submit(
-        owner=owner, items=items, overrides=overrides, config=config,
+    return await context.jobs.submit(
+        owner=context.owner, items=items, overrides=overrides, config=config,
         quota=Quota.from_settings(settings),
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobItem, JobManager, JobStore, Quota, RawItem, Upload, with_line
 from api.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
@@ -268,23 +269,15 @@ async def score_mcq(body: McqBody, *, grader: Grader, settings: Settings) -> Mcq
 
 
 async def submit_mcq_job(
-    upload: Upload[McqBody],
-    query_options: McqOptions | None,
-    *,
-    jobs: JobManager,
-    grader: Grader,
-    settings: Settings,
-    owner: str,
+    upload: Upload[McqBody], query_options: McqOptions | None, context: JobContext
 ) -> JobStatus:
-    """Store an upload's items as a multiple-choice job of ``owner``.
+    """Store an upload's items as a multiple-choice job of the caller.
 
     Args:
         upload: The submission; a JSON body carries its options.
         query_options: Options from query parameters (JSONL and multipart uploads).
-        jobs: The job manager.
-        grader: The engine (the default judge, for ``llm_extract``).
-        settings: Limits and quotas.
-        owner: The caller.
+        context: The job manager, the engine (the default judge, for ``llm_extract``), the
+            settings (limits and quotas) and the caller.
 
     Raises:
         InputError: options in both the body and the query, invalid options, no items or too
@@ -299,12 +292,12 @@ async def submit_mcq_job(
             field="options",
         )
     options = body_options or query_options or McqOptions()
-    model, config_hash = check_options(options, grader)
-    items = build_mcq_items(upload.raw, settings)
-    return await jobs.submit(
-        owner=owner, items=items, overrides=None, config=None, kind=MCQ,
+    model, config_hash = check_options(options, context.grader)
+    items = build_mcq_items(upload.raw, context.settings)
+    return await context.jobs.submit(
+        owner=context.owner, items=items, overrides=None, config=None, kind=MCQ,
         options=options.as_stored(), model=model, config_hash=config_hash,
-        quota=Quota.from_settings(settings),
+        quota=Quota.from_settings(context.settings),
     )
 
 

@@ -36,6 +36,7 @@ from judge.metrics.encoders import (
     EncoderSpec,
     MetricInputError,
     _check_batch_size,
+    _check_texts,
     get_encoder,
     import_encoder_libraries,
     supports_language,
@@ -80,21 +81,6 @@ def _language_limit(spec: EncoderSpec) -> str:
         name = _LANGUAGE_NAMES.get(languages[0], languages[0])
         return f"is {name}-only"
     return f"supports only {', '.join(languages)}"
-
-
-def _check_texts(values: Sequence[str], field: str) -> list[str]:
-    """Validate a sequence of strings named ``field`` and return it as a list."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-        raise MetricInputError(
-            f"{field} must be a list of strings, got {type(values).__name__}", field=field
-        )
-    for index, value in enumerate(values):
-        if not isinstance(value, str):
-            raise MetricInputError(
-                f"{field}[{index}] must be a string, got {type(value).__name__}",
-                field=f"{field}[{index}]",
-            )
-    return list(values)
 
 
 def _check_languages(languages: Sequence[str | None] | None, count: int) -> list[str | None]:

@@ -464,7 +464,7 @@ class Encoder:
         """
         import numpy as np
 
-        unique = _unique_texts(texts, field="texts")
+        unique = list(dict.fromkeys(_check_texts(texts, "texts")))
         _check_batch_size(batch_size)
         # Loading first also imports torch under the load lock: a bare first `import torch` here
         # could run while another thread is importing transformers or bert_score.
@@ -528,19 +528,19 @@ def _token_batches(order: list[int], lengths: list[int], batch_size: int) -> lis
     return batches
 
 
-def _unique_texts(texts: Sequence[str], *, field: str) -> list[str]:
-    """Validate a sequence of strings and return its distinct values in first-seen order."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+def _check_texts(values: Sequence[str], field: str) -> list[str]:
+    """Validate a sequence of strings named ``field`` and return it as a list."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise MetricInputError(
-            f"{field} must be a list of strings, got {type(texts).__name__}", field=field
+            f"{field} must be a list of strings, got {type(values).__name__}", field=field
         )
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
             raise MetricInputError(
-                f"{field}[{index}] must be a string, got {type(text).__name__}",
+                f"{field}[{index}] must be a string, got {type(value).__name__}",
                 field=f"{field}[{index}]",
             )
-    return list(dict.fromkeys(texts))
+    return list(values)
 
 
 def _check_batch_size(batch_size: int) -> None:

@@ -13,7 +13,6 @@ import contextlib
 import ipaddress
 import socket
 import threading
-from types import TracebackType
 from typing import Self
 
 from aiohttp import web
@@ -214,10 +213,5 @@ class LoopbackServer(StartStop):
     async def __aenter__(self) -> Self:
         return await self.astart()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
