@@ -7,7 +7,7 @@ by hand (ASGITransport does not run it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.client import (
     AsyncJudgeClient,
     ClientHTTPError,
@@ -24,7 +23,6 @@ from api.client import (
     JudgeClient,
     RetryPolicy,
 )
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 
@@ -56,32 +54,37 @@ def item(i: int, **kw: Any) -> dict[str, Any]:
     return base
 
 
-def make_app(tmp_path: Path) -> tuple[FastAPI, FakeProvider]:
+@pytest.fixture
+def app_and_fake(
+    make_grader: Callable[..., Grader], make_app: Callable[..., FastAPI]
+) -> tuple[FastAPI, FakeProvider]:
+    """The service over a fake judge that coverage, defects and ROUGE-L are asked of."""
     fake = FakeProvider(handler=handler)
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    grader = Grader(config, provider=fake)
-    settings = Settings(
-        cache_dir=tmp_path / "cache",
-        judge=config,
+    grader = make_grader(fake, cache=False, metrics=("coverage", "defects", "rouge_l"))
+    app = make_app(
+        grader,
+        judge=grader.config,
         api_keys=[KEY, OTHER_KEY],
         allowed_models=[],
         max_batch=8,
         max_bonus_points=4,  # below the client-side limit (32): lets a valid item fail service-side
     )
-    return create_app(settings, grader=grader, poll_seconds=0.05), fake
+    return app, fake
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[JudgeClient, TestClient, FakeProvider]]:
-    app, fake = make_app(tmp_path)
+def served(
+    app_and_fake: tuple[FastAPI, FakeProvider],
+) -> Iterator[tuple[JudgeClient, TestClient, FakeProvider]]:
+    app, fake = app_and_fake
     with TestClient(app, raise_server_exceptions=False) as http:
         client = JudgeClient(api_key=KEY, http_client=http, retry=RetryPolicy(retries=0))
         yield client, http, fake
 
 
 @pytest.fixture
-async def aserved(tmp_path: Path) -> AsyncIterator[AsyncJudgeClient]:
-    app, _ = make_app(tmp_path)
+async def aserved(app_and_fake: tuple[FastAPI, FakeProvider]) -> AsyncIterator[AsyncJudgeClient]:
+    app, _ = app_and_fake
     async with app.router.lifespan_context(app):
         client = AsyncJudgeClient(
             "http://bonusjudge.test",

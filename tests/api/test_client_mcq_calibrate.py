@@ -19,7 +19,6 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.client import (
     AsyncJudgeClient,
     ClientHTTPError,
@@ -27,7 +26,6 @@ from api.client import (
     JudgeClient,
     RetryPolicy,
 )
-from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.fake import FakeProvider
 from judge.mcq.types import McqItem, McqSummary
@@ -43,23 +41,23 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in path.read_text(encoding="utf-8").splitlines() if raw.strip()]
 
 
-def make_app(tmp_path: Path) -> FastAPI:
-    config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-    settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", judge=config,
-                        api_keys=[KEY])
-    grader = Grader(config, provider=FakeProvider(outputs=[]))
-    return create_app(settings, grader=grader, poll_seconds=0.05)
+@pytest.fixture
+def app(make_grader: Callable[..., Grader], make_app: Callable[..., FastAPI]) -> FastAPI:
+    """The service over a fake judge with no scripted outputs (MCQ and calibration need none)."""
+    grader = make_grader(
+        FakeProvider(outputs=[]), cache=False, metrics=("coverage", "defects", "rouge_l")
+    )
+    return make_app(grader, judge=grader.config, api_keys=[KEY])
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[JudgeClient]:
-    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as http:
+def client(app: FastAPI) -> Iterator[JudgeClient]:
+    with TestClient(app, raise_server_exceptions=False) as http:
         yield JudgeClient(api_key=KEY, http_client=http, retry=RetryPolicy(retries=0))
 
 
 @pytest.fixture
-async def aclient(tmp_path: Path) -> AsyncIterator[AsyncJudgeClient]:
-    app = make_app(tmp_path)
+async def aclient(app: FastAPI) -> AsyncIterator[AsyncJudgeClient]:
     async with app.router.lifespan_context(app):
         client = AsyncJudgeClient(
             "http://bonusjudge.test", api_key=KEY, transport=httpx.ASGITransport(app=app),
