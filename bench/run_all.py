@@ -62,6 +62,11 @@ SECTIONS: tuple[Section, ...] = (
                     "--public-items", "4", "--latency", "0.05"),
         timeout=1200,
     ),
+    Section(
+        "transport", "bench.transport",
+        quick_args=("--items", "120", "--public-items", "4"),
+        timeout=900,
+    ),
     Section("layers", "bench.layers", ("--calls", "200"), ("--calls", "40"), timeout=300),
     Section("metrics", "bench.metrics_cost", (), ("--chunked-pairs", "100"), timeout=600),
     Section("memory", "bench.memory", (), (), timeout=700),
@@ -130,6 +135,7 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             f"| 2 | vs the public scorer's sequential loop ({public['items_per_s']} items/s) | "
             f"{ratio:.1f}x | >= 50x | {_met(ratio >= 50)} |"
         )
+    rows += _transport_summary(results)
     warm = throughput.get("warm")
     if warm:
         rows.append(
@@ -187,6 +193,65 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             f"{first['peak_rss_mb']} -> {last['peak_rss_mb']} MiB | linear cost, flat memory "
             f"(< +10% RSS) | {_met(cpu_ratio < 1.25 and growth < 0.10 * first['peak_rss_mb'])} |"
         )
+    return rows
+
+
+def _transport_summary(results: dict[str, Any]) -> list[str]:
+    """Issue 17's targets, from the transport section (direct transport, the issue's limit)."""
+    transport = results.get("transport", {})
+    public = transport.get("public_scorer")
+    rows = []
+    for row in transport.get("runs", []):
+        if row["transport"] != "direct" or not public:
+            continue
+        ratio = row["items_per_s"] / public["items_per_s"]
+        met = row["pct_of_issue_limit"] >= 90 and ratio >= 50 and row["cpu_ms_per_call"] <= 1.5
+        rows.append(
+            f"| 1-2 | Direct transport, c={row['concurrency']} ({row['items']} items, "
+            f"{row['latency_s']:g} s/call) | {row['items_per_s']} items/s = "
+            f"{row['pct_of_issue_limit']}% of c/(2 x latency) = {row['issue_limit']:g} "
+            f"({row['pct_of_engine_limit']}% of c/latency); {ratio:.1f}x the public scorer; "
+            f"{row['cpu_ms_per_call']} CPU ms/call | >= 90%, >= 50x, <= 1.5 ms | "
+            f"{_met(met)} |"
+        )
+    return rows
+
+
+def _transport_rows(results: dict[str, Any]) -> list[str]:
+    transport = results.get("transport", {})
+    public = transport.get("public_scorer")
+    if not transport.get("runs") or not public:
+        return []
+    rows = [
+        f"### 1b. Transports: direct vs litellm, with the public scorer in the same run "
+        f"({_load(transport)})",
+        "",
+        f"The {transport['workload_items']}-item workload, coverage + defects, fresh caches, "
+        "each level and transport run 3 times interleaved (the median run is shown), "
+        f"stand-in at {public['latency_s']:g} s/call. Two limits: c/latency (the engine's: an "
+        "item's two calls run concurrently, so the stand-in sees 2 x c requests in flight) and "
+        "c/(2 x latency) (c calls in flight, the basis of the peer comparison). CPU ms/call: "
+        "the grading process's; the stand-in's (its own process, on the same cores) beside it.",
+        "",
+        "| c | transport | items/s, median (all runs) | % of c/latency | % of c/(2 x latency) | "
+        "x public scorer | "
+        "CPU ms/call | stand-in CPU ms/call | same results |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in transport["runs"]:
+        every = ", ".join(f"{rate:g}" for rate in row.get("items_per_s_all", []))
+        rows.append(
+            f"| {row['concurrency']} | {row['transport']} | {row['items_per_s']} ({every}) | "
+            f"{row['pct_of_engine_limit']} ({row['engine_limit']:g}) | "
+            f"{row['pct_of_issue_limit']} ({row['issue_limit']:g}) | "
+            f"{row['items_per_s'] / public['items_per_s']:.1f}x | {row['cpu_ms_per_call']} | "
+            f"{row['standin_cpu_ms_per_call']} | {'yes' if row['same_results'] else '**no**'} |"
+        )
+    rows += [
+        "",
+        f"Public scorer's loop in the same run: **{public['items_per_s']} items/s** "
+        f"({public['items']} items, 2 sequential plain calls each).",
+    ]
     return rows
 
 
@@ -370,6 +435,8 @@ def render(results: dict[str, Any]) -> str:
         *_summary_rows(results),
         "",
         *_throughput_rows(results),
+        "",
+        *_transport_rows(results),
         "",
         *_layer_rows(results),
         *_other_rows(results),

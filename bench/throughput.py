@@ -12,13 +12,15 @@ Every run grades CharToM items with coverage + defects against the stand-in judg
   calls (target 0), wall time, and the cache's size on disk.
 
 Before timing, 16 items outside the measured set (copies with a changed response) go through the
-same path, so one-time lazy imports of litellm/openai/instructor are not charged to the first run.
+same path, so one-time lazy imports of litellm/openai/instructor are not charged to the first run;
+then what is loaded is frozen out of the cyclic collector's reach, as ``bonusjudge grade`` does.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import re
 import tempfile
 import time
@@ -181,6 +183,7 @@ async def _cold_and_warm(args: argparse.Namespace, srv: StandInProcess) -> dict[
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     log(f"warm-up: {_WARMUP_ITEMS} items outside the measured set")
     await grade_run(_warmup_items(items), srv.base_url, 16, work / "warmup-cache")
+    gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade.py)
     cold: list[dict[str, Any]] = []
     warm: dict[str, Any] | None = None
     for concurrency in args.concurrency:

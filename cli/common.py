@@ -27,14 +27,14 @@ PROG = "bonusjudge"
 
 NOISY_LOGGERS = (
     "LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "instructor", "httpx", "httpcore",
-    "transformers", "huggingface_hub", "urllib3", "jieba", "filelock",
+    "bonusjudge.direct", "transformers", "huggingface_hub", "urllib3", "jieba", "filelock",
 )
 """Libraries whose logs stay off the terminal unless ``--verbose``: what matters from them (re-asks,
 retries by reason) is counted once in the closing lines."""
 
 JUDGE_FIELDS = (
-    "model", "api_base", "mode", "temperature", "max_tokens", "rubric", "metrics", "encoder",
-    "encoder_layer", "length_control", "concurrency", "timeout", "max_outage", "cache",
+    "model", "api_base", "mode", "transport", "temperature", "max_tokens", "rubric", "metrics",
+    "encoder", "encoder_layer", "length_control", "concurrency", "timeout", "max_outage", "cache",
     "calibration",
 )
 """The ``JudgeConfig`` fields every judging subcommand takes as options, in help order.
@@ -42,7 +42,7 @@ JUDGE_FIELDS = (
 ``context_window`` (``grade --context``) is read too when a subcommand adds it.
 """
 
-VERBOSE_HELP = "show library logs (litellm, instructor's re-asks, transformers)"
+VERBOSE_HELP = "show library logs (re-asks and failed requests of either transport, transformers)"
 """Help of ``--verbose``, accepted before and after the subcommand."""
 
 

@@ -96,6 +96,13 @@ class JudgeConfig(BaseModel):
         default="tools",
         description="Structured-output mode (local servers differ; prompts differ by mode).",
     )
+    transport: Literal["auto", "direct", "litellm"] = Field(
+        default="auto",
+        description="How judge calls travel: `direct` (our own HTTP client, for OpenAI-compatible "
+        "endpoints; several times less CPU per call), `litellm` (instructor over litellm, any "
+        "provider), or `auto`: direct for `openai/` and `hosted_vllm/` models, litellm "
+        "otherwise. Both send the same requests, so results and cache entries are shared.",
+    )
     temperature: float = Field(
         default=0.0,
         ge=0.0,

@@ -78,7 +78,8 @@ class Grader:
 
     Args:
         config: The default judge configuration.
-        provider: The judge backend (default: ``LiteLLMProvider``; unused by the embedded judge).
+        provider: The judge backend (default: ``judge.direct.RoutingProvider``, which sends
+            each call on the transport its config picks; unused by the embedded judge).
         cache: The judge-call cache (default: none; the CLI and service pass an on-disk one).
         library: The rubric library (default: the shipped one).
         retry_budget: Retries allowed for the whole life of this grader (a run).
@@ -111,10 +112,13 @@ class Grader:
         cache_scope: Literal["shared", "per_key"] = "shared",
     ) -> None:
         self.config = config or JudgeConfig()
+        # A provider the grader makes is the grader's to close (its HTTP session); one passed in
+        # belongs to the caller, who may share it.
+        self._owns_provider = provider is None
         if provider is None:
-            from judge.provider import LiteLLMProvider
+            from judge.direct import RoutingProvider
 
-            provider = LiteLLMProvider()
+            provider = RoutingProvider()
         self.library = library or load_library()
         self.stats = EngineStats()
         self.caller = Caller(
@@ -288,9 +292,12 @@ class Grader:
         return response_model.model_validate(outcome.value), outcome.record
 
     async def aclose(self) -> None:
-        """Stop background batch workers."""
+        """Stop background batch workers and close the provider the grader made."""
         await self.metrics.aclose()
         await self._matcher.aclose()
+        close = getattr(self.provider, "aclose", None) if self._owns_provider else None
+        if close is not None:
+            await close()
 
     async def prepare(self, config: JudgeConfig | None = None) -> None:
         """Load what grading with ``config`` needs, before any batch worker uses it.

@@ -5,7 +5,10 @@ validated pydantic object (structured output) or plain text (the faithful mode).
 ``ProviderError`` for transport and HTTP failures and ``JudgeOutputError`` for unusable answers.
 Caching, retries with backoff, the circuit breaker (``judge.calls.Caller``) and concurrency (the
 engine) live outside providers (style.md practice 1). ``LiteLLMProvider`` reaches any litellm
-model through instructor; ``judge.fake.FakeProvider`` is the scripted stand-in for tests.
+model through instructor; ``judge.direct.DirectProvider`` sends the same requests to
+OpenAI-compatible endpoints on its own HTTP client, at a fraction of the CPU (``JudgeConfig.
+transport`` picks one, ``judge.direct.RoutingProvider`` routes); ``judge.fake.FakeProvider`` is the
+scripted stand-in for tests. Both transports map failures with ``provider_error``.
 
 What reaches the wire: OpenAI's API rejects any top-level request field it does not document
 (HTTP 400 "Unrecognized request argument supplied: <name>"), and litellm forwards every keyword
@@ -103,11 +106,21 @@ def _retry_after(exc: BaseException) -> float | None:
         value = headers.get("retry-after")
         if value is None:
             continue
-        try:
-            return max(0.0, float(value))
-        except (TypeError, ValueError):
-            return None
+        return retry_after_seconds(value)
     return None
+
+
+def retry_after_seconds(value: Any) -> float | None:
+    """A ``Retry-After`` header's delay in seconds (never negative), or None.
+
+    An HTTP date (the header's other form) is treated as absent: the backoff then decides.
+    """
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_transport_error(exc: BaseException | None) -> bool:
@@ -119,30 +132,39 @@ def _is_transport_error(exc: BaseException | None) -> bool:
     return isinstance(exc, openai.APIError | TimeoutError | ConnectionError)
 
 
-def map_provider_exception(exc: BaseException) -> ProviderError:
-    """Turn a litellm/openai/httpx exception into a ``ProviderError`` with reason and retryability.
+def provider_error(
+    message: str,
+    *,
+    status: int | None,
+    timeout: bool = False,
+    connection: bool = False,
+    content_policy: bool = False,
+    retry_after: float | None = None,
+) -> ProviderError:
+    """The ``ProviderError`` of a failed request, from what is known about the failure.
 
-    429 and 5xx and timeouts and connection failures are retryable; 4xx (bad request, auth, not
-    found, content policy) are not, since asking again cannot help.
+    The one table both transports use (``map_provider_exception`` for litellm's exceptions,
+    ``judge.direct`` for HTTP statuses): 429, 5xx, timeouts and connection failures are
+    retryable; 4xx (bad request, auth, not found, content policy) are not, since asking again
+    cannot help. ``retry_after`` is kept for 429 and 5xx only, the answers that may carry one.
+
+    Args:
+        message: What failed, for the log and the unscored detail (bounded by the caller).
+        status: The HTTP status, when there was one.
+        timeout: The request timed out.
+        connection: The connection failed (refused, reset, closed early).
+        content_policy: The provider refused the request on content-policy grounds.
+        retry_after: The provider's ``Retry-After``, in seconds.
     """
-    from litellm import exceptions as lx
-
-    status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
-    message = f"{name}: {str(exc)[:500]}"
-    if isinstance(exc, lx.Timeout) or "Timeout" in name:
+    if timeout:
         return ProviderError(message, reason="timeout", retryable=True, status=status)
-    if isinstance(exc, lx.RateLimitError) or status == 429:
+    if status == 429:
         return ProviderError(
-            message,
-            reason="rate_limited",
-            retryable=True,
-            status=429,
-            retry_after=_retry_after(exc),
+            message, reason="rate_limited", retryable=True, status=429, retry_after=retry_after
         )
-    if isinstance(exc, lx.ContentPolicyViolationError):
+    if content_policy:
         return ProviderError(message, reason="refusal", retryable=False, status=status)
-    if isinstance(exc, lx.APIConnectionError) or status is None:
+    if connection or status is None:
         return ProviderError(message, reason="provider_error", retryable=True, status=status)
     if isinstance(status, int) and status >= 500:
         return ProviderError(
@@ -150,9 +172,30 @@ def map_provider_exception(exc: BaseException) -> ProviderError:
             reason="provider_error",
             retryable=True,
             status=status,
-            retry_after=_retry_after(exc),
+            retry_after=retry_after,
         )
     return ProviderError(message, reason="provider_error", retryable=False, status=status)
+
+
+def map_provider_exception(exc: BaseException) -> ProviderError:
+    """Turn a litellm/openai/httpx exception into a ``ProviderError`` with reason and retryability.
+
+    The classes say what the status cannot (a timeout, a connection failure, a content-policy
+    refusal); ``provider_error`` decides retryability.
+    """
+    from litellm import exceptions as lx
+
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    rate_limited = isinstance(exc, lx.RateLimitError) or status == 429
+    return provider_error(
+        f"{name}: {str(exc)[:500]}",
+        status=429 if rate_limited else status,
+        timeout=isinstance(exc, lx.Timeout) or "Timeout" in name,
+        connection=isinstance(exc, lx.APIConnectionError),
+        content_policy=isinstance(exc, lx.ContentPolicyViolationError),
+        retry_after=_retry_after(exc),
+    )
 
 
 def _message_of(completion: Any) -> Any:
@@ -352,6 +395,8 @@ class LiteLLMProvider:
                 "the judge's output was cut off (finish_reason=length)",
                 reason="truncated_output",
                 raw=_raw_text(getattr(exc, "last_completion", None)),
+                # A cut-off re-ask still cost the requests before it.
+                attempts=max(1, sent),
             ) from exc
         except InstructorRetryException as exc:
             cause = exc.__cause__
@@ -431,6 +476,11 @@ def preflight(config: JudgeConfig, *, call: bool = True) -> str | None:
         ConfigError: the judge cannot work; the message starts with the cause (``unknown
             model``, ``missing credentials``, ``unreachable``, ``refused``).
     """
+    from judge.direct import preflight_direct, transport_for
+
+    if transport_for(config) == "direct":
+        # The direct transport's own request and checks: no litellm import at start-up.
+        return preflight_direct(config, call=call)
     import litellm
     from litellm import exceptions as lx
 

@@ -210,6 +210,8 @@ class RubricLibrary:
                     field="family",
                 )
             self._by_family[key] = rubric
+        # Asked for every item graded (for_task): computed once, the library never changes.
+        self._families = frozenset(family for family, _ in self._by_family)
 
     @classmethod
     def from_folder(cls, folder: Path = LIBRARY) -> RubricLibrary:
@@ -236,7 +238,7 @@ class RubricLibrary:
     @property
     def families(self) -> list[str]:
         """The rubric families available."""
-        return sorted({family for family, _ in self._by_family})
+        return sorted(self._families)
 
     def for_task(self, family: str, task: str) -> Rubric:
         """The rubric of ``family`` for ``task``; extraction falls back to the ``chartom`` one.
@@ -244,7 +246,7 @@ class RubricLibrary:
         Raises:
             RubricNotFound: if the family is unknown or lacks the task.
         """
-        if family not in self.families:
+        if family not in self._families:
             raise RubricNotFound(
                 f"unknown rubric family {family!r}; known: {', '.join(self.families)}",
                 rubric_id=family,

@@ -251,3 +251,18 @@ def test_a_disabled_cache_holds_nothing() -> None:
     assert not cache.enabled and cache.get("k") is None
     assert len(cache) == 0 and cache.volume() == 0 and not cache.writable()
     assert cache.stats.as_dict() == {"hits": 0, "misses": 0, "writes": 0}
+
+
+def test_writes_past_the_size_limit_are_evicted_every_thousand_writes(tmp_path) -> None:
+    # diskcache's own check on every write is off (a quarter of a write's CPU): `set` culls.
+    from judge import cache as cache_module
+
+    cache = JudgeCache(tmp_path, size_limit=200_000)
+    blob = {"value": "x" * 2_000}
+    for i in range(cache_module._CULL_EVERY):
+        cache.set(f"k{i}", blob)
+    # Just culled: back under the limit, the newest entries kept.
+    assert cache.volume() <= 200_000 + 100_000  # diskcache's volume counts the database pages
+    assert cache.get(f"k{cache_module._CULL_EVERY - 1}") == blob
+    assert cache.get("k0") is None
+    cache.close()

@@ -8,6 +8,7 @@ libraries construct them) and HTTP status. A wrong row either retries what canno
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,8 @@ import openai
 import pytest
 from litellm import exceptions as lx
 
-from judge.provider import map_provider_exception
+from judge.direct import error_for_answer
+from judge.provider import map_provider_exception, retry_after_seconds
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 KW: dict[str, str] = {"model": "openai/gpt-4o-mini", "llm_provider": "openai"}
@@ -154,3 +156,80 @@ def test_provider_exception_mapping(
 def test_the_message_is_bounded() -> None:
     error = map_provider_exception(lx.BadRequestError("x" * 5_000, **KW))
     assert len(str(error)) < 600
+
+
+# -- the direct transport: HTTP answers (judge.direct.error_for_answer) --------------------------
+# The same table over what the direct transport sees: a status, OpenAI's error body and the
+# Retry-After header. Each row's expectation is its litellm row's above (tests/judge/
+# test_direct_errors.py checks the pairs over HTTP against the stand-in).
+
+
+def openai_error(
+    message: str, kind: str = "invalid_request_error", code: str | None = None
+) -> bytes:
+    """OpenAI's error body."""
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    ).encode()
+
+
+DirectRow = tuple[str, int, bytes, float | None, str, bool, int | None, float | None]
+
+DIRECT_ROWS: list[DirectRow] = [
+    ("direct 429 with Retry-After", 429, openai_error("busy", "requests"), 7.0,
+     "rate_limited", True, 429, 7.0),
+    ("direct 429, no Retry-After", 429, openai_error("busy", "requests"), None,
+     "rate_limited", True, 429, None),
+    ("direct 400 content policy", 400,
+     openai_error("blocked", code="content_policy_violation"), None, "refusal", False, 400, None),
+    ("direct 400", 400, openai_error("bad"), None, "provider_error", False, 400, None),
+    ("direct 400 with a Retry-After (ignored)", 400, openai_error("bad"), 3.0,
+     "provider_error", False, 400, None),
+    ("direct 401", 401, openai_error("key", code="invalid_api_key"), None,
+     "provider_error", False, 401, None),
+    ("direct 403", 403, openai_error("no"), None, "provider_error", False, 403, None),
+    ("direct 404", 404, openai_error("model", code="model_not_found"), None,
+     "provider_error", False, 404, None),
+    ("direct 408", 408, b"", None, "timeout", True, 408, None),
+    ("direct 422", 422, openai_error("schema"), None, "provider_error", False, 422, None),
+    ("direct 500", 500, openai_error("oops", "server_error"), None,
+     "provider_error", True, 500, None),
+    ("direct 502, not JSON", 502, b"<html>bad gateway</html>", None,
+     "provider_error", True, 502, None),
+    ("direct 503 with Retry-After", 503, openai_error("down", "server_error"), 2.0,
+     "provider_error", True, 503, 2.0),
+    ("direct 504", 504, b"", None, "timeout", True, 504, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "header", "reason", "retryable", "expected_status", "retry_after"),
+    [row[1:] for row in DIRECT_ROWS],
+    ids=[row[0] for row in DIRECT_ROWS],
+)
+def test_direct_answer_mapping(
+    status: int,
+    body: bytes,
+    header: float | None,
+    reason: str,
+    retryable: bool,
+    expected_status: int | None,
+    retry_after: float | None,
+) -> None:
+    error = error_for_answer(status, body, header)
+    assert (error.reason, error.retryable, error.status, error.retry_after) == (
+        reason,
+        retryable,
+        expected_status,
+        retry_after,
+    )
+    assert str(error).startswith(f"HTTP {status}: ")
+    assert len(str(error)) < 600
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("7", 7.0), ("1.5", 1.5), ("-5", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", None), (None, None)],
+)
+def test_retry_after_header(value: str | None, seconds: float | None) -> None:
+    assert retry_after_seconds(value) == seconds

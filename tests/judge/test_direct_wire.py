@@ -1,0 +1,328 @@
+"""The direct transport sends what the litellm path sends, and reads replies as it does.
+
+Each scenario scripts the strict stand-in's replies (fixed tool-call ids, so re-asks can be
+compared), runs the same call through ``LiteLLMProvider`` (instructor over litellm) and through
+``DirectProvider``, and compares the recorded request bodies (first asks and re-asks, in every
+structured mode and for plain text, for both OpenAI-compatible prefixes) and the outcomes
+(validated output, raw text, tokens, cost, attempts; or the error's class, reason and attempts).
+The strict stand-in answers any undocumented top-level field with HTTP 400, so a leaked field
+fails here as it would against OpenAI.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import instructor
+import litellm
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from instructor.v2.providers.openai.schema import generate_openai_schema
+from pydantic import BaseModel, ValidationInfo, field_validator
+
+from core.errors import JudgeOutputError, ProviderError
+from judge.config import JudgeConfig
+from judge.direct import (
+    DirectProvider,
+    RoutingProvider,
+    _as_rendered,
+    _json_instruction,
+    _tool_function,
+    transport_for,
+)
+from judge.mcq.llm import reading_model
+from judge.provider import Completion, LiteLLMProvider
+from judge.testing import OPENAI_CHAT_PARAMS, OpenAIStandIn, Reply, ToolCall
+from judge.verdicts import BonusPointsExtraction, DefectJudgement, coverage_model
+
+litellm.suppress_debug_info = True
+
+MODES = ["tools", "json_schema", "json", "md_json", "json_object_schema"]
+MODELS = ["openai/standin", "hosted_vllm/standin"]
+COVERAGE = coverage_model(2)
+GOOD = {"points": [{"index": 1, "covered": True}, {"index": 2, "covered": False}]}
+BAD = {"points": [{"index": 7, "covered": True}]}
+MALFORMED = "{'points': [{'index': 1,}"
+REFUSAL = "I'm sorry, but I can't help with that request."
+# Windows newlines, a trailing newline and a common indent: what instructor's rendering of a
+# message (coverage calls carry a validation context) changes in markup-free text.
+MESSAGES = [
+    {"role": "system", "content": "You judge answers.\r\nBe strict.\n"},
+    {"role": "user", "content": "  Question: why?\n  Response: because.\n"},
+]
+
+Script = Callable[[str], list[Reply]]
+"""Replies for one call, given the mode (where the payload goes depends on it)."""
+
+
+def placed(mode: str, payload: Any, *, finish: Any = None, call_id: str = "call_0") -> Reply:
+    """``payload`` where ``mode`` expects the answer, with a fixed tool-call id."""
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    if mode == "tools":
+        return Reply(
+            tool_calls=(ToolCall(name=COVERAGE.__name__, arguments=text, id=call_id),),
+            finish_reason=finish,
+        )
+    if mode == "md_json":
+        return Reply(content=f"Here it is:\n```json\n{text}\n```", finish_reason=finish)
+    return Reply(content=text, finish_reason=finish)
+
+
+SCENARIOS: dict[str, Script] = {
+    "valid": lambda mode: [placed(mode, GOOD)],
+    "invalid then valid": lambda mode: [placed(mode, BAD), placed(mode, GOOD, call_id="call_1")],
+    "malformed then valid": lambda mode: [
+        placed(mode, MALFORMED),
+        placed(mode, GOOD, call_id="call_1"),
+    ],
+    "invalid until out of re-asks": lambda mode: [
+        placed(mode, BAD, call_id=f"call_{i}") for i in range(3)
+    ],
+    "refusal": lambda mode: [Reply(content=None, refusal=REFUSAL, finish_reason="stop")] * 3,
+    "empty": lambda mode: [Reply(content="", finish_reason="stop")] * 3,
+    "truncated": lambda mode: [placed(mode, '{"points": [{"ind', finish="length")],
+    "invalid then truncated": lambda mode: [
+        placed(mode, BAD),
+        placed(mode, '{"points": [{"ind', finish="length", call_id="call_1"),
+    ],
+}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[OpenAIStandIn]:
+    async with OpenAIStandIn(record_requests=100) as srv:
+        assert srv.strict
+        yield srv
+
+
+def outcome(result: Completion | Exception) -> dict[str, Any]:
+    """What a call ended with, in terms both transports must agree on."""
+    if isinstance(result, Completion):
+        output = result.output
+        return {
+            "output": output.model_dump() if isinstance(output, BaseModel) else output,
+            "raw_text": result.raw_text,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "cost_usd": result.cost_usd,
+            "attempts": result.attempts,
+        }
+    if isinstance(result, JudgeOutputError):
+        return {"error": "output", "reason": result.reason, "attempts": result.attempts,
+                "raw": result.raw}
+    if isinstance(result, ProviderError):
+        return {"error": "provider", "reason": result.reason, "retryable": result.retryable,
+                "status": result.status, "retry_after": result.retry_after,
+                "attempts": result.attempts}
+    raise result
+
+
+async def run_both(
+    server: OpenAIStandIn,
+    replies: Sequence[Reply] | None,
+    config: JudgeConfig,
+    response_model: type[BaseModel] | None,
+    *,
+    messages: list[dict[str, str]] = MESSAGES,
+    context: dict[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Bodies and outcome of the litellm path, then of the direct path, for the same replies."""
+    runs = []
+    direct = DirectProvider()
+    try:
+        for provider in (LiteLLMProvider(), direct):
+            server.clear_requests()
+            if replies is not None:
+                server.handler = list(replies)
+            try:
+                result: Completion | Exception = await provider.complete(
+                    [dict(m) for m in messages], response_model, config,
+                    validation_context=context,
+                )
+            except (JudgeOutputError, ProviderError) as exc:
+                result = exc
+            runs.append((server.requests, outcome(result)))
+    finally:
+        await direct.aclose()
+    assert server.rejections == []
+    (lite_bodies, lite), (direct_bodies, mine) = runs
+    return lite_bodies, direct_bodies, lite, mine
+
+
+# -- the request's parts, as instructor builds them -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model", [coverage_model(1), COVERAGE, coverage_model(8), DefectJudgement,
+              BonusPointsExtraction, reading_model(("A", "B", "C", "D"), False)],
+    ids=lambda m: m.__name__,
+)
+def test_tool_definition_and_json_instruction_are_instructors(model: type[BaseModel]) -> None:
+    wrapped = instructor.openai_schema(model)
+    assert _tool_function(model) == generate_openai_schema(wrapped)
+    # instructor's JSON-mode text, built as its handler builds it (the message it sends).
+    from instructor.v2.core.mode import Mode
+    from instructor.v2.core.providers import Provider
+    from instructor.v2.core.registry import mode_registry
+
+    handlers = mode_registry.get_handlers(Provider.OPENAI, Mode.JSON)
+    _, prepared = handlers.request_handler(
+        response_model=wrapped, kwargs={"messages": [{"role": "user", "content": "x"}]}
+    )
+    assert prepared["messages"][0] == {"role": "system", "content": _json_instruction(model)}
+
+
+# -- bodies and outcomes, scenario by scenario ----------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("mode", MODES)
+async def test_structured_calls_match_the_litellm_path(
+    server: OpenAIStandIn, mode: str, scenario: str
+) -> None:
+    config = JudgeConfig(model="openai/standin", api_base=server.base_url, mode=mode, seed=7)
+    lite_bodies, bodies, lite, mine = await run_both(
+        server, SCENARIOS[scenario](mode), config, COVERAGE, context={"n_points": 2}
+    )
+    assert bodies == lite_bodies
+    assert all(set(body) <= OPENAI_CHAT_PARAMS for body in bodies)
+    assert mine == lite
+    assert len(bodies) == mine["attempts"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_prefix_and_mode_without_a_context(
+    server: OpenAIStandIn, model: str, mode: str
+) -> None:
+    """A call without a validation context (defects) is not rendered by instructor at all."""
+    config = JudgeConfig(model=model, api_base=server.base_url, mode=mode, temperature=0.2)
+    lite_bodies, bodies, lite, mine = await run_both(server, None, config, DefectJudgement)
+    assert bodies == lite_bodies and mine == lite
+    assert bodies[0]["model"] == "standin"  # the prefix is litellm's, not the server's
+    assert "error" not in mine
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "[Included Bonus Points]: 1",
+        Reply(content=None, refusal=REFUSAL, finish_reason="stop"),
+        Reply(content="[Included Bonus", finish_reason="length"),
+        Reply(content="   ", finish_reason="stop"),
+    ],
+    ids=["text", "refusal", "truncated", "empty"],
+)
+async def test_plain_text_calls_match_the_litellm_path(
+    server: OpenAIStandIn, model: str, reply: Any
+) -> None:
+    config = JudgeConfig(model=model, api_base=server.base_url, seed=3)
+    lite_bodies, bodies, lite, mine = await run_both(server, [reply], config, None)
+    assert bodies == lite_bodies and mine == lite
+
+
+async def test_a_priced_model_costs_the_same(server: OpenAIStandIn) -> None:
+    config = JudgeConfig(model="openai/gpt-4o-mini", api_base=server.base_url)
+    _, _, lite, mine = await run_both(server, None, config, DefectJudgement)
+    assert mine == lite and mine["cost_usd"] is not None and mine["cost_usd"] > 0
+
+
+async def test_validation_context_reaches_the_validators(server: OpenAIStandIn) -> None:
+    seen: list[Any] = []
+
+    class Probe(BaseModel):
+        points: list[Any]
+
+        @field_validator("points")
+        @classmethod
+        def _record(cls, value: list[Any], info: ValidationInfo) -> list[Any]:
+            seen.append(info.context)
+            return value
+
+    server.handler = lambda body: {"points": [{"index": 1, "covered": True}]}
+    config = JudgeConfig(model="openai/standin", api_base=server.base_url)
+    provider = DirectProvider()
+    try:
+        await provider.complete(MESSAGES, Probe, config, validation_context={"n_points": 1})
+    finally:
+        await provider.aclose()
+    assert seen == [{"n_points": 1}]
+
+
+async def test_jinja_markup_in_a_response_is_sent_as_written(server: OpenAIStandIn) -> None:
+    """The one deliberate difference: instructor evaluates the messages as Jinja templates when a
+    validation context is given, so the litellm path sends ``{{ 7*7 }}`` as ``49``."""
+    messages = [{"role": "user", "content": "Response: {{ 7*7 }} and {{ n_points }}."}]
+    config = JudgeConfig(model="openai/standin", api_base=server.base_url)
+    replies = [placed("tools", GOOD)]
+    lite_bodies, bodies, lite, mine = await run_both(
+        server, replies, config, COVERAGE, messages=messages, context={"n_points": 2}
+    )
+    assert bodies[0]["messages"][0]["content"] == "Response: {{ 7*7 }} and {{ n_points }}."
+    assert lite_bodies[0]["messages"][0]["content"] == "Response: 49 and 2."
+    # The same answer; only the prompt (and so its token count) differs.
+    assert {**mine, "prompt_tokens": None} == {**lite, "prompt_tokens": None}
+
+
+# -- choosing the transport ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "transport", "expected"),
+    [
+        ("openai/gpt-4o-mini", "auto", "direct"),
+        ("hosted_vllm/qwen", "auto", "direct"),
+        ("openai/o3-mini", "auto", "litellm"),
+        ("openai/gpt-5", "auto", "litellm"),
+        ("openai/gpt-5-chat-latest", "auto", "direct"),
+        ("anthropic/claude-3-5-haiku", "auto", "litellm"),
+        ("ollama/llama3", "auto", "litellm"),
+        ("openai/gpt-4o-mini", "litellm", "litellm"),
+        ("ollama/llama3", "direct", "direct"),
+    ],
+)
+def test_transport_for(model: str, transport: str, expected: str) -> None:
+    config = JudgeConfig(model=model, transport=transport)  # type: ignore[arg-type]
+    assert transport_for(config) == expected
+
+
+async def test_the_router_sends_each_call_on_its_transport(server: OpenAIStandIn) -> None:
+    router = RoutingProvider()
+    try:
+        for transport in ("direct", "litellm"):
+            config = JudgeConfig(
+                model="openai/standin", api_base=server.base_url,
+                transport=transport,  # type: ignore[arg-type]
+            )
+            await router.complete(MESSAGES, DefectJudgement, config)
+        assert router._direct is not None and router._litellm is not None
+        assert router.direct._session is not None
+    finally:
+        await router.aclose()
+    assert router.direct._session is None
+
+
+# -- instructor's rendering of markup-free text ---------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["a", "é", " ", "  ", "\t", "\n", "\r", "\r\n", "{", "}", "#", "%", "x y"]),
+        max_size=30,
+    )
+    .map("".join)
+    .filter(lambda text: not any(mark in text for mark in ("{{", "{%", "{#")))
+)
+def test_rendering_markup_free_text_is_instructors(text: str) -> None:
+    from instructor.v2.core.templating import apply_template
+
+    assert _as_rendered(text) == apply_template(text, {"n_points": 2})
