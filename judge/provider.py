@@ -123,6 +123,23 @@ def retry_after_seconds(value: Any) -> float | None:
         return None
 
 
+def _literal_for_jinja(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Messages that instructor's templating renders back to exactly themselves.
+
+    Given a validation context, instructor renders every message as a Jinja template with that
+    context. The messages hold the graded response and the story, untrusted text: a response
+    with ``{{ 7*7 }}`` reached the judge as ``49``, and an unbalanced ``{%`` failed the call as a
+    retryable provider error. Every ``{`` becomes the expression ``{{ '{' }}``, which renders
+    to ``{``; with no ``{`` left in the text, nothing else in it can open a tag.
+    """
+    return [
+        {**message, "content": message["content"].replace("{", "{{ '{' }}")}
+        if isinstance(message.get("content"), str)
+        else message
+        for message in messages
+    ]
+
+
 def _is_transport_error(exc: BaseException | None) -> bool:
     """Whether ``exc`` is an HTTP/transport failure (as opposed to an unusable answer)."""
     if exc is None:
@@ -378,7 +395,7 @@ class LiteLLMProvider:
             }
         try:
             output, raw = await self._client(config.mode).chat.completions.create_with_completion(
-                messages=messages,
+                messages=_literal_for_jinja(messages) if validation_context else messages,
                 response_model=_instructor_model(response_model),
                 max_retries=config.reasks,
                 # ``context=`` is instructor's parameter for the validators' context. The old

@@ -258,8 +258,8 @@ async def test_validation_context_reaches_the_validators(server: OpenAIStandIn) 
 
 
 async def test_jinja_markup_in_a_response_is_sent_as_written(server: OpenAIStandIn) -> None:
-    """The one deliberate difference: instructor evaluates the messages as Jinja templates when a
-    validation context is given, so the litellm path sends ``{{ 7*7 }}`` as ``49``."""
+    """instructor evaluates the messages as Jinja templates when a validation context is given;
+    the litellm path escapes them first, so neither path sends ``{{ 7*7 }}`` as ``49``."""
     messages = [{"role": "user", "content": "Response: {{ 7*7 }} and {{ n_points }}."}]
     config = JudgeConfig(model="openai/standin", api_base=server.base_url)
     replies = [placed("tools", GOOD)]
@@ -267,9 +267,8 @@ async def test_jinja_markup_in_a_response_is_sent_as_written(server: OpenAIStand
         server, replies, config, COVERAGE, messages=messages, context={"n_points": 2}
     )
     assert bodies[0]["messages"][0]["content"] == "Response: {{ 7*7 }} and {{ n_points }}."
-    assert lite_bodies[0]["messages"][0]["content"] == "Response: 49 and 2."
-    # The same answer; only the prompt (and so its token count) differs.
-    assert {**mine, "prompt_tokens": None} == {**lite, "prompt_tokens": None}
+    assert lite_bodies[0]["messages"][0]["content"] == "Response: {{ 7*7 }} and {{ n_points }}."
+    assert mine == lite
 
 
 # -- choosing the transport ------------------------------------------------------------------------
@@ -326,3 +325,20 @@ def test_rendering_markup_free_text_is_instructors(text: str) -> None:
     from instructor.v2.core.templating import apply_template
 
     assert _as_rendered(text) == apply_template(text, {"n_points": 2})
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{% if x %}", "{{ n_points }}", "{# c #} {%- raw -%} x", "a {{ '{' }} b }} %} #}", "{"],
+)
+async def test_untrusted_markup_reaches_the_judge_unchanged_on_the_litellm_path(
+    server: OpenAIStandIn, text: str
+) -> None:
+    messages = [{"role": "user", "content": f"Response: {text}"}]
+    config = JudgeConfig(model="openai/standin", api_base=server.base_url)
+    lite_bodies, bodies, _, _ = await run_both(
+        server, [placed("tools", GOOD)], config, COVERAGE, messages=messages,
+        context={"n_points": 2},
+    )
+    assert lite_bodies[0]["messages"][0]["content"] == f"Response: {text}"
+    assert bodies[0]["messages"][0]["content"] == f"Response: {text}"
