@@ -8,8 +8,12 @@ ourselves, for speed and safety:
 * the model is the one :func:`judge.metrics.encoders.get_encoder` loaded (``BERTScorer`` 0.3.x
   cannot take a model object and would load a second copy), and the chosen layer is read from
   ``hidden_states`` instead of cutting layers off the shared model;
-* each distinct text is encoded once per call, in batches sorted by token count (bert-score sorts
-  by whitespace words, which says nothing about the length of Chinese text);
+* each distinct text is tokenised once (cut to the window once) and encoded once per call, in
+  forward passes sorted by token count and bounded by a padded-token budget (bert-score sorts by
+  whitespace words, which says nothing about the length of Chinese text, and batches a fixed
+  count, which for long answers meant 0.6 GiB of activations in one pass); references scored
+  lately are not encoded again (:data:`RECENT_REFERENCE_TOKENS`), and a text's embeddings are
+  dropped after its last pair;
 * the matching masks padding with -inf: bert-score's batched ``greedy_cos_idf`` zeroes padded
   similarities, so when all of a token's true similarities are negative the padding's 0 wins the
   max and a pair's score depends on which pairs share its batch. Here every pair scores exactly
@@ -25,6 +29,8 @@ for a data defect.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,11 +38,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.text import detect_language
 from judge.metrics.encoders import (
+    BATCH_TOKENS,
     Encoder,
     EncoderSpec,
     MetricInputError,
     _check_batch_size,
     _check_texts,
+    _token_batches,
     get_encoder,
     import_encoder_libraries,
     supports_language,
@@ -253,7 +261,17 @@ class BertScorer:
         return [outcome for outcome in outcomes if outcome is not None]
 
     def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[BertScore]:
-        """Compute BERTScore for non-empty, readable pairs (texts already stripped)."""
+        """Compute BERTScore for non-empty, readable pairs (texts already stripped).
+
+        Memory is bounded whatever the texts' lengths: each text is tokenised (and cut to the
+        encoder's window) once, embedded once per call (references scored lately not at all),
+        in forward passes of at most
+        :data:`FORWARD_TOKENS` padded tokens; pairs are matched in batches of at most
+        :data:`MATCH_CELLS` similarity cells; and token embeddings are held for at most
+        :data:`HELD_TOKENS` tokens of texts at a time, each dropped after its last pair.
+        (Sixty-four 420-token texts in one forward pass, as fixed-count batches sent, took
+        0.6 GiB of activations on their own.)
+        """
         # Through the encoders' load lock, not a bare import: this runs in BERTScore's batch
         # thread, and a first import of bert_score racing the matcher's encoder load in its own
         # thread broke transformers' lazy module (ImportError on every cold start).
@@ -263,9 +281,6 @@ class BertScorer:
         from bert_score.utils import sent_encode
 
         tokenizer = self.encoder.tokenizer
-        model = self.encoder.model
-        device = self.encoder.device
-        layer = self.spec.layer
         # Token weights as BERTScorer.score builds them with idf off: 1 for every token, 0 for
         # [CLS]/[SEP] (or <s>/</s>), so precision and recall average over real tokens only.
         zero_weight = {tokenizer.cls_token_id, tokenizer.sep_token_id}
@@ -277,61 +292,222 @@ class BertScorer:
         # A text with no real token (e.g. only zero-width characters) matches nothing; bert-score
         # would print a warning and score it 0, so it is treated as empty here instead.
         blank = {text for text, tokens in ids.items() if all(t in zero_weight for t in tokens)}
-        embeddings: dict[str, Any] = {}
-        weights: dict[str, Any] = {}
-        order = sorted((t for t in unique if t not in blank), key=lambda t: len(ids[t]))
 
         results: list[BertScore | None] = [None] * len(pairs)
+        scorable: list[int] = []
+        for index, (response, reference) in enumerate(pairs):
+            if reference in blank:
+                results[index] = self._result(None, "empty reference")
+            elif response in blank:
+                results[index] = self._result((0.0, 0.0, 0.0), None)
+            else:
+                scorable.append(index)
+
+        # Pairs still to come per text: its embedding is dropped once the count reaches zero.
+        uses = Counter(text for index in scorable for text in pairs[index])
+        held: dict[str, tuple[Any, Any]] = {}
+        recent = _recent_references(self.spec)
         with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                padded = tokenizer.pad({"input_ids": [ids[t] for t in batch]}, return_tensors="pt")
-                mask = padded["attention_mask"].to(device)
-                output = model(
-                    input_ids=padded["input_ids"].to(device),
-                    attention_mask=mask,
-                    output_hidden_states=True,
-                )
-                # hidden_states[k] is the output of layer k (0 = embeddings), the same tensor
-                # bert-score gets by truncating the model to k layers.
-                hidden = output.hidden_states[layer].float().cpu()
-                keep = mask.bool().cpu()
-                for row, text in enumerate(batch):
-                    # Selecting by the mask works whichever side the tokenizer pads on.
-                    embeddings[text] = hidden[row][keep[row]]
-                    weights[text] = torch.tensor(
-                        [0.0 if t in zero_weight else 1.0 for t in ids[text]], dtype=torch.float
-                    )
-
-            scorable: list[int] = []
-            for index, (response, reference) in enumerate(pairs):
-                if reference in blank:
-                    results[index] = self._result(None, "empty reference")
-                elif response in blank:
-                    results[index] = self._result((0.0, 0.0, 0.0), None)
-                else:
-                    scorable.append(index)
-
-            for start in range(0, len(scorable), self.batch_size):
-                batch_pairs = scorable[start : start + self.batch_size]
-                hyp_stats = _pad([pairs[i][0] for i in batch_pairs], embeddings, weights)
-                ref_stats = _pad([pairs[i][1] for i in batch_pairs], embeddings, weights)
-                precision, recall, f1 = _greedy_match(hyp_stats, ref_stats)
-                for row, index in enumerate(batch_pairs):
-                    results[index] = self._result(
-                        (float(precision[row]), float(recall[row]), float(f1[row])), None
-                    )
+            for chunk in _chunks(scorable, pairs, ids):
+                wanted = dict.fromkeys(text for index in chunk for text in pairs[index])
+                held.update(recent.recall([t for t in wanted if t not in held]))
+                fresh: dict[str, tuple[Any, Any]] = {}
+                self._embed([t for t in wanted if t not in held], ids, zero_weight, fresh)
+                held.update(fresh)
+                references = {pairs[index][1] for index in chunk}
+                recent.remember({t: v for t, v in fresh.items() if t in references})
+                lengths = {index: _pair_length(pairs[index], ids) for index in chunk}
+                for batch in _match_batches(
+                    sorted(chunk, key=lengths.__getitem__), pairs, ids, self.batch_size
+                ):
+                    hyp_stats = _pad([pairs[i][0] for i in batch], held)
+                    ref_stats = _pad([pairs[i][1] for i in batch], held)
+                    precision, recall, f1 = _greedy_match(hyp_stats, ref_stats)
+                    del hyp_stats, ref_stats
+                    for row, index in enumerate(batch):
+                        results[index] = self._result(
+                            (float(precision[row]), float(recall[row]), float(f1[row])), None
+                        )
+                for index in chunk:
+                    for text in pairs[index]:
+                        uses[text] -= 1
+                        if uses[text] == 0:
+                            held.pop(text, None)
         return [result for result in results if result is not None]
 
+    def _embed(
+        self,
+        texts: list[str],
+        ids: dict[str, list[int]],
+        zero_weight: set[int],
+        into: dict[str, tuple[Any, Any]],
+    ) -> None:
+        """Add each text's (token embeddings, token weights) of the scorer's layer to ``into``."""
+        import torch
 
-def _pad(texts: list[str], embeddings: dict[str, Any], weights: dict[str, Any]) -> tuple[Any, ...]:
+        tokenizer = self.encoder.tokenizer
+        model = self.encoder.model
+        device = self.encoder.device
+        layer = self.spec.layer
+        lengths = [len(ids[text]) for text in texts]
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        for batch in _token_batches(order, lengths, self.batch_size, budget=FORWARD_TOKENS):
+            padded = tokenizer.pad(
+                {"input_ids": [ids[texts[i]] for i in batch]}, return_tensors="pt"
+            )
+            mask = padded["attention_mask"].to(device)
+            output = model(
+                input_ids=padded["input_ids"].to(device),
+                attention_mask=mask,
+                output_hidden_states=True,
+            )
+            # hidden_states[k] is the output of layer k (0 = embeddings), the same tensor
+            # bert-score gets by truncating the model to k layers.
+            hidden = output.hidden_states[layer].float().cpu()
+            del output  # the other layers' states: the batch's largest tensors
+            keep = mask.bool().cpu()
+            for row, i in enumerate(batch):
+                text = texts[i]
+                # Selecting by the mask works whichever side the tokenizer pads on; it copies,
+                # so the batch's padded tensor is freed with the batch.
+                weight = torch.tensor(
+                    [0.0 if t in zero_weight else 1.0 for t in ids[text]], dtype=torch.float
+                )
+                into[text] = (hidden[row][keep[row]], weight)
+            del hidden, keep, mask, padded
+
+
+FORWARD_TOKENS = BATCH_TOKENS
+"""Padded tokens (texts x longest text) one BERTScore forward pass may hold, as for sentence
+embeddings (the fastest size per token on the 2-core CPU). A pass's activations grow with it, by
+~20 KiB a token for MiniLM with every layer's states kept."""
+
+MATCH_CELLS = 1 << 20
+"""Token-similarity cells (pairs x response tokens x reference tokens) per matching batch:
+16 MiB of float32, where 64 pairs at the 512-token window made 64 MiB plus masks."""
+
+HELD_TOKENS = 16384
+"""Tokens of texts whose embeddings one call holds at once (24 MiB at MiniLM's 384 dimensions)."""
+
+
+RECENT_REFERENCE_TOKENS = 8192
+"""Tokens of reference embeddings kept between calls (12 MiB at 384 dimensions, ~20 references
+at the 512-token window). References are the shared side (several candidates answer one
+question), and the engine's batches cut through a question's candidates: 18% of the texts of a
+calibration set of long answers were embedded twice before."""
+
+
+class _RecentReferences:
+    """Token embeddings of the references scored last, per encoder and layer, bounded in tokens.
+
+    Thread-safe: the engine's batch thread and the service's request threads share it.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self._budget = budget
+        self._tokens = 0
+        self._entries: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def recall(self, texts: list[str]) -> dict[str, tuple[Any, Any]]:
+        """The kept embeddings of those of ``texts`` that are here (marked as used)."""
+        found: dict[str, tuple[Any, Any]] = {}
+        with self._lock:
+            for text in texts:
+                value = self._entries.get(text)
+                if value is not None:
+                    self._entries.move_to_end(text)
+                    found[text] = value
+        return found
+
+    def remember(self, values: dict[str, tuple[Any, Any]]) -> None:
+        """Keep ``values``, dropping the least recently used beyond the token budget."""
+        with self._lock:
+            for text, value in values.items():
+                if text in self._entries:
+                    continue
+                self._entries[text] = value
+                self._tokens += int(value[0].size(0))
+            while self._tokens > self._budget and self._entries:
+                _, dropped = self._entries.popitem(last=False)
+                self._tokens -= int(dropped[0].size(0))
+
+
+_recent_lock = threading.Lock()
+_recent: dict[tuple[str, int], _RecentReferences] = {}
+
+
+def _recent_references(spec: EncoderSpec) -> _RecentReferences:
+    """The process-wide :class:`_RecentReferences` of one encoder folder and layer."""
+    key = (spec.path, spec.layer)
+    with _recent_lock:
+        if key not in _recent:
+            _recent[key] = _RecentReferences(RECENT_REFERENCE_TOKENS)
+        return _recent[key]
+
+
+def _pair_length(pair: tuple[str, str], ids: dict[str, list[int]]) -> int:
+    """Sort key of a pair for matching: its longer side, so a batch pads little."""
+    return max(len(ids[pair[0]]), len(ids[pair[1]]))
+
+
+def _chunks(
+    scorable: list[int], pairs: list[tuple[str, str]], ids: dict[str, list[int]]
+) -> list[list[int]]:
+    """Cut the pairs, in the order given, into chunks of at most :data:`HELD_TOKENS` new tokens.
+
+    A text already counted in the chunk costs nothing again (references shared by several
+    responses), and a pair whose texts alone pass the budget still gets a chunk of its own.
+    """
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    seen: set[str] = set()
+    tokens = 0
+    for index in scorable:
+        new = [text for text in dict.fromkeys(pairs[index]) if text not in seen]
+        cost = sum(len(ids[text]) for text in new)
+        if current and tokens + cost > HELD_TOKENS:
+            chunks.append(current)
+            current, seen, tokens = [], set(), 0
+            new = list(dict.fromkeys(pairs[index]))
+            cost = sum(len(ids[text]) for text in new)
+        current.append(index)
+        seen.update(new)
+        tokens += cost
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _match_batches(
+    order: list[int], pairs: list[tuple[str, str]], ids: dict[str, list[int]], batch_size: int
+) -> list[list[int]]:
+    """Cut pairs (sorted by length) into matching batches of bounded similarity-tensor size."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest_hyp = longest_ref = 0
+    for index in order:
+        hyp = max(longest_hyp, len(ids[pairs[index][0]]))
+        ref = max(longest_ref, len(ids[pairs[index][1]]))
+        if current and (len(current) >= batch_size or (len(current) + 1) * hyp * ref > MATCH_CELLS):
+            batches.append(current)
+            current = []
+            hyp, ref = len(ids[pairs[index][0]]), len(ids[pairs[index][1]])
+        current.append(index)
+        longest_hyp, longest_ref = hyp, ref
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _pad(texts: list[str], held: dict[str, tuple[Any, Any]]) -> tuple[Any, ...]:
     """Pad per-text token embeddings and weights into ``(embedding, mask, weight)`` tensors."""
     import torch
     from torch.nn.utils.rnn import pad_sequence
 
-    embedding = pad_sequence([embeddings[t] for t in texts], batch_first=True)
-    weight = pad_sequence([weights[t] for t in texts], batch_first=True)
-    lengths = torch.tensor([embeddings[t].size(0) for t in texts], dtype=torch.long)
+    embedding = pad_sequence([held[t][0] for t in texts], batch_first=True)
+    weight = pad_sequence([held[t][1] for t in texts], batch_first=True)
+    lengths = torch.tensor([held[t][0].size(0) for t in texts], dtype=torch.long)
     mask = torch.arange(int(lengths.max())).expand(len(texts), -1) < lengths.unsqueeze(1)
     return embedding, mask, weight
 

@@ -502,24 +502,24 @@ BATCH_TOKENS = 1024
 """Padded tokens (texts x longest text) one forward pass of :meth:`Encoder.embed` may hold."""
 
 
-def _token_batches(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
+def _token_batches(
+    order: list[int], lengths: list[int], batch_size: int, *, budget: int = BATCH_TOKENS
+) -> list[list[int]]:
     """Cut ``order`` (indices sorted by token length) into batches of bounded padded size.
 
     A fixed count per batch pads every text to the longest of its batch: a matcher call mixes
     short points with whole responses, and one 200-token response padded 63 short texts to 200
     tokens, which made a 64-item call ~3x slower than its real work. A batch here holds at most
-    ``batch_size`` texts and at most :data:`BATCH_TOKENS` padded tokens, so short texts travel in
-    large batches and long ones in small. (On the 2-core CPU, forward passes of 256-1024 padded
-    tokens were fastest per token: 320 EVOUNA items took 2.1-2.2 s at 1024, 2.9 s at 2048, 6 s at
-    8192.)
+    ``batch_size`` texts and at most ``budget`` (default :data:`BATCH_TOKENS`) padded tokens, so
+    short texts travel in large batches and long ones in small. (On the 2-core CPU, forward
+    passes of 256-1024 padded tokens were fastest per token: 320 EVOUNA items took 2.1-2.2 s at
+    1024, 2.9 s at 2048, 6 s at 8192.)
     """
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
         # Sorted ascending: the newcomer is the longest of the batch it joins.
-        if current and (
-            len(current) >= batch_size or (len(current) + 1) * lengths[index] > BATCH_TOKENS
-        ):
+        if current and (len(current) >= batch_size or (len(current) + 1) * lengths[index] > budget):
             batches.append(current)
             current = []
         current.append(index)

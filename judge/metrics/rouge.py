@@ -2,8 +2,14 @@
 
 rouge-score's default tokenizer replaces every non-ASCII character with a space, so it scores a
 Chinese answer as empty and cuts "café" to "caf" (protocol.md section 3). We keep its LCS scoring
-and hand it our tokenizer: NFKC + case-fold, one token per CJK character (or jieba words),
-letter/digit runs as words with accents kept, and punctuation of every script dropped.
+with our tokenizer: NFKC + case-fold, one token per CJK character (or jieba words), letter/digit
+runs as words with accents kept, and punctuation of every script dropped.
+
+The numbers are rouge-score's ``rougeL`` (precision = LCS / response tokens, recall = LCS /
+reference tokens, its ``scoring.fmeasure``), but the LCS length comes from rapidfuzz's
+bit-parallel ``LCSseq`` (exact, C++) instead of rouge-score's pure-Python table: on 300-word
+answers the table took ~65 ms a pair (160,000 cells), the bit-parallel count well under 1 ms.
+The response is tokenised once for all its references.
 """
 
 from __future__ import annotations
@@ -12,15 +18,12 @@ import logging
 import threading
 import unicodedata
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.text import is_cjk, normalize
 from judge.metrics.encoders import MetricInputError
-
-if TYPE_CHECKING:
-    from rouge_score.rouge_scorer import RougeScorer
 
 Segmenter = Literal["char", "jieba"]
 """How CJK text is split: one token per character (default) or jieba's Chinese words."""
@@ -138,12 +141,16 @@ def tokenize(text: str, *, segmenter: Segmenter = "char") -> list[str]:
     if not isinstance(text, str):
         raise MetricInputError(f"text must be a string, got {type(text).__name__}", field="text")
     mode = _check_segmenter(segmenter)
+    if mode == "char":
+        # One C-level pass instead of a Python loop per character (7 ms on a 300-word answer):
+        # separators become spaces and each CJK letter a word of its own, which is exactly the
+        # split :func:`_segments` gives with a CJK run cut per character (a word character is
+        # never white space).
+        return normalize(text).translate(_CHAR_TABLE).split()
     tokens: list[str] = []
     for segment, cjk in _segments(normalize(text)):
         if not cjk:
             tokens.append(segment)
-        elif mode == "char":
-            tokens.extend(segment)
         else:
             # The run has no punctuation or spaces, so every jieba word is a real token; the
             # filter only guards against a whitespace token should jieba ever emit one.
@@ -151,31 +158,39 @@ def tokenize(text: str, *, segmenter: Segmenter = "char") -> list[str]:
     return tokens
 
 
-class _Tokenizer:
-    """Adapter giving rouge-score the ``.tokenize(text) -> list[str]`` it expects."""
+class _CharTable(dict[int, str]):
+    """``str.translate`` table of the ``char`` segmenter, filled per character on first sight.
 
-    def __init__(self, segmenter: Segmenter) -> None:
-        self.segmenter: Segmenter = segmenter
+    A separator (not a letter, digit or mark) maps to a space, a CJK letter to itself between
+    spaces, any other character to itself (``__missing__`` raising ``LookupError`` leaves it).
+    """
 
-    def tokenize(self, text: str) -> list[str]:
-        """Tokenise with :func:`tokenize` and this adapter's segmenter."""
-        return tokenize(text, segmenter=self.segmenter)
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if not _is_word_char(char):
+            value = " "
+        elif is_cjk(char):
+            value = f" {char} "
+        else:
+            raise LookupError(code)
+        self[code] = value
+        return value
 
 
-_scorers_lock = threading.Lock()
-_scorers: dict[Segmenter, RougeScorer] = {}
+_CHAR_TABLE = _CharTable()
 
 
-def _scorer(segmenter: Segmenter) -> RougeScorer:
-    """Return the cached rouge-score scorer for a segmenter (rouge_score is imported lazily)."""
-    with _scorers_lock:
-        scorer = _scorers.get(segmenter)
-        if scorer is None:
-            from rouge_score.rouge_scorer import RougeScorer
+def _lcs_scores(target: Sequence[str], prediction: Sequence[str]) -> tuple[float, float, float]:
+    """rouge-score's ``_score_lcs``: (precision, recall, F-measure) of two token lists."""
+    if not target or not prediction:
+        return 0.0, 0.0, 0.0
+    from rapidfuzz.distance import LCSseq
+    from rouge_score.scoring import fmeasure
 
-            scorer = RougeScorer(["rougeL"], tokenizer=_Tokenizer(segmenter))
-            _scorers[segmenter] = scorer
-        return scorer
+    lcs = LCSseq.similarity(target, prediction)
+    precision = lcs / len(prediction)
+    recall = lcs / len(target)
+    return precision, recall, float(fmeasure(precision, recall))
 
 
 def rouge_l(
@@ -221,17 +236,12 @@ def rouge_l(
             field="reference",
         )
     mode = _check_segmenter(segmenter)
-    scorer = _scorer(mode)
+    prediction = tokenize(response, segmenter=mode)
 
-    best: Any = None
-    for item in references:
-        # rouge-score's argument order is (target, prediction).
-        score = scorer.score(item, response)["rougeL"]
-        if best is None or score.fmeasure > best.fmeasure:
-            best = score
-    return RougeScore(
-        precision=float(best.precision),
-        recall=float(best.recall),
-        f1=float(best.fmeasure),
-        tokenizer=TOKENIZER_NAMES[mode],
+    # max() keeps the first of equal F1s, as rouge-score's strict ">" comparison did.
+    best = max(
+        (_lcs_scores(tokenize(item, segmenter=mode), prediction) for item in references),
+        key=lambda score: score[2],
     )
+    precision, recall, f1 = best
+    return RougeScore(precision=precision, recall=recall, f1=f1, tokenizer=TOKENIZER_NAMES[mode])
