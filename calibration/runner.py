@@ -265,7 +265,8 @@ def run_calibration(
         # The metrics are part of the name: a metrics-only plan and a judge plan may share a
         # config hash (it leaves metrics out), and must not read each other's results as done.
         grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
-        writer = ResultWriter(grades).open()
+        # The results are kept once, in `_grade_all`'s answer; the writer only streams them.
+        writer = ResultWriter(grades, keep=False).open()
         started = time.monotonic()
         bar = _progress(label, len(items), enabled=progress)
         try:

@@ -47,6 +47,7 @@ from judge.metrics.encoders import (
     _token_batches,
     get_encoder,
     import_encoder_libraries,
+    release_memory,
     supports_language,
 )
 
@@ -333,6 +334,8 @@ class BertScorer:
                         uses[text] -= 1
                         if uses[text] == 0:
                             held.pop(text, None)
+        del held
+        release_memory()
         return [result for result in results if result is not None]
 
     def _embed(

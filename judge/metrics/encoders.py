@@ -22,8 +22,11 @@ judge configuration needs up front; ``Grader.prepare`` and the service's start-u
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -493,9 +496,38 @@ class Encoder:
                 pooled = (hidden * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=1)
                 vectors[batch] = pooled.float().cpu().numpy()
+                del hidden, weight, pooled, input_ids, mask, padded
+        release_memory()
 
         row_of = {text: row for row, text in enumerate(unique)}
         return vectors[[row_of[text] for text in texts]]
+
+
+def release_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``; else nothing).
+
+    Called after each batch of forward passes. Batches of many shapes (token budgets make every
+    batch a different texts x tokens) leave glibc's heaps fragmented: the activations of one
+    shape are freed into holes the next shape does not fit, and the resident size crept up with
+    the number of items graded, +28% from 1x to 16x the 1,035-item workload. Trimming after each
+    call kept it within +6% for 1-2% more CPU; fixing ``M_MMAP_THRESHOLD`` instead cost 20% more
+    CPU (a fresh zeroed mapping for every large tensor).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (glibc), looked up once; None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None  # musl and others have no malloc_trim: nothing to give back
+    return trim
 
 
 BATCH_TOKENS = 1024

@@ -162,7 +162,7 @@ class _CharTable(dict[int, str]):
     """``str.translate`` table of the ``char`` segmenter, filled per character on first sight.
 
     A separator (not a letter, digit or mark) maps to a space, a CJK letter to itself between
-    spaces, any other character to itself (``__missing__`` raising ``LookupError`` leaves it).
+    spaces, any other character to itself.
     """
 
     def __missing__(self, code: int) -> str:
@@ -172,7 +172,7 @@ class _CharTable(dict[int, str]):
         elif is_cjk(char):
             value = f" {char} "
         else:
-            raise LookupError(code)
+            value = char
         self[code] = value
         return value
 
