@@ -64,6 +64,8 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "transport", "bench.transport",
+        # c=32 and 64 put 64 and 128 calls in flight: the stricter reading of the limit.
+        args=("--concurrency", "32", "64", "128"),
         quick_args=("--items", "120", "--public-items", "4"),
         timeout=900,
     ),
@@ -249,6 +251,15 @@ def _transport_summary(results: dict[str, Any]) -> list[str]:
             f"{row['cpu_ms_per_call']} CPU ms/call | >= 90%, >= 50x, <= 1.5 ms | "
             f"{_met(met)} |"
         )
+        calls = 2 * row["concurrency"]
+        if calls in (64, 128):
+            # The stricter reading: the c counts calls in flight, ours counts items.
+            rows.append(
+                f"| 1-2 | Direct transport, {calls} calls in flight (c={row['concurrency']}) | "
+                f"{row['items_per_s']} items/s = {row['pct_of_engine_limit']}% of "
+                f"calls/(2 x latency) = {row['engine_limit']:g} | >= 90% | "
+                f"{_met(row['pct_of_engine_limit'] >= 90)} |"
+            )
     return rows
 
 

@@ -218,7 +218,7 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     ))
     cut_cache = fields.index("cache")
     actions += add_model_options(group, JudgeConfig, fields[cut:cut_cache])
-    actions += add_model_options(group, Settings, ["cache_dir"])
+    actions += add_model_options(group, Settings, ["cache_dir", "cache_url"])
     actions += add_model_options(group, JudgeConfig, fields[cut_cache:])
     actions.append(group.add_argument("--settings", type=Path, help="JSON settings file"))
     # Not a judge setting, but accepted after the subcommand too; SUPPRESS keeps the subparser
@@ -251,4 +251,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         getattr(args, "settings", None),
         judge=judge or None,
         cache_dir=getattr(args, "cache_dir", None),
+        cache_url=getattr(args, "cache_url", None),
+        jobs_url=getattr(args, "jobs_url", None),
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 
 from api.serve import check_port_free, serve, with_local_llm
-from cli.common import add_judge_options, settings_from_args
+from cli.common import add_judge_options, add_model_options, settings_from_args
+from judge.config import Settings
 
 
 def _port(value: str) -> int:
@@ -52,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="start the packaged Gemma 3 270M (smoke-test quality) as the judge",
     )
     add_judge_options(parser)
+    service = parser.add_argument_group("service")
+    add_model_options(service, Settings, ["jobs_url"])
     parser.set_defaults(func=run)
 
 

@@ -267,6 +267,16 @@ class Settings(BaseSettings):
     data_dir: Path | None = Field(
         default=None, description="Service data (jobs, reports); default: <cache_dir>/service."
     )
+    cache_url: str | None = Field(
+        default=None,
+        description="Shared judge-call and metric cache, `redis://host:port/db` (or rediss://); "
+        "default: the diskcache folder --cache-dir on this machine.",
+    )
+    jobs_url: str | None = Field(
+        default=None,
+        description="Shared job store, `postgresql://user@host:port/db`; default: a SQLite file "
+        "in the service data folder on this machine.",
+    )
     allowed_models: list[str] = Field(
         default_factory=list,
         description="Models a request may select; the default judge is always allowed.",
@@ -307,6 +317,20 @@ class Settings(BaseSettings):
         description="Days a finished job (its items and results, and a calibration run's "
         "report) is kept after it last changed; 0 keeps them forever.",
     )
+
+    @field_validator("cache_url")
+    @classmethod
+    def _check_cache_url(cls, value: str | None) -> str | None:
+        if value and value.split("://", 1)[0] not in ("redis", "rediss", "unix"):
+            raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        return value or None
+
+    @field_validator("jobs_url")
+    @classmethod
+    def _check_jobs_url(cls, value: str | None) -> str | None:
+        if value and value.split("://", 1)[0].split("+", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError("expected a postgresql:// URL")
+        return value or None
 
     @field_validator("api_keys")
     @classmethod
