@@ -6,7 +6,7 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, closing
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
@@ -84,7 +84,7 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
 
     def __init__(
         self,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         *,
         api_key: str | None = None,
         http_client: AsyncHTTPClient | None = None,
@@ -135,7 +135,7 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
     async def _perform(self, step: Step, drive: Drive[Any], stream: AsyncExitStack) -> Any:
         if isinstance(step, Send):
             call = step.call
-            url = self._url(call.path)
+            url = self._target(call)
             return await self._http.request(call.method, url, **self._request_args(call))
         if isinstance(step, Sleep):
             return await self._sleep(step.seconds)
@@ -144,7 +144,7 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
             await stream.aclose()  # the flow is done with the previous one
             args = self._request_args(call, stream=True)
             drive.response = await stream.enter_async_context(
-                self._http.stream(call.method, self._url(call.path), **args)
+                self._http.stream(call.method, self._target(call), **args)
             )
             drive.lines = drive.response.aiter_lines()
             return drive.response

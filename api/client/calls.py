@@ -84,6 +84,8 @@ class Call:
     Attributes:
         idempotent: The call may be resent after it may have reached the service.
         retry_statuses: Busy answers (429/503) are retried; ``ready`` reads a 503 as an answer.
+        spread: Stateless work any replica may take: with several base URLs, each attempt goes
+            to the next one in turn (grading requests); other calls go to the first that answers.
     """
 
     method: str
@@ -96,6 +98,7 @@ class Call:
     idempotent: bool = True
     retry_statuses: bool = True
     accept: str = JSON
+    spread: bool = False
 
 
 def dumps(payload: Any) -> bytes:
@@ -235,7 +238,7 @@ def check_offset(offset: int) -> None:
 def grade_call(request: ItemInput, judge: JudgeInput) -> Call:
     """``POST /v1/grade``: the item's fields at the top level, plus the judge selection."""
     body = with_judge(request_fields(as_model(GradeRequest, request, "request")), judge)
-    return Call("POST", "/v1/grade", dumps(body), JSON)
+    return Call("POST", "/v1/grade", dumps(body), JSON, spread=True)
 
 
 def batch_call(items: Iterable[ItemInput], judge: JudgeInput) -> tuple[Call, int]:
@@ -245,7 +248,7 @@ def batch_call(items: Iterable[ItemInput], judge: JudgeInput) -> tuple[Call, int
     requests = [as_model(GradeRequest, item, f"items.{i}") for i, item in enumerate(items)]
     payload = _non_empty([request_fields(request) for request in requests], "items")
     body = with_judge({"items": payload}, judge)
-    return Call("POST", "/v1/grade/batch", dumps(body), JSON), len(payload)
+    return Call("POST", "/v1/grade/batch", dumps(body), JSON, spread=True), len(payload)
 
 
 def chunks(

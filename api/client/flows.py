@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import os
 import random
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import (
     AsyncIterator,
@@ -28,6 +30,7 @@ from collections.abc import (
     Coroutine,
     Generator,
     Iterator,
+    Sequence,
 )
 from dataclasses import dataclass
 from importlib import metadata
@@ -282,6 +285,75 @@ def _client_version() -> str:
         return "0"
 
 
+class Replicas:
+    """The service's base URLs, spread over by grading requests, skipped while unreachable.
+
+    Several replicas of the service share one job store and one cache, so any of them answers
+    any call. A ``spread`` call (grading: stateless, the bulk of the work) goes to the next
+    URL in turn; any other call to the first URL that is not marked down, so a job's polls and
+    its results stream stay on one replica while it answers. A URL whose connection failed
+    (nothing was sent) is skipped for ``DOWN_SECONDS``; when every URL is down, all are tried.
+
+    Args:
+        value: One URL, several separated by commas (as ``$BONUSJUDGE_URL`` may hold), or a
+            sequence of URLs.
+        clock: Monotonic clock.
+
+    Raises:
+        ClientInputError: a URL is not http(s) with a host, or none is given.
+    """
+
+    DOWN_SECONDS = 5.0
+    """How long an unreachable URL is left out before it is tried again."""
+
+    def __init__(self, value: str | Sequence[str], clock: Callable[[], float]) -> None:
+        parts = value.split(",") if isinstance(value, str) else list(value)
+        urls: list[str] = []
+        for part in parts:
+            url = str(part).strip()
+            if not url:
+                continue  # "a,b," or "a, ,b": a stray comma names no URL
+            parsed = httpx.URL(url)
+            if parsed.scheme not in ("http", "https") or not parsed.host:
+                raise ClientInputError(
+                    f"base_url must be an http(s) URL with a host, got {url!r}", field="base_url"
+                )
+            if url.rstrip("/") not in urls:
+                urls.append(url.rstrip("/"))
+        if not urls:
+            raise ClientInputError("base_url names no URL", field="base_url")
+        self.urls: tuple[str, ...] = tuple(urls)
+        """The base URLs, in the order given."""
+        self._clock = clock
+        self._turn = itertools.count()
+        self._down_until: dict[str, float] = {}
+        # Threads of the sync client's pool pick and mark at once; the async client is one loop.
+        self._lock = threading.Lock()
+
+    def pick(self, spread: bool) -> str:
+        """The base URL of the next attempt: in turn for ``spread`` calls, else the first up."""
+        if len(self.urls) == 1:
+            return self.urls[0]
+        now = self._clock()
+        with self._lock:
+            up = [url for url in self.urls if self._down_until.get(url, 0.0) <= now]
+            choices = up or list(self.urls)
+            return choices[next(self._turn) % len(choices)] if spread else choices[0]
+
+    def unreachable(self, exc: httpx.TransportError) -> None:
+        """Leave out the URL ``exc`` could not connect to, for ``DOWN_SECONDS``."""
+        if len(self.urls) == 1:
+            return
+        try:
+            failed = str(exc.request.url)
+        except RuntimeError:  # an error raised without its request: nothing to mark
+            return
+        with self._lock:
+            for url in self.urls:
+                if failed.startswith(url + "/") or failed == url:
+                    self._down_until[url] = self._clock() + self.DOWN_SECONDS
+
+
 class FlowCore:
     """Configuration, and the flows every workflow is made of: send, retry, stream, poll.
 
@@ -298,7 +370,7 @@ class FlowCore:
 
     def __init__(
         self,
-        base_url: str | None,
+        base_url: str | Sequence[str] | None,
         api_key: str | None,
         http_client: Any,
         transport: Any,
@@ -310,14 +382,12 @@ class FlowCore:
         if http_client is not None and transport is not None:
             raise ClientInputError("give http_client or transport, not both", field="transport")
         client_base = str(http_client.base_url) if http_client is not None else None
-        url = base_url or client_base or os.environ.get(URL_ENV) or DEFAULT_URL
-        parsed = httpx.URL(url)
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ClientInputError(
-                f"base_url must be an http(s) URL with a host, got {url!r}", field="base_url"
-            )
-        self.base_url = url.rstrip("/")
-        """The service URL every path is joined to."""
+        self.replicas = Replicas(
+            base_url or client_base or os.environ.get(URL_ENV) or DEFAULT_URL, clock
+        )
+        """The service URLs and which of them answer (``Replicas``)."""
+        self.base_url = self.replicas.urls[0]
+        """The first service URL (the one named in messages)."""
         key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         self._api_key = key or None
         self._timeout = timeout
@@ -331,12 +401,17 @@ class FlowCore:
     def __repr__(self) -> str:
         # Never show the key: reprs end up in logs.
         auth = "with key" if self._api_key else "no key"
-        return f"{type(self).__name__}({self.base_url!r}, {auth})"
+        urls = ", ".join(self.replicas.urls)
+        return f"{type(self).__name__}({urls!r}, {auth})"
 
     # -- what drivers send ---------------------------------------------------------------------
 
     def _url(self, path: str) -> str:
         return self.base_url + path
+
+    def _target(self, call: Call) -> str:
+        """The full URL this attempt of ``call`` goes to (``Replicas.pick``)."""
+        return self.replicas.pick(call.spread) + call.path
 
     def _client_timeout(self) -> float | httpx.Timeout:
         """The timeout of an HTTP client created here."""
@@ -413,6 +488,8 @@ class FlowCore:
                 try:
                     state.set_result((yield from attempt()))
                 except httpx.TransportError as exc:
+                    if isinstance(exc, NOT_SENT):
+                        self.replicas.unreachable(exc)  # the retry goes to another replica
                     state.set_exception((type(exc), exc, exc.__traceback__))
             elif isinstance(action, tenacity.DoSleep):
                 state.prepare_for_next_attempt()

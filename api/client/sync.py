@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, closing
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
@@ -72,6 +72,9 @@ class JudgeClient(Workflows, SyncRunner):
     Args:
         base_url: Service URL; default the injected client's base URL if it has one, else
             ``$BONUSJUDGE_URL``, else ``http://127.0.0.1:8000``. An explicit value always wins.
+            Several replicas sharing a job store and cache: a list of URLs (or one string with
+            commas); grading requests go to each in turn, other calls to the first that
+            answers, and a URL that refuses connections is skipped for a few seconds.
         api_key: API key sent as ``Authorization: Bearer``; default ``$BONUSJUDGE_API_KEY``.
         http_client: An ``httpx.Client`` to use (e.g. ``fastapi.testclient.TestClient(app)``).
             The caller keeps ownership: ``close()`` leaves it open.
@@ -91,7 +94,7 @@ class JudgeClient(Workflows, SyncRunner):
 
     def __init__(
         self,
-        base_url: str | None = None,
+        base_url: str | Sequence[str] | None = None,
         *,
         api_key: str | None = None,
         http_client: SyncHTTPClient | None = None,
@@ -137,7 +140,7 @@ class JudgeClient(Workflows, SyncRunner):
     def _perform(self, step: Step, drive: Drive[Any], stream: ExitStack) -> Any:
         if isinstance(step, Send):
             call = step.call
-            return self._http.request(call.method, self._url(call.path), **self._request_args(call))
+            return self._http.request(call.method, self._target(call), **self._request_args(call))
         if isinstance(step, Sleep):
             return self._sleep(step.seconds)
         if isinstance(step, OpenStream):
@@ -145,7 +148,7 @@ class JudgeClient(Workflows, SyncRunner):
             stream.close()  # the flow is done with the previous one
             args = self._request_args(call, stream=True)
             drive.response = stream.enter_context(
-                self._http.stream(call.method, self._url(call.path), **args)
+                self._http.stream(call.method, self._target(call), **args)
             )
             drive.lines = drive.response.iter_lines()
             return drive.response
