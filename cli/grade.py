@@ -43,7 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="grade the unscored items of --out again (rewrites it atomically)",
     )
     grade.add_argument("--limit", type=int, help="grade at most N items of the input")
-    grade.add_argument("--server", help="grade through a bonusjudge service at this URL")
+    grade.add_argument(
+        "--server",
+        help="grade through a bonusjudge service at this URL (several replicas: URLs separated "
+        "by commas; batches go to each in turn)",
+    )
     grade.add_argument(
         "--order",
         choices=["completion", "input"],
