@@ -170,7 +170,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     grader: Grader | None = None,
-    lease_seconds: float = 30.0,
+    lease_seconds: float | None = None,
     poll_seconds: float = 1.0,
     drain_timeout: float = 30.0,
     warm_up: Callable[[JudgeConfig], None] | None = None,
@@ -183,7 +183,7 @@ def create_app(
         grader: The engine (default: one built from ``settings.judge`` with the on-disk cache).
             Its config is the default judge. Tests inject one with a ``FakeProvider``.
         lease_seconds: Job lease length (another worker takes over a job this long after its
-            runner stopped renewing).
+            runner stopped renewing); default ``settings.job_lease_seconds``.
         poll_seconds: How often the job runner renews leases and looks for unclaimed jobs.
         drain_timeout: On shutdown, how long in-flight job items may take to finish.
         warm_up: What the start-up warm-up runs on the default judge config (default:
@@ -199,7 +199,9 @@ def create_app(
     data_dir = settings.resolved_data_dir()
     store = JobStore(data_dir / JOBS_DB)
     manager = JobManager(
-        store, engine, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
+        store, engine,
+        lease_seconds=settings.job_lease_seconds if lease_seconds is None else lease_seconds,
+        poll_seconds=poll_seconds,
         drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
     )
     # Other job kinds share the store and the leases; this process runs them too.

@@ -312,6 +312,11 @@ class Settings(BaseSettings):
         description="Bytes of items and results one API key's jobs may keep in the job store "
         "(as stored, compressed); freed when its jobs expire (`retention_days`).",
     )
+    job_lease_seconds: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="Length of a job lease: a job whose process stopped renewing it (killed, "
+        "lost its host) is taken up by another replica this long after the last renewal.",
+    )
     retention_days: float = Field(
         default=30.0, ge=0,
         description="Days a finished job (its items and results, and a calibration run's "
