@@ -30,7 +30,7 @@ from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
 from core.errors import first_error
 from judge.aggregate import summarize
-from judge.cache import JudgeCache
+from judge.cache import JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
@@ -235,7 +235,7 @@ def run_calibration(
         problems=dataset.problems,
         scale=dataset.scale,
     )
-    cache = JudgeCache(settings.cache_dir if settings.judge.cache else None)
+    cache = open_cache(settings, enabled=settings.judge.cache)
     run = CalibrationRun(files=None)  # type: ignore[arg-type]
     scores: dict[str, dict[str, float | None]] = {}
     reasons: dict[str, dict[str, str]] = {}

@@ -8,7 +8,6 @@ grades only what is missing or no longer holds (other content, judge or metrics)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import sys
@@ -75,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         InputError: the input cannot be read.
         OSError: a file cannot be read or written (lines written before stay).
     """
+    import asyncio  # here, not at the top: `grade --help` does not need it (~50 ms)
+
     from judge.aggregate import Aggregator, format_table
     from judge.io import ResultWriter, check_input_file, check_output_path
     from judge.types import GradeResult
@@ -297,11 +298,11 @@ async def _grade_local(
     """
     from tqdm import tqdm
 
-    from judge.cache import JudgeCache
+    from judge.cache import open_cache
     from judge.engine import Grader
     from judge.retry import RetryBudget
 
-    cache = JudgeCache(settings.cache_dir if config.cache else None)
+    cache = open_cache(settings, enabled=config.cache)  # the folder, or a shared Redis
     # A run-wide retry cap: a provider failing for everyone costs at most this many extra calls.
     budget = RetryBudget(limit=max(20, total * 2))
     grader = Grader(config, cache=cache, retry_budget=budget)

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import judge
 from cli.common import add_model_options, pct
 from core.errors import JudgeError
-from judge.config import JudgeConfig, Settings, default_cache_dir
+from judge.config import JudgeConfig, Settings, load_settings
 from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.runner import score_file
 from judge.mcq.types import McqMetrics, McqSummary
@@ -212,7 +212,7 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     """The judge-backed extractor when ``--llm-model`` is given, else None (rules only)."""
     if not getattr(args, "llm_model", None):
         return None
-    from judge.cache import JudgeCache
+    from judge.cache import open_cache
     from judge.engine import Grader
     from judge.mcq.llm import JudgeExtractor
     from judge.provider import preflight
@@ -222,7 +222,8 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     warning = preflight(config)
     if warning:
         print(warning, file=sys.stderr)
-    cache = JudgeCache(args.cache_dir or default_cache_dir())
+    # BONUSJUDGE_CACHE_URL (or the settings file's cache_url) shares the judge's readings.
+    cache = open_cache(load_settings(cache_dir=args.cache_dir))
     return JudgeExtractor(Grader(config, cache=cache))
 
 

@@ -33,7 +33,7 @@ from tenacity import AsyncRetrying, RetryCallState
 
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.text import Language
-from judge.cache import JudgeCache, judge_call_key, schema_hash
+from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
 from judge.provider import Completion, Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
@@ -219,7 +219,7 @@ class Caller:
     def __init__(
         self,
         provider: Provider,
-        cache: JudgeCache,
+        cache: Cache,
         stats: EngineStats,
         *,
         retry_budget: RetryBudget | None = None,
@@ -278,7 +278,7 @@ class Caller:
         ref = rubric_ref(spec.rubric, spec.language)
         started = time.monotonic()
         if spec.config.cache:
-            hit = self._cached(spec, key, ref, tenant, started)
+            hit = await self._cached(spec, key, ref, tenant, started)
             if hit is not None:
                 return hit
         state = _CallState(spec=spec, key=key, ref=ref, started=started)
@@ -303,14 +303,16 @@ class Caller:
         except JudgeOutputError as exc:
             return state.failed(exc.reason, str(exc))
         if spec.config.cache:
-            self.cache.set(key, {"value": value, "raw": completion.raw_text, "tenant": tenant})
+            await self.cache.aset(
+                key, {"value": value, "raw": completion.raw_text, "tenant": tenant}
+            )
         return CallOutcome(value, state.record("ok"))
 
-    def _cached(
+    async def _cached(
         self, spec: CallSpec, key: str, ref: RubricRef, tenant: str | None, started: float
     ) -> CallOutcome | None:
         """The outcome served from the cache, or None on a miss."""
-        cached = self.cache.get(key)
+        cached = await self.cache.aget(key)
         if cached is None:
             return None
         self.stats.cache_hits += 1

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from core.errors import JudgeOutputError, ProviderError
 from core.text import Language, count_words, detect_language, length_cap, truncate_words
-from judge.cache import JudgeCache
+from judge.cache import Cache, JudgeCache
 from judge.calls import PROVIDER_REASONS, TENANT, Caller, CallSpec
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.judges import (
@@ -80,7 +80,8 @@ class Grader:
         config: The default judge configuration.
         provider: The judge backend (default: ``judge.direct.RoutingProvider``, which sends
             each call on the transport its config picks; unused by the embedded judge).
-        cache: The judge-call cache (default: none; the CLI and service pass an on-disk one).
+        cache: The judge-call cache, on disk or in Redis (default: none; the CLI and service
+            pass the one ``judge.cache.open_cache`` chooses).
         library: The rubric library (default: the shipped one).
         retry_budget: Retries allowed for the whole life of this grader (a run).
         breaker: Circuit breaker of the default judge (model, base URL); every other judge a
@@ -103,7 +104,7 @@ class Grader:
         config: JudgeConfig | None = None,
         *,
         provider: Provider | None = None,
-        cache: JudgeCache | None = None,
+        cache: Cache | None = None,
         library: RubricLibrary | None = None,
         retry_budget: RetryBudget | None = None,
         breaker: CircuitBreaker | None = None,
@@ -150,7 +151,7 @@ class Grader:
         return self.caller.provider
 
     @property
-    def cache(self) -> JudgeCache:
+    def cache(self) -> Cache:
         """The judge-call and metric cache."""
         return self.caller.cache
 
@@ -382,7 +383,7 @@ class Grader:
             )
         rouge = None
         if "rouge_l" in wanted:
-            rouge = self.metrics.best_rouge(response, references, config)
+            rouge = await self.metrics.best_rouge(response, references, config)
         # Fixed order, whatever finished first: extraction and coverage, then defects.
         runs = [run for run in (coverage, defects) if run is not None]
         calls = [call for run in runs for call in run.calls]

@@ -13,7 +13,7 @@ from typing import Any
 
 from core.text import Language
 from judge.batching import AsyncBatcher
-from judge.cache import JudgeCache, metric_key
+from judge.cache import Cache, metric_key
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore, rouge_l
 from judge.stats import EngineStats
@@ -27,15 +27,18 @@ class MetricsRunner:
         stats: The grader's counters (``metric_cache_hits``).
     """
 
-    def __init__(self, cache: JudgeCache, stats: EngineStats) -> None:
+    def __init__(self, cache: Cache, stats: EngineStats) -> None:
         self.cache = cache
         self.stats = stats
         self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
 
-    def best_rouge(self, response: str, references: list[str], config: JudgeConfig) -> RougeScore:
+    async def best_rouge(
+        self, response: str, references: list[str], config: JudgeConfig
+    ) -> RougeScore:
         """ROUGE-L against the best-matching reference (by F1)."""
         unique = list(dict.fromkeys(references))
-        return max((self.rouge(response, ref, config) for ref in unique), key=lambda s: s.f1)
+        scores = [await self.rouge(response, ref, config) for ref in unique]
+        return max(scores, key=lambda s: s.f1)
 
     async def best_bertscore(
         self, response: str, references: list[str], language: Language, config: JudgeConfig
@@ -47,16 +50,20 @@ class MetricsRunner:
         )
         return max(scores, key=lambda s: -1.0 if s.f1 is None else s.f1)
 
-    def rouge(self, response: str, reference: str, config: JudgeConfig) -> RougeScore:
-        """ROUGE-L of ``response`` against one reference (cached)."""
+    async def rouge(self, response: str, reference: str, config: JudgeConfig) -> RougeScore:
+        """ROUGE-L of ``response`` against one reference (cached).
+
+        Async for the cache alone (a shared cache is a network call); the score itself is
+        computed in the loop, as it always was.
+        """
         key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)
-        cached = self.cache.get(key) if config.cache else None
+        cached = await self.cache.aget(key) if config.cache else None
         if cached is not None:
             self.stats.metric_cache_hits += 1
             return RougeScore.model_validate(cached)
         value = rouge_l(response, reference, segmenter=config.rouge_segmenter)
         if config.cache:
-            self.cache.set(key, value.model_dump())
+            await self.cache.aset(key, value.model_dump())
         return value
 
     async def bertscore(
@@ -65,7 +72,7 @@ class MetricsRunner:
         """BERTScore of ``response`` against one reference (cached when the encoder answered)."""
         params = {"encoder": config.encoder, "layer": config.encoder_layer}
         key = metric_key("bertscore", params, response, reference)
-        cached = self.cache.get(key) if config.cache else None
+        cached = await self.cache.aget(key) if config.cache else None
         if cached is not None:
             self.stats.metric_cache_hits += 1
             return BertScore.model_validate(cached)
@@ -73,7 +80,7 @@ class MetricsRunner:
         value = await batcher.submit((response, reference, language))
         # A score that could not be computed (f1 None, ``reason`` says why) is not cached.
         if config.cache and value.f1 is not None:
-            self.cache.set(key, value.model_dump())
+            await self.cache.aset(key, value.model_dump())
         return value
 
     def _bert_batcher(self, encoder: str | None, layer: int | None) -> AsyncBatcher[Any, BertScore]:

@@ -1,11 +1,7 @@
-"""The on-disk cache of judge calls and metric values (diskcache).
+"""The on-disk cache backend: a diskcache folder (the default).
 
-A judge call's key covers everything that changes the judge's output (model, base URL, sampling
-settings, structured-output mode, rendered messages, rubric id + version + hash, response-schema
-hash, cache format version) and nothing else: timeouts, retries and concurrency are left out, so
-changing them still hits (style.md practice 5). Only successful, validated outputs are stored, as
-JSON (never pickles), so a cached value can be read by any later version that keeps the format.
-diskcache is SQLite-backed and safe for several processes sharing one folder.
+diskcache is SQLite-backed and safe for several processes sharing one folder on one machine;
+replicas on several machines share a Redis server instead (``judge.cache.redis_cache``).
 
 A cache is disposable: a failing read is a miss and a failing write is dropped (counted in
 ``JudgeCache.errors`` and logged at most once a minute), a database that is damaged when opened is
@@ -15,92 +11,22 @@ runs uncached. Grading never stops because of the cache.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import sqlite3
-import threading
 import time
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from judge.config import CACHE_FORMAT_VERSION
+from judge.cache.base import CacheBase, encode_value
 
 log = logging.getLogger("bonusjudge.cache")
-
-_LOG_INTERVAL = 60.0
-"""Seconds between two logged cache errors: a broken cache fails every call, one line says so."""
 
 _CULL_EVERY = 1_000
 """Writes between two evictions (entries a writer adds past the size limit before one: a few MB)."""
 
 _CORRUPT_CODES = frozenset({11, 26})
 """SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB."""
-
-
-def stable_hash(payload: Any) -> str:
-    """sha256 hex digest of ``payload`` as canonical JSON (sorted keys, no ASCII escaping)."""
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-@lru_cache(maxsize=256)
-def schema_hash(response_model: type[Any] | None) -> str | None:
-    """Hash of a pydantic response model's JSON schema (None for plain-text calls).
-
-    Memoised per model class: generating a JSON schema costs ~5 ms and every judge call asks.
-    """
-    if response_model is None:
-        return None
-    return stable_hash(response_model.model_json_schema())[:16]
-
-
-def judge_call_key(
-    *,
-    output_fields: dict[str, Any],
-    messages: list[dict[str, str]],
-    rubric: dict[str, Any],
-    response_schema: str | None,
-    tenant: str | None = None,
-) -> str:
-    """The cache key of one judge call.
-
-    Args:
-        output_fields: ``JudgeConfig.output_fields()``: model, base URL, mode, sampling.
-        messages: The rendered messages, exactly as sent.
-        rubric: Rubric id, version and content hash.
-        response_schema: ``schema_hash`` of the response model, or None for text output.
-        tenant: The caller the entry is kept for, when the cache is partitioned by caller
-            (None: shared, and the key is the same as without it).
-    """
-    payload: dict[str, Any] = {
-        "kind": "judge-call",
-        "format": CACHE_FORMAT_VERSION,
-        "config": output_fields,
-        "messages": messages,
-        "rubric": rubric,
-        "schema": response_schema,
-    }
-    if tenant is not None:
-        payload["tenant"] = tenant
-    return stable_hash(payload)
-
-
-def metric_key(metric: str, params: dict[str, Any], response: str, reference: str) -> str:
-    """The cache key of one metric value (e.g. BERTScore with its encoder and layer)."""
-    return stable_hash(
-        {
-            "kind": "metric",
-            "format": CACHE_FORMAT_VERSION,
-            "metric": metric,
-            "params": params,
-            "response": response,
-            "reference": reference,
-        }
-    )
 
 
 def _make_private(folder: Path) -> None:
@@ -121,20 +47,7 @@ def _make_private(folder: Path) -> None:
             continue
 
 
-@dataclass
-class CacheStats:
-    """Hits and misses counted since the cache was opened (this process only)."""
-
-    hits: int = 0
-    misses: int = 0
-    writes: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters as a plain dict."""
-        return {"hits": self.hits, "misses": self.misses, "writes": self.writes}
-
-
-class JudgeCache:
+class JudgeCache(CacheBase):
     """A diskcache folder holding judge outputs and metric values as JSON text.
 
     Args:
@@ -143,15 +56,10 @@ class JudgeCache:
     """
 
     def __init__(self, directory: str | Path | None, *, size_limit: int = 4 * 2**30) -> None:
+        super().__init__(str(directory) if directory is not None else "(no cache)")
         self.directory = Path(directory) if directory is not None else None
-        self.stats = CacheStats()
-        self.errors = 0
-        """Cache reads, writes and opens that failed since it was made (grading went on)."""
         self.moved_aside: Path | None = None
         """Where a database found damaged when opening was moved, if one was."""
-        self._lock = threading.Lock()
-        self._next_log = 0.0
-        self._unlogged = 0
         self._cache: Any = None
         self._size_limit = size_limit
         if self.directory is not None:
@@ -211,36 +119,10 @@ class JudgeCache:
         )
         return None
 
-    def _failed(self, action: str, exc: Exception) -> None:
-        """Count a failed cache call and log it, at most once per ``_LOG_INTERVAL`` seconds.
-
-        Args:
-            action: What failed (``read``, ``write``, ...), for the log line.
-            exc: What the call raised.
-        """
-        now = time.monotonic()
-        with self._lock:
-            self.errors += 1
-            if now < self._next_log:
-                self._unlogged += 1
-                return
-            unlogged, self._unlogged = self._unlogged, 0
-            self._next_log = now + _LOG_INTERVAL
-        more = f"; {unlogged} more cache error(s) since the last message" if unlogged else ""
-        log.warning(
-            "cache %s failed in %s (%s: %s); going on uncached%s",
-            action, self.directory, type(exc).__name__, exc, more,
-        )
-
     @property
     def enabled(self) -> bool:
         """Whether a cache folder is in use."""
         return self._cache is not None
-
-    @property
-    def degraded(self) -> bool:
-        """Whether the cache has failed since it was made (a folder that did not open included)."""
-        return self.errors > 0
 
     def get(self, key: str) -> Any | None:
         """The JSON value stored under ``key``, or None (counted as a hit or a miss)."""
@@ -251,34 +133,34 @@ class JudgeCache:
         except Exception as exc:  # a damaged entry or file is a miss, never a crash
             self._failed("read", exc)
             raw = None
-        with self._lock:
-            if raw is None:
-                self.stats.misses += 1
-                return None
-            self.stats.hits += 1
-        try:
-            return json.loads(raw)
-        except (TypeError, json.JSONDecodeError):
-            return None
+        return self._counted(raw)
 
     def set(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value under ``key`` (dropped, and counted, if that fails)."""
         if self._cache is None:
             return
-        blob = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        blob = encode_value(value)
         try:
             self._cache.set(key, blob)
         except Exception as exc:  # a full disk or a damaged file: the result is already paid for
             self._failed("write", exc)
             return
-        with self._lock:
-            self.stats.writes += 1
-            cull = self.stats.writes % _CULL_EVERY == 0
-        if cull:
+        if self._stored() % _CULL_EVERY == 0:
             try:
                 self._cache.cull()  # drop expired entries, then evict down to the size limit
             except Exception as exc:
                 self._failed("cull", exc)
+
+    async def aget(self, key: str) -> Any | None:
+        """``get`` for the engine's event loop.
+
+        A local SQLite read takes tens of microseconds: cheaper in the loop than a thread hop.
+        """
+        return self.get(key)
+
+    async def aset(self, key: str, value: Any) -> None:
+        """``set`` for the engine's event loop (a local write, done in the loop like ``aget``)."""
+        self.set(key, value)
 
     def writable(self) -> bool:
         """Whether a probe value can be written and read back (readiness check)."""
@@ -302,6 +184,7 @@ class JudgeCache:
             return 0
 
     def __len__(self) -> int:
+        """Entries in the folder (0 when disabled or unreadable)."""
         if self._cache is None:
             return 0
         try:
@@ -317,6 +200,10 @@ class JudgeCache:
                 self._cache.close()
             except Exception as exc:
                 self._failed("close", exc)
+
+    async def aclose(self) -> None:
+        """``close`` for callers on an event loop."""
+        self.close()
 
 
 def _is_corrupt(exc: BaseException) -> bool:
