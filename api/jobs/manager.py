@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from api.errors import NotFound
 from api.jobs.grading import grade_job
 from api.jobs.items import JobItem
 from api.jobs.policy import Quota
-from api.jobs.sqlite import GRADE
+from api.jobs.schema import GRADE, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JobStore
 from api.jobs.worker import Worker
@@ -28,7 +27,7 @@ from judge.aggregate import Summary
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
 
-JobRunner = Callable[["JobManager", str, sqlite3.Row], Awaitable[None]]
+JobRunner = Callable[["JobManager", str, JobRow], Awaitable[None]]
 """Runs one claimed job of a kind: ``runner(manager, job_id, row)``.
 
 It holds the job's lease while it runs: it stores results (``manager.store``), stops feeding work
@@ -122,9 +121,17 @@ class JobManager:
         """Start claiming and running jobs (unfinished ones are picked up at once)."""
         await self.worker.start()
 
+    def begin_stop(self) -> None:
+        """A stop signal arrived: stop claiming and feeding now (``stop`` waits for the rest)."""
+        self.worker.begin_stop()
+
     async def stop(self) -> None:
         """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
         await self.worker.stop()
+
+    def abandon(self) -> None:
+        """Release every lease held here at once, draining nothing (an immediate exit)."""
+        self.worker.abandon()
 
     # -- API ---------------------------------------------------------------------------------
 
@@ -167,7 +174,7 @@ class JobManager:
             self.worker.launch(job_id)
         return job_status(row)
 
-    async def row(self, job_id: str, owner: str, kind: str = GRADE) -> sqlite3.Row:
+    async def row(self, job_id: str, owner: str, kind: str = GRADE) -> JobRow:
         """The job's database row.
 
         Raises:
@@ -251,9 +258,9 @@ class JobManager:
     # -- the grading runner ------------------------------------------------------------------
 
     @staticmethod
-    async def _run_grade(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+    async def _run_grade(manager: JobManager, job_id: str, row: JobRow) -> None:
         # Through the instance, so a test can stand in for the grading of one manager.
         await manager._grade_job(job_id, row)
 
-    async def _grade_job(self, job_id: str, row: sqlite3.Row) -> None:
+    async def _grade_job(self, job_id: str, row: JobRow) -> None:
         await grade_job(self, job_id, row)

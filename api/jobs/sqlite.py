@@ -1,41 +1,40 @@
-"""The jobs database file: SQLite in WAL mode, its tables, connections and transactions.
+"""The SQLite side of the job store: the file, its connections, and databases older than Alembic.
 
-Tables::
+The default store is one SQLite file under the service's data folder, in WAL mode, safe for
+several processes on one machine. Its engine (``sqlite_engine``) keeps what the store relied on
+before SQLAlchemy: the file is private to this user (0600, folder 0700) whatever the umask, a
+writer waits up to 10 s for the lock (``busy_timeout``), and a write transaction takes the lock
+when it begins (``BEGIN IMMEDIATE``) instead of failing to upgrade a read lock under contention.
 
-    jobs   id, kind, owner (API-key digest), status, counts, judge overrides + config hash,
-           options (kind-specific JSON), lease_owner, lease_expires, next_seq (results are
-           numbered in finishing order), bytes (stored size, for the owner's quota),
-           request_dict / result_dict (the job's compression dictionaries)
-    items  (job_id, idx) -> item id, request JSON or input error, result JSON, seq
-           (JSON compressed with the job's dictionaries: ``codec.pack`` / ``codec.unpack``)
-
-Several processes may open the same file; the SQL of the store's operations lives in
-``store``, ``claims`` and ``items``, on top of the connections opened here.
+A database written before the store moved to Alembic (``PRAGMA user_version`` 1, 2 or 3) has no
+``alembic_version`` table; ``bring_to_version_3`` gives it what version 3 had (tables, columns,
+indexes), after which it is stamped with the first revision, which is version 3, and upgraded
+like any other (``api.jobs.migrate``).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
-SCHEMA_VERSION = 3
-"""``PRAGMA user_version`` of a database written by this code."""
+from sqlalchemy import Connection, Engine, create_engine, event
 
-ACTIVE = ("queued", "running")
-"""Statuses of unfinished jobs (the ones a lease may hold)."""
+BEGIN_OPTION = "bonusjudge_sqlite_begin"
+"""Execution option naming how a transaction begins: ``IMMEDIATE`` for writers (else deferred)."""
 
-FINISHED = ("done", "failed", "cancelled")
-"""Statuses of finished jobs (the ones retention deletes)."""
+MIN_SQLITE = (3, 35, 0)
+"""Oldest SQLite library the store runs on (``ALTER TABLE ... DROP COLUMN``, ``RETURNING``)."""
 
-GRADE = "grade"
-"""Kind of the grading jobs of ``POST /v1/jobs`` (the kind of rows older than job kinds)."""
+BUSY_TIMEOUT_S = 10.0
+"""How long a connection waits for another process's write lock before failing."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
+# -- before Alembic: the schema of version 3 ------------------------------------------------------
+
+LEGACY_TABLES = (
+    """CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
     kind TEXT NOT NULL DEFAULT 'grade',
     options TEXT NOT NULL DEFAULT '{}',
@@ -60,9 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     bytes INTEGER NOT NULL DEFAULT 0,
     request_dict BLOB,
     result_dict BLOB
-);
-CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at);
-CREATE TABLE IF NOT EXISTS items (
+)""",
+    """CREATE TABLE IF NOT EXISTS items (
     job_id TEXT NOT NULL,
     idx INTEGER NOT NULL,
     item_id TEXT,
@@ -73,105 +71,107 @@ CREATE TABLE IF NOT EXISTS items (
     status TEXT,
     seq INTEGER,
     PRIMARY KEY (job_id, idx)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT NULL;
-"""
+) WITHOUT ROWID""",
+)
+"""Version 3's tables, as its code created them (a version-1 file has no ``items`` yet)."""
 
-# Columns added after version 1; an older database gains them on open (existing jobs: grade;
-# their stored bytes count as 0 towards a key's quota until they expire).
-_ADDED_COLUMNS = (
+LEGACY_ADDED_COLUMNS = (
     ("kind", "TEXT NOT NULL DEFAULT 'grade'"),
     ("options", "TEXT NOT NULL DEFAULT '{}'"),
     ("bytes", "INTEGER NOT NULL DEFAULT 0"),
     ("request_dict", "BLOB"),
     ("result_dict", "BLOB"),
 )
+"""Columns of ``jobs`` added by versions 2 and 3 (existing jobs: grade, 0 bytes, no dictionary)."""
 
-# Created after the columns exist (an older database has no ``owner`` index yet either).
-_INDEXES = "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, status);"
+LEGACY_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS jobs_claimable ON jobs (status, created_at)",
+    "CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, status)",
+)
+"""Version 3's indexes (created after the columns they cover exist)."""
 
 
-class SqliteDatabase:
-    """One SQLite file in WAL mode, safe for several processes; one connection per thread.
+def bring_to_version_3(conn: Connection) -> None:
+    """Give a database written before Alembic everything version 3 had, in the caller's transaction.
 
-    Opening creates the file (private to this user), the tables, and the columns an older
-    database lacks. sqlite3 connections must not be shared concurrently, so each thread gets
-    its own; ``close`` closes them all.
-
-    Args:
-        path: The database file (its folder is created).
+    Nothing is rewritten: version 3 stores new request, result and error JSON compressed, and
+    rows of older versions stay text, which ``codec.unpack`` reads as is.
     """
+    for statement in LEGACY_TABLES:
+        conn.exec_driver_sql(statement)
+    present = {str(row[1]) for row in conn.exec_driver_sql("PRAGMA table_info(jobs)")}
+    for name, definition in LEGACY_ADDED_COLUMNS:
+        if name not in present:
+            conn.exec_driver_sql(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
+    for statement in LEGACY_INDEXES:
+        conn.exec_driver_sql(statement)
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Jobs hold every caller's items and results: this user only, whatever the umask. The
-        # file exists before SQLite opens it because SQLite gives -wal and -shm its mode.
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-        for private, mode in ((self.path.parent, 0o700), (self.path, 0o600),
-                              (Path(f"{self.path}-wal"), 0o600), (Path(f"{self.path}-shm"), 0o600)):
-            with suppress(OSError):  # absent, or another user's: SQLite reports what matters
-                os.chmod(private, mode)
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._connections: list[sqlite3.Connection] = []
-        conn = self.conn()
-        conn.executescript(_SCHEMA)
-        self._migrate(conn)
-        conn.executescript(_INDEXES)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        """Add the columns an older database lacks (several workers may race to do it).
+# -- the file and its engine ----------------------------------------------------------------------
 
-        Version 3 stores request, result and error JSON compressed (``codec.pack``, with the
-        job's dictionaries); rows of older versions stay text, which ``codec.unpack`` reads as
-        is, so nothing is rewritten.
-        """
-        for name, definition in _ADDED_COLUMNS:
-            present = {str(r["name"]) for r in conn.execute("PRAGMA table_info(jobs)")}
-            if name in present:
-                continue
-            try:
-                conn.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
-            except sqlite3.OperationalError as exc:
-                # Another process added it between the check and the ALTER: fine.
-                if "duplicate column" not in str(exc).lower():
-                    raise
 
-    def conn(self) -> sqlite3.Connection:
-        """This thread's connection (opened on first use), in autocommit mode."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE), so a writer takes
-            # the lock up front instead of failing to upgrade a read lock under contention.
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA busy_timeout = 10000")
-            self._local.conn = conn
-            with self._lock:
-                self._connections.append(conn)
-        return conn
+def make_private(path: Path) -> None:
+    """Create the database file (and its folder) readable by this user only, whatever the umask.
 
-    @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction on this thread's connection: committed, or rolled back on error."""
-        conn = self.conn()
-        conn.execute("BEGIN IMMEDIATE")
+    Jobs hold every caller's items and results. The file exists before SQLite opens it because
+    SQLite gives ``-wal`` and ``-shm`` the database's mode; files an older version left readable
+    to others are made private here too.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for private, mode in ((path.parent, 0o700), (path, 0o600),
+                          (Path(f"{path}-wal"), 0o600), (Path(f"{path}-shm"), 0o600)):
+        with suppress(OSError):  # absent, or another user's: SQLite reports what matters
+            os.chmod(private, mode)
+
+
+def sqlite_engine(path: Path) -> Engine:
+    """An engine on the SQLite file ``path`` (created private), in WAL mode, for many threads.
+
+    Connections come from a pool (one per thread at a time; sqlite3 connections are not shared
+    concurrently). sqlite3's own transaction handling is off: the engine emits ``BEGIN`` itself,
+    ``BEGIN IMMEDIATE`` on connections carrying ``BEGIN_OPTION`` (the store's write
+    transactions), so a reader never takes the write lock and a writer takes it up front.
+
+    Raises:
+        RuntimeError: the SQLite library is older than ``MIN_SQLITE``.
+    """
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise RuntimeError(
+            f"the job store needs SQLite {'.'.join(map(str, MIN_SQLITE))} or newer; this Python "
+            f"has {sqlite3.sqlite_version}"
+        )
+    make_private(path)
+    engine = create_engine(
+        f"sqlite+pysqlite:///{path}",
+        connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+        # A connection per thread in use, as before the pool: store calls run in
+        # ``asyncio.to_thread`` (up to 32 threads) and calibration threads; a SQLite connection
+        # costs a file handle, so none of them waits for one.
+        pool_size=5,
+        max_overflow=35,
+        # Errors raised by the store never carry the values of a statement (callers' items).
+        hide_parameters=True,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the driver: the "begin" hook below emits BEGIN, so transactions are
+        # exactly SQLAlchemy's (sqlite3's legacy mode would skip BEGIN before SELECT and DDL).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
 
-    def close(self) -> None:
-        """Close every connection opened here."""
-        with self._lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
-        self._local = threading.local()
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        mode = "IMMEDIATE" if conn.get_execution_options().get(BEGIN_OPTION) else "DEFERRED"
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine

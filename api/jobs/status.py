@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from datetime import UTC, datetime
 
+from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
 from api.schemas import JobStatus
 from judge.aggregate import Aggregator, Summary
@@ -15,7 +15,7 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
-def job_status(row: sqlite3.Row, *, now: float | None = None) -> JobStatus:
+def job_status(row: JobRow, *, now: float | None = None) -> JobStatus:
     """The public status of a job row, with the current run's rate and the ETA."""
     now = time.time() if now is None else now
     rate: float | None = None

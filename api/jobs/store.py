@@ -1,52 +1,111 @@
 """The job store: every operation on persisted jobs, behind one class (``JobStore``).
 
-A job survives a restart: its items and every result live in ``jobs.sqlite3`` under the
-service's data folder. ``JobStore`` is the boundary the rest of the service talks to (the worker,
-the job manager, the job runners, the routes' services); it holds no scheduling policy. Its SQL
-is spread over three collaborators on one ``SqliteDatabase``: the jobs themselves (here), the
-leases (``Claims``) and the item rows (``ItemRows``).
+A job survives a restart: its items and every result live in a database, by default the SQLite
+file ``jobs.sqlite3`` under the service's data folder, or a Postgres database shared by several
+replicas (``Settings.jobs_url``; ``open_store`` picks). ``JobStore`` is the boundary the rest of
+the service talks to (the worker, the job manager, the job runners, the routes' services); it
+holds no scheduling policy. Its SQL, written once for both engines with SQLAlchemy Core, is
+spread over collaborators on one ``Database``: the jobs themselves (here), the leases
+(``Claims``), the item rows and results (``ItemRows``) and the files kept with a job
+(``StoredFiles``). The schema is migrated when the store opens (``api.jobs.migrate``).
 
 Every method is synchronous and short; async callers run them with ``asyncio.to_thread``.
+A failing database raises one of ``api.jobs.database.STORE_ERRORS`` (answered 503).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Connection, case, delete, func, insert, select, update
+
 from api.errors import Conflict
 from api.jobs.claims import Claims
+from api.jobs.database import STORE_ERRORS, Database, open_database
+from api.jobs.files import StoredFiles
 from api.jobs.items import ItemRows, JobItem
+from api.jobs.migrate import upgrade
 from api.jobs.policy import Quota, Usage
-from api.jobs.sqlite import ACTIVE, FINISHED, GRADE, SqliteDatabase
+from api.jobs.schema import (
+    ACTIVE,
+    FINISHED,
+    GRADE,
+    JobRow,
+    items,
+    jobs,
+    report_files,
+    results,
+)
 from api.schemas import JobState
-from judge.config import JudgeConfig, JudgeOverrides
+from core.errors import ConfigError
+from judge.config import JudgeConfig, JudgeOverrides, Settings
 from judge.types import GradeResult
+
+JOBS_DB = "jobs.sqlite3"
+"""File name of the SQLite jobs database in the service's data folder (the default store)."""
+
+_MAX_SQL_INT = 2**63 - 1
+
+
+def open_store(settings: Settings) -> JobStore:
+    """The service's job store: Postgres at ``settings.jobs_url``, else ``<data dir>/jobs.sqlite3``.
+
+    Raises:
+        ConfigError: the store cannot be opened or migrated (``jobs_url`` or ``data_dir``).
+    """
+    return JobStore(settings.jobs_url or settings.resolved_data_dir() / JOBS_DB)
+
+
+def _findable(key: str) -> bool:
+    """Whether a key from a request can name a row (Postgres text never holds NUL)."""
+    return "\x00" not in key
 
 
 class JobStore:
-    """The jobs database: one SQLite file in WAL mode, safe for several processes.
+    """The jobs database: a SQLite file (one machine) or a Postgres database (many replicas).
+
+    Opening connects, and migrates the schema to this code's (once, whoever opens first).
 
     Args:
-        path: The database file (its folder is created).
+        target: The SQLite file (its folder is created), or a ``postgresql://`` URL.
+
+    Raises:
+        ConfigError: the database cannot be reached, opened or migrated; ``jobs_url`` (a URL)
+            or ``data_dir`` (a file) is named, and no password is shown.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.db = SqliteDatabase(path)
+    def __init__(self, target: str | Path) -> None:
+        field = "jobs_url" if isinstance(target, str) and "://" in target else "data_dir"
+        try:
+            self.db: Database = open_database(target)
+        except RuntimeError as exc:
+            raise ConfigError(f"the job store cannot be opened: {exc}", field=field) from exc
+        try:
+            upgrade(self.db)
+        except STORE_ERRORS as exc:
+            self.db.close()
+            raise ConfigError(
+                f"the job store {self.db.describe()} cannot be opened: {_reason(exc)}",
+                field=field,
+            ) from exc
+        except BaseException:
+            self.db.close()
+            raise
         self.claims = Claims(self.db)
         self.items = ItemRows(self.db)
+        self.files = StoredFiles(self.db)
 
     @property
-    def path(self) -> Path:
-        """The database file."""
+    def path(self) -> Path | None:
+        """The SQLite file, or None for a Postgres store."""
         return self.db.path
 
-    def _conn(self) -> sqlite3.Connection:
-        return self.db.conn()
+    def describe(self) -> str:
+        """Where the jobs are kept, for a log line (a URL without its password, or the file)."""
+        return self.db.describe()
 
     def close(self) -> None:
         """Close every connection this store opened."""
@@ -92,7 +151,6 @@ class JobStore:
         Raises:
             QuotaExceeded: the job would take the owner over a limit of ``quota``.
         """
-        now = time.time()
         valid = sum(1 for item in items if item.request is not None)
         if total is not None:
             valid = total
@@ -100,51 +158,63 @@ class JobStore:
         shown_hash = config_hash if config_hash is not None else (
             config.config_hash() if config else ""
         )
-        invalid = len(items) - valid
         status: JobState = "queued" if valid else "done"
         holder = lease_owner if valid else None
         encoded = ItemRows.encode(job_id, items)
         overrides_json = overrides.model_dump_json(exclude_none=True) if overrides else "{}"
+        now = self.db.now()
         with self.db.tx() as conn:
             if quota is not None:
+                # One owner's submissions take turns, on every replica: the usage read here
+                # cannot change before this job is stored (SQLite's write lock does the same).
+                self.db.lock(conn, f"quota:{owner}")
                 quota.check(self._usage(conn, owner), valid, encoded.stored)
             conn.execute(
-                "INSERT INTO jobs (id, kind, options, owner, status, total, invalid, next_seq,"
-                " overrides, model, config_hash, created_at, updated_at, lease_owner,"
-                " lease_expires, bytes, request_dict) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, kind, json.dumps(dict(options or {})), owner, status, valid, invalid,
-                 encoded.finished, overrides_json, shown_model, shown_hash, now, now, holder,
-                 now + lease_seconds if holder else 0.0, encoded.stored, encoded.request_dict),
+                insert(jobs).values(
+                    id=job_id, kind=kind, options=json.dumps(dict(options or {})), owner=owner,
+                    status=status, total=valid, invalid=len(items) - valid,
+                    next_seq=encoded.finished, overrides=overrides_json, model=shown_model,
+                    config_hash=shown_hash, created_at=now, updated_at=now, lease_owner=holder,
+                    lease_expires=now + lease_seconds if holder else 0.0, bytes=encoded.stored,
+                    request_dict=encoded.request_dict,
+                )
             )
-            ItemRows.insert(conn, encoded.rows)
+            ItemRows.insert(conn, encoded)
 
     @staticmethod
-    def _usage(conn: sqlite3.Connection, owner: str) -> Usage:
+    def _usage(conn: Connection, owner: str) -> Usage:
         """What ``owner`` holds now, read in the caller's transaction (for its quota)."""
+        active = jobs.c.status.in_(ACTIVE)
+        left = jobs.c.total - jobs.c.done
         row = conn.execute(
-            "SELECT COALESCE(SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END), 0) AS jobs,"
-            " COALESCE(SUM(CASE WHEN status IN (?, ?) THEN MAX(total - done, 0) ELSE 0 END), 0)"
-            " AS queued, COALESCE(SUM(bytes), 0) AS stored FROM jobs WHERE owner = ?",
-            (*ACTIVE, *ACTIVE, owner),
-        ).fetchone()
-        return Usage(jobs=int(row["jobs"]), queued=int(row["queued"]), stored=int(row["stored"]))
+            select(
+                func.coalesce(func.sum(case((active, 1), else_=0)), 0).label("jobs"),
+                func.coalesce(
+                    func.sum(case((active & (left > 0), left), else_=0)), 0
+                ).label("queued"),
+                func.coalesce(func.sum(jobs.c.bytes), 0).label("stored"),
+            ).where(jobs.c.owner == owner)
+        ).one()
+        return Usage(jobs=int(row.jobs), queued=int(row.queued), stored=int(row.stored))
 
     def cancel(self, job_id: str, owner: str, kind: str | None = None) -> bool:
         """Cancel an active job of ``owner``; False when unknown. Finished results are kept."""
+        if not _findable(job_id):
+            return False
         with self.db.tx() as conn:
             row = conn.execute(
-                "SELECT status, kind FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
-            ).fetchone()
-            if row is not None and kind is not None and row["kind"] != kind:
-                row = None
-            if row is None:
+                select(jobs.c.status, jobs.c.kind)
+                .where(jobs.c.id == job_id, jobs.c.owner == owner)
+                .with_for_update()
+            ).first()
+            if row is None or (kind is not None and row.kind != kind):
                 return False
-            if row["status"] in ACTIVE:
+            if row.status in ACTIVE:
                 conn.execute(
-                    "UPDATE jobs SET status = 'cancelled', detail = 'cancelled by request',"
-                    " lease_owner = NULL, lease_expires = 0, updated_at = ? WHERE id = ?",
-                    (time.time(), job_id),
+                    update(jobs).where(jobs.c.id == job_id).values(
+                        status="cancelled", detail="cancelled by request", lease_owner=None,
+                        lease_expires=0.0, updated_at=self.db.now(),
+                    )
                 )
         return True
 
@@ -160,69 +230,75 @@ class JobStore:
         Raises:
             Conflict: the job is not ``done`` (still running, cancelled or failed).
         """
-        now = time.time()
+        if not _findable(job_id):
+            return None
         with self.db.tx() as conn:
             row = conn.execute(
-                "SELECT status, kind FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
-            ).fetchone()
-            if row is None or row["kind"] != GRADE:
+                select(jobs.c.status, jobs.c.kind)
+                .where(jobs.c.id == job_id, jobs.c.owner == owner)
+                .with_for_update()
+            ).first()
+            if row is None or row.kind != GRADE:
                 return None
-            if row["status"] != "done":
+            if row.status != "done":
                 raise Conflict(
-                    f"job {job_id} is {row['status']}: only a finished (done) job's unscored "
+                    f"job {job_id} is {row.status}: only a finished (done) job's unscored "
                     "items can be graded again",
                     field="job_id",
                 )
-            freed = conn.execute(
-                "SELECT COALESCE(SUM(LENGTH(CAST(result AS BLOB))), 0) AS n FROM items WHERE"
-                " job_id = ? AND status = 'unscored' AND request IS NOT NULL",
-                (job_id,),
-            ).fetchone()["n"]
-            reset = conn.execute(
-                "UPDATE items SET result = NULL, status = NULL, seq = NULL WHERE job_id = ? AND"
-                " status = 'unscored' AND request IS NOT NULL",
-                (job_id,),
-            ).rowcount
+            unscored = (results.c.job_id == job_id) & (results.c.status == "unscored")
+            freed = int(conn.execute(
+                select(func.coalesce(func.sum(results.c.size), 0)).where(unscored)
+            ).scalar_one())
+            reset = conn.execute(delete(results).where(unscored)).rowcount
             if reset:
+                now = self.db.now()
                 conn.execute(
-                    "UPDATE jobs SET status = 'queued', detail = NULL, done = done - ?,"
-                    " unscored = unscored - ?, bytes = MAX(bytes - ?, 0), lease_owner = ?,"
-                    " lease_expires = ?, updated_at = ? WHERE id = ?",
-                    (reset, reset, int(freed), lease_owner,
-                     now + lease_seconds if lease_owner else 0.0, now, job_id),
+                    update(jobs).where(jobs.c.id == job_id).values(
+                        status="queued", detail=None, done=jobs.c.done - reset,
+                        unscored=jobs.c.unscored - reset,
+                        bytes=case((jobs.c.bytes > freed, jobs.c.bytes - freed), else_=0),
+                        lease_owner=lease_owner,
+                        lease_expires=now + lease_seconds if lease_owner else 0.0,
+                        updated_at=now,
+                    )
                 )
-        return reset
+        return int(reset)
 
     def purge(self, before: float, limit: int = 200) -> list[tuple[str, str]]:
-        """Delete up to ``limit`` finished jobs last changed before ``before``, with their items.
+        """Delete up to ``limit`` finished jobs last changed before ``before``, with their rows.
+
+        Their items, results and files go too. Replicas purging at once take different jobs
+        (``SKIP LOCKED`` on Postgres).
 
         Returns:
             ``(job id, kind)`` of each job deleted (the caller removes files kept beside them).
         """
         with self.db.tx() as conn:
             rows = conn.execute(
-                "SELECT id, kind FROM jobs WHERE status IN (?, ?, ?) AND updated_at < ?"
-                " ORDER BY updated_at LIMIT ?",
-                (*FINISHED, before, limit),
-            ).fetchall()
-            for row in rows:
-                conn.execute("DELETE FROM items WHERE job_id = ?", (row["id"],))
-                conn.execute("DELETE FROM jobs WHERE id = ?", (row["id"],))
-        return [(str(r["id"]), str(r["kind"])) for r in rows]
+                select(jobs.c.id, jobs.c.kind)
+                .where(jobs.c.status.in_(FINISHED), jobs.c.updated_at < before)
+                .order_by(jobs.c.updated_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ).all()
+            ids = [str(row.id) for row in rows]
+            if ids:
+                conn.execute(delete(results).where(results.c.job_id.in_(ids)))
+                conn.execute(delete(items).where(items.c.job_id.in_(ids)))
+                conn.execute(delete(report_files).where(report_files.c.job_id.in_(ids)))
+                conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+        return [(str(row.id), str(row.kind)) for row in rows]
 
-    def get(
-        self, job_id: str, owner: str | None = None, kind: str | None = None
-    ) -> sqlite3.Row | None:
+    def get(self, job_id: str, owner: str | None = None, kind: str | None = None) -> JobRow | None:
         """The job's row (restricted to ``owner`` and to ``kind`` unless None)."""
-        conn = self.db.conn()
-        if owner is None:
-            row: sqlite3.Row | None = conn.execute(
-                "SELECT * FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
-        else:
-            row = conn.execute(
-                "SELECT * FROM jobs WHERE id = ? AND owner = ?", (job_id, owner)
-            ).fetchone()
+        if not _findable(job_id):
+            return None
+        query = select(jobs).where(jobs.c.id == job_id)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        with self.db.read() as conn:
+            row = conn.execute(query).mappings().first()
         if row is not None and kind is not None and row["kind"] != kind:
             return None  # another kind's job is not visible through this route family
         return row
@@ -235,7 +311,7 @@ class JobStore:
         *,
         limit: int | None = None,
         offset: int = 0,
-    ) -> list[sqlite3.Row]:
+    ) -> list[JobRow]:
         """Jobs of ``owner`` and ``kind`` (optionally of one status), newest first.
 
         Args:
@@ -245,21 +321,24 @@ class JobStore:
             limit: At most this many rows (all when None).
             offset: Skip this many rows of the newest-first order first.
         """
-        query = "SELECT * FROM jobs WHERE owner = ? AND kind = ?"
-        params: list[Any] = [owner, kind]
+        query = select(jobs).where(jobs.c.owner == owner, jobs.c.kind == kind)
         if status is not None:
-            query += " AND status = ?"
-            params.append(status)
+            query = query.where(jobs.c.status == status)
         # The id orders jobs created in the same instant, or two pages could repeat or skip one.
-        query += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
-        # SQLite integers are 64-bit; past that, any offset is beyond the last job anyway.
-        params += [-1 if limit is None else min(limit, 2**63 - 1), min(offset, 2**63 - 1)]
-        return self.db.conn().execute(query, params).fetchall()
+        query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+        # SQL integers are 64-bit; past that, any offset is beyond the last job anyway.
+        if limit is not None:
+            query = query.limit(min(limit, _MAX_SQL_INT))
+        if offset:
+            query = query.offset(min(offset, _MAX_SQL_INT))
+        with self.db.read() as conn:
+            return list(conn.execute(query).mappings().all())
 
     def status_counts(self) -> dict[str, int]:
         """Number of jobs per status (for the Prometheus gauge)."""
-        rows = self.db.conn().execute("SELECT status, COUNT(*) AS n FROM jobs GROUP BY status")
-        return {str(r["status"]): int(r["n"]) for r in rows}
+        query = select(jobs.c.status, func.count().label("n")).group_by(jobs.c.status)
+        with self.db.read() as conn:
+            return {str(r.status): int(r.n) for r in conn.execute(query)}
 
     # -- leases (``Claims``) -------------------------------------------------------------------
 
@@ -336,3 +415,34 @@ class JobStore:
     def raw_results(self, job_id: str) -> Iterator[str]:
         """Every stored result of a job as its JSON text, in finishing order, read in pages."""
         return self.items.raw_results(job_id)
+
+    # -- files kept with a job (``StoredFiles``) -------------------------------------------------
+
+    def put_files(self, job_id: str, files: Mapping[str, bytes]) -> None:
+        """Keep ``files`` (name -> content) with a job, replacing those of the same names.
+
+        Raises:
+            ValueError: a file is over ``api.jobs.files.MAX_FILE_BYTES`` (nothing is stored).
+        """
+        self.files.put(job_id, files)
+
+    def read_file(self, job_id: str, name: str) -> bytes | None:
+        """A file kept with a job, or None when it has none of that name."""
+        if not (_findable(job_id) and _findable(name)):
+            return None
+        return self.files.read(job_id, name)
+
+    def file_names(self, job_id: str) -> list[str]:
+        """The names of the files kept with a job, sorted."""
+        return self.files.names(job_id) if _findable(job_id) else []
+
+    def delete_files(self, job_id: str) -> None:
+        """Remove the files kept with a job (one that was not stored after all)."""
+        self.files.delete(job_id)
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's first line about a store failure (no SQL, no parameters, no password)."""
+    original = getattr(exc, "orig", None) or exc
+    lines = str(original).strip().splitlines()
+    return lines[0] if lines else type(original).__name__

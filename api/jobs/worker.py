@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,6 +24,8 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from api.jobs import policy
+from api.jobs.database import STORE_ERRORS, TRANSIENT_STORE_ERRORS
+from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
 from core.errors import JudgeError
 from judge.engine import TENANT
@@ -36,7 +37,7 @@ _T = TypeVar("_T")
 STORE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Waits between attempts of a store write that failed (a full disk, a long lock)."""
 
-Run = Callable[[str, sqlite3.Row], Awaitable[None]]
+Run = Callable[[str, JobRow], Awaitable[None]]
 """Runs one claimed job: ``run(job_id, row)`` (see ``api.jobs.manager.JobRunner``)."""
 
 
@@ -44,12 +45,12 @@ async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
     """Run a store call in a thread, retrying it when the database fails for a while.
 
     Raises:
-        sqlite3.Error: the last failure, once the retries are spent.
+        Exception: the last failure (one of ``STORE_ERRORS``), once the retries are spent.
     """
     for delay in (*STORE_RETRY_DELAYS, None):
         try:
             return await asyncio.to_thread(fn, *args)
-        except sqlite3.OperationalError:
+        except TRANSIENT_STORE_ERRORS:
             if delay is None:
                 raise
             log.warning("job store: %s failed; retrying in %.1f s", fn.__name__, delay)
@@ -93,6 +94,7 @@ class Worker:
         self.purge_seconds = purge_seconds
         self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.stopping = asyncio.Event()
+        self._drain_deadline: float | None = None
         self._poller: asyncio.Task[None] | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._runs: dict[str, Run] = {}
@@ -149,20 +151,50 @@ class Worker:
     async def start(self) -> None:
         """Start the claim/renew loop (it picks up unfinished jobs at once)."""
         self.stopping = asyncio.Event()
+        self._drain_deadline = None
         self._poller = asyncio.create_task(self._poll(), name="bonusjudge-jobs-poll")
 
-    async def stop(self) -> None:
-        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
+    def begin_stop(self) -> None:
+        """Stop claiming jobs and feeding items now; the drain's ``drain_timeout`` starts here.
+
+        Called when a stop signal arrives, before the HTTP server has finished its own last
+        requests, so both wind down within one grace period; ``stop`` then waits for the rest.
+        """
+        if self._drain_deadline is None:
+            self._drain_deadline = time.monotonic() + self.drain_timeout
         self.stopping.set()
+
+    async def stop(self) -> None:
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease.
+
+        In-flight items have until ``drain_timeout`` after ``begin_stop`` (or after this call);
+        a job still running then is cancelled, and each job's lease is released as its runner
+        ends, so another process (or the next start) takes it up at once.
+        """
+        self.begin_stop()
         if self._poller is not None:
             await asyncio.gather(self._poller, return_exceptions=True)
             self._poller = None
         tasks = list(self._tasks.values())
         if tasks:
-            _, late = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            left = max(0.0, (self._drain_deadline or 0.0) - time.monotonic())
+            _, late = await asyncio.wait(tasks, timeout=left) if left else (set(), set(tasks))
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Hand back the lease of every job running here, now (synchronous; any thread).
+
+        The immediate exit's path (a second stop signal): nothing is drained. Results stored so
+        far are kept, items in flight are graded again by whichever process takes the job (an
+        item is stored once, whoever finishes it), and nobody waits for the lease to expire.
+        """
+        for job_id in list(self._tasks):
+            try:
+                self.store.release(job_id, self.token)
+            except STORE_ERRORS:
+                log.exception("job %s: could not release its lease", job_id)
 
     async def _poll(self) -> None:
         while not self.stopping.is_set():
@@ -268,7 +300,7 @@ class Worker:
         except asyncio.CancelledError:
             log.info("job %s: stopped in this process", job_id)
             raise
-        except sqlite3.Error:
+        except STORE_ERRORS:
             # The store itself failed (a full disk): not the job's fault. It is released below
             # (or, if even that fails, its lease lapses and this process reclaims it), so it
             # goes on once the store works again.
@@ -278,7 +310,7 @@ class Worker:
             detail = str(exc) if isinstance(exc, JudgeError) else (
                 f"grading stopped by an unexpected {type(exc).__name__}; see the service log"
             )
-            with suppress(sqlite3.Error):  # if even this fails, the lease lapses and is reclaimed
+            with suppress(*STORE_ERRORS):  # if even this fails, the lease lapses and is reclaimed
                 await store_retry(self.store.fail, job_id, self.token, detail)
         finally:
             if self._tasks.get(job_id) is asyncio.current_task():
@@ -288,5 +320,5 @@ class Worker:
             try:
                 # Synchronous on purpose: it must run even while this task is being cancelled.
                 self.store.release(job_id, self.token)
-            except sqlite3.Error:
+            except STORE_ERRORS:
                 log.exception("job %s: could not release its lease", job_id)

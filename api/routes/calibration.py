@@ -1,20 +1,19 @@
 """Calibration runs as jobs (``POST /v1/calibrate``) and the reports they write (``/v1/reports``).
 
-What a run does and where its report lives are the services' (``api.services.calibration``,
-``api.services.reports``); the routes read the request and serve the files.
+What a run does and where its report lives (the job store) are the services'
+(``api.services.calibration``, ``api.services.reports``); the routes read the request and serve
+the files.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import FileResponse
 
 from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
 from api.errors import ERROR_RESPONSES
 from api.schemas import CalibrateBody, CalibrationJob, ReportList
 from api.services import calibration as service
 from api.services import reports
-from api.services.reports import SERVED
 
 router = APIRouter(
     prefix="/v1", tags=["calibration"], dependencies=[Depends(require_owner)],
@@ -48,9 +47,9 @@ async def calibration_job(
 
 
 @router.get("/reports", summary="Stored calibration reports")
-async def list_reports(jobs: JobsDep, owner: OwnerDep, settings: SettingsDep) -> ReportList:
+async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
     """The caller's finished calibration reports, newest first."""
-    return await reports.list_reports(jobs=jobs, owner=owner, settings=settings)
+    return await reports.list_reports(jobs=jobs, owner=owner)
 
 
 @router.get(
@@ -59,12 +58,12 @@ async def list_reports(jobs: JobsDep, owner: OwnerDep, settings: SettingsDep) ->
     responses={200: {"content": {"application/json": {}},
                      "description": "The report's JSON (set, options, configs, metrics, ...)."}},
 )
-async def get_report(
-    report_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
-) -> FileResponse:
+async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The whole `report.json`: set, options, configurations, per-metric agreement, plots."""
-    folder = await reports.report_folder(report_id, jobs=jobs, owner=owner, settings=settings)
-    return FileResponse(folder / "report.json", media_type="application/json")
+    content, media = await reports.report_content(
+        report_id, "report.json", jobs=jobs, owner=owner
+    )
+    return Response(content, media_type=media)
 
 
 @router.get(
@@ -72,12 +71,10 @@ async def get_report(
     summary="A calibration report as Markdown",
     responses={200: {"content": {"text/markdown": {}}, "description": "The report's Markdown."}},
 )
-async def get_report_markdown(
-    report_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
-) -> FileResponse:
+async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The human-readable report (`report.md`); its plots are under `files/`."""
-    folder = await reports.report_folder(report_id, jobs=jobs, owner=owner, settings=settings)
-    return FileResponse(folder / "report.md", media_type=SERVED[".md"])
+    content, media = await reports.report_content(report_id, "report.md", jobs=jobs, owner=owner)
+    return Response(content, media_type=media)
 
 
 @router.get(
@@ -87,14 +84,12 @@ async def get_report_markdown(
                      "description": "A plot (PNG), a mapping (JSON) or another report file."}},
 )
 async def get_report_file(
-    report_id: str, name: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
-) -> FileResponse:
+    report_id: str, name: str, jobs: JobsDep, owner: OwnerDep
+) -> Response:
     """A file of the report folder by its relative name.
 
     For example `scatter_rouge_l.png` or `mappings/rouge_l.json` (see `files` in
     `GET /v1/reports`). A name leaving the folder, a hidden file or another type is a 404.
     """
-    target, media = await reports.report_file(
-        report_id, name, jobs=jobs, owner=owner, settings=settings
-    )
-    return FileResponse(target, media_type=media)
+    content, media = await reports.report_content(report_id, name, jobs=jobs, owner=owner)
+    return Response(content, media_type=media)

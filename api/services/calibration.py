@@ -1,21 +1,30 @@
 """Calibration runs as jobs of kind ``calibrate``: starting one, its status, and its runner.
 
-A run grades a human-rated set with each judge configuration and writes a report folder
-(``api.services.reports``). It is a job in the shared job store, so it has an owner (another API
-key gets 404 for it and its report), a lease, and survives restarts.
+A run grades a human-rated set with each judge configuration and writes a report
+(``api.services.reports`` serves it). It is a job in the shared job store, so it has an owner
+(another API key gets 404 for it and its report), a lease, and survives restarts.
 
-Restarts resume: ``run_calibration`` writes each configuration's grades to the report folder as
-they finish and skips graded items when run again, so the next process that claims an
-interrupted run (after a clean shutdown at once, after a crash when the lease lapses) completes
-it without repeating judge calls. A file lock in the folder keeps two runs of one report apart.
+Where the report lives: the process running a job writes it into a scratch folder,
+``<data dir>/reports/<job id>/``; once the run is finished its files (report, plots, mappings,
+grades, ``run.json``) are stored in the job store with the job, and the folder is removed. Every
+replica sharing the store then serves the report, and retention deletes it with the job. An
+uploaded set is stored with the job when it is submitted, so whichever replica claims the run
+can load it.
+
+Restarts resume: ``run_calibration`` writes each configuration's grades to the scratch folder as
+they finish and skips graded items when run again, so the next run of an interrupted job in the
+same process's data folder (after a clean shutdown at once, after a crash when the lease lapses)
+completes it without repeating judge calls; another replica starts it over. A file lock in the
+folder keeps two runs of one report apart.
 
 The run executes in a daemon thread rather than ``asyncio.to_thread``: the default executor's
 threads are joined at interpreter exit, so a long run would hold a shutting-down service hostage;
 a daemon thread is simply dropped, and the next process resumes its work.
 
 Sets are chosen by name only (shared or bundled): a request can never make the service read an
-arbitrary path. An uploaded set is written to the report folder (``input.jsonl``) and loaded by
-the same loader as files, line by line; bad lines are left out and listed in the status.
+arbitrary path. An uploaded set is written to the scratch folder (``input.jsonl``), kept in the
+job store, and loaded by the same loader as files, line by line; bad lines are left out and
+listed in the status.
 """
 
 from __future__ import annotations
@@ -27,16 +36,16 @@ import json
 import logging
 import os
 import shutil
-import sqlite3
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
-from api.jobs import JobManager, JobRunner, Quota, job_status
+from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
+from api.jobs.files import MAX_FILE_BYTES
 from api.schemas import CalibrateBody, CalibrationJob, SetProblem
 from api.services.judges import allowed_models
 from core.errors import ConfigError, InputError, JudgeError
@@ -51,13 +60,24 @@ CALIBRATE = "calibrate"
 """Job kind of calibration runs in the shared job store."""
 
 REPORTS = "reports"
-"""Folder of the reports, under the service's data folder."""
+"""Folder of the runs' scratch folders (one per running job), under the service's data folder."""
+
+REPORT_FILE = "report.json"
+"""The report itself; a finished run without it in the store has no report."""
 
 INPUT_FILE = "input.jsonl"
 """An uploaded set, as written into its report folder."""
 
 RUN_FILE = "run.json"
 """Timings and counts of a finished run, next to its report."""
+
+SERVED = {
+    ".png": "image/png",
+    ".json": "application/json",
+    ".md": "text/markdown; charset=utf-8",
+    ".jsonl": "application/x-ndjson",
+}
+"""Files of a run kept in the store and served (``/files/{name}``), by suffix: their media types."""
 
 _LOCK_FILE = ".lock"
 _MAX_PROBLEMS = 100
@@ -66,12 +86,15 @@ _T = TypeVar("_T")
 
 
 def reports_dir(settings: Settings) -> Path:
-    """The folder holding one subfolder per calibration report (``<data dir>/reports``)."""
+    """The folder holding the runs' scratch folders (``<data dir>/reports``)."""
     return settings.resolved_data_dir() / REPORTS
 
 
 def report_remover(settings: Settings) -> Callable[[str], None]:
-    """What removes a calibration run's report folder once retention deletes its job."""
+    """What removes a run's scratch folder here, if any, once retention deletes its job.
+
+    The files kept in the store go with the job itself.
+    """
     root = reports_dir(settings)
 
     def remove(job_id: str) -> None:
@@ -81,12 +104,56 @@ def report_remover(settings: Settings) -> Callable[[str], None]:
     return remove
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's value, or None when it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def read_json(data: bytes | None) -> Any:
+    """The value of a stored JSON file, or None when it is missing or not JSON."""
+    if data is None:
         return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def is_served(name: str) -> bool:
+    """Whether ``name`` can name a kept file.
+
+    That is a relative POSIX path of a served type with no hidden, empty, ``.`` or ``..`` part:
+    a name from a request can never name anything else.
+    """
+    if not name or len(name) > 1024 or "\x00" in name or "\\" in name:
+        return False
+    parts = name.split("/")
+    if any(part in ("", ".", "..") or part.startswith(".") for part in parts):
+        return False
+    return PurePosixPath(name).suffix in SERVED
+
+
+def kept_files(folder: Path) -> dict[str, bytes]:
+    """The files of a finished run's folder to keep in the store, by relative name.
+
+    Served types only (never the lock or a hidden file). A file over the store's per-file limit
+    is left out with a warning, except the report itself. (A run that wrote no report keeps
+    what it wrote; it is done, and has no report to serve.)
+
+    Raises:
+        JudgeError: ``report.json`` is over the store's per-file limit.
+    """
+    files: dict[str, bytes] = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if not path.is_file() or not is_served(name):
+            continue
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            if name == REPORT_FILE:
+                raise JudgeError(
+                    f"the report is {size} bytes, more than the job store keeps per file "
+                    f"({MAX_FILE_BYTES}); calibrate fewer items or metrics"
+                )
+            log.warning("calibration report file %s (%d bytes) is too large to keep", name, size)
+            continue
+        files[name] = path.read_bytes()
+    return files
 
 
 # -- loading sets --------------------------------------------------------------------------------
@@ -152,15 +219,18 @@ def _problems(dataset: LoadedSet) -> list[dict[str, Any]]:
 # -- status --------------------------------------------------------------------------------------
 
 
-def calibration_status(row: sqlite3.Row, settings: Settings) -> CalibrationJob:
-    """The public status of a calibration job row (reads ``run.json`` once it is done)."""
+def calibration_status(row: JobRow, store: JobStore) -> CalibrationJob:
+    """The public status of a calibration job row (reads its ``run.json`` once it is done).
+
+    Blocking (a store read): run it in a worker thread.
+    """
     options = json.loads(row["options"])
     base = job_status(row)
     timings: dict[str, float] = {}
     report = None
     if base.status == "done":
         report = f"/v1/reports/{base.id}"
-        run = read_json(reports_dir(settings) / base.id / RUN_FILE)
+        run = read_json(store.read_file(base.id, RUN_FILE))
         if isinstance(run, dict) and isinstance(run.get("timings"), dict):
             timings = {str(k): float(v) for k, v in run["timings"].items()}
     return CalibrationJob(
@@ -193,7 +263,8 @@ async def calibration_job(
     Raises:
         NotFound: no such calibration job for ``owner``.
     """
-    return calibration_status(await jobs.row(job_id, owner, CALIBRATE), settings)
+    row = await jobs.row(job_id, owner, CALIBRATE)
+    return await asyncio.to_thread(calibration_status, row, jobs.store)
 
 
 # -- starting a run ------------------------------------------------------------------------------
@@ -234,10 +305,12 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 
     The set is loaded once here, so a set without a usable line is refused at once (and its
     problems are listed in the status); the folder is removed again when the job is not stored.
+    An uploaded set is kept in the job store with the job (any replica may run it).
 
     Raises:
         InputError: an unknown set, both or neither of a set and items, options that do not
-            apply, judges not allowed, or no usable line.
+            apply, judges not allowed, no usable line, or an upload larger than the job store
+            keeps.
         JudgeNotConfigured: the coverage metric without a judge model.
         QuotaExceeded: the job would take ``owner`` over a quota.
     """
@@ -267,22 +340,39 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
         "retest": body.retest,
     }
 
+    store = context.jobs.store
+
     def prepare() -> LoadedSet:
         folder.mkdir(parents=True, exist_ok=True)
         if body.items is not None:
             _write_upload(folder, body.items)
-        return load_dataset(options, folder, settings)
-
-    try:
-        dataset = await asyncio.to_thread(prepare)
+        dataset = load_dataset(options, folder, settings)
         if not dataset.items:
             first = "; ".join(str(p) for p in dataset.problems[:3])
             raise InputError(
                 f"items: no line of the set loaded ({len(dataset.problems)} bad: {first})",
                 field="items" if body.items is not None else "set",
             )
+        if body.items is not None:
+            upload = (folder / INPUT_FILE).read_bytes()
+            if len(upload) > MAX_FILE_BYTES:
+                raise InputError(
+                    f"items: the set takes {len(upload)} bytes as JSONL, more than the job "
+                    f"store keeps ({MAX_FILE_BYTES}); upload fewer or shorter items",
+                    field="items",
+                )
+            # Stored before the job: the replica that claims the run finds it there.
+            store.put_files(job_id, {INPUT_FILE: upload})
+        return dataset
+
+    def discard() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        store.delete_files(job_id)
+
+    try:
+        dataset = await asyncio.to_thread(prepare)
     except BaseException:
-        await asyncio.to_thread(shutil.rmtree, folder, True)
+        await asyncio.to_thread(discard)
         raise
     options["problems"] = len(dataset.problems)
     options["problem_lines"] = _problems(dataset)
@@ -294,8 +384,8 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
             total=total, model=", ".join(judges), config_hash=dataset.short_hash, job_id=job_id,
             quota=Quota.from_settings(settings),
         )
-    except BaseException:  # over quota (or the store failed): the prepared folder goes too
-        await asyncio.to_thread(shutil.rmtree, folder, True)
+    except BaseException:  # over quota (or the store failed): what was prepared goes too
+        await asyncio.to_thread(discard)
         raise
     return await calibration_job(
         job_id, jobs=context.jobs, owner=context.owner, settings=settings
@@ -340,13 +430,30 @@ def _try_lock(folder: Path) -> int | None:
     return fd
 
 
+def _scratch_folder(store: JobStore, job_id: str, folder: Path, options: dict[str, Any]) -> None:
+    """Create a run's scratch folder, with its uploaded set (from the store when not there).
+
+    Raises:
+        JudgeError: the run's uploaded set is not in the store (the job cannot run).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    if options["source"] != "upload" or (folder / INPUT_FILE).is_file():
+        return
+    upload = store.read_file(job_id, INPUT_FILE)
+    if upload is None:
+        raise JudgeError("the uploaded set of this calibration run is missing from the job store")
+    partial = folder / f".{INPUT_FILE}.part"
+    partial.write_bytes(upload)
+    partial.replace(folder / INPUT_FILE)  # whole or absent, should this process die meanwhile
+
+
 def make_runner(settings: Settings) -> JobRunner:
     """The ``calibrate`` job runner for a service with these settings."""
 
-    async def run(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+    async def run(manager: JobManager, job_id: str, row: JobRow) -> None:
         options = json.loads(row["options"])
         folder = reports_dir(settings) / job_id
-        folder.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(_scratch_folder, manager.store, job_id, folder, options)
         fd = _try_lock(folder)
         if fd is None:
             # An earlier run of this report is still going in this or another process (its
@@ -373,6 +480,8 @@ def make_runner(settings: Settings) -> JobRunner:
                 )
                 summary = {"timings": outcome.timings, "graded": outcome.graded}
                 (folder / RUN_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+                # Into the store before the job is done: a status saying "done" has a report.
+                manager.store.put_files(job_id, kept_files(folder))
                 return summary
             finally:
                 os.close(fd)  # releases the lock
@@ -395,12 +504,15 @@ def make_runner(settings: Settings) -> JobRunner:
             log.warning("calibration %s failed: %s", job_id, exc)
             await asyncio.to_thread(manager.store.fail, job_id, manager.token,
                                     f"calibration failed: {exc}")
+            await asyncio.to_thread(shutil.rmtree, folder, True)
             return
         graded = max((int(v) for v in summary["graded"].values()), default=0)
         total = int(row["total"])
         await asyncio.to_thread(
             manager.store.set_progress, job_id, manager.token, total, min(graded, total)
         )
-        await asyncio.to_thread(manager.store.complete_if_finished, job_id, manager.token)
+        if await asyncio.to_thread(manager.store.complete_if_finished, job_id, manager.token):
+            # The report is in the store: the scratch folder has served its purpose.
+            await asyncio.to_thread(shutil.rmtree, folder, True)
 
     return run

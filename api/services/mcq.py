@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,7 +24,7 @@ from pydantic import ValidationError
 
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
-from api.jobs import JobItem, JobManager, JobStore, Quota, RawItem, Upload, with_line
+from api.jobs import JobItem, JobManager, JobRow, JobStore, Quota, RawItem, Upload, with_line
 from api.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError, first_error
 from judge.config import Settings
@@ -322,7 +321,7 @@ def job_summary(store: JobStore, job_id: str, options: McqOptions) -> McqSummary
     return summarize_results(results, options, bad)
 
 
-async def run_mcq_job(manager: JobManager, job_id: str, row: sqlite3.Row) -> None:
+async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     """Score a claimed multiple-choice job page by page (the ``mcq`` job runner).
 
     Each page's results are stored in one transaction, so a restart resumes after the last

@@ -89,7 +89,10 @@ def test_example_run_writes_and_serves_its_report(http: TestClient, tmp_path: Pa
     assert data["options"]["n_resamples"] == 100 and data["options"]["seed"] == 0
     assert list(data["metrics"]) == ["rouge_l"]
     assert data["metrics"]["rouge_l"]["agreement"]["n"] == 16
-    assert (tmp_path / "data" / REPORTS / job["id"] / "report.json").is_file()
+    # The report lives in the job store (any replica serves it); the scratch folder is gone.
+    store = http.app.state.jobs.store  # type: ignore[attr-defined]
+    assert "report.json" in store.file_names(job["id"])
+    assert not (tmp_path / "data" / REPORTS / job["id"]).exists()
 
     markdown = http.get(f"/v1/reports/{job['id']}/report.md", headers=AUTH)
     assert markdown.status_code == 200

@@ -202,7 +202,10 @@ def test_store_pages_in_sql_with_a_stable_order(tmp_path: Path) -> None:
         store.create(job_id="other", owner="b", items=[], overrides=None, config=None,
                      lease_owner=None, lease_seconds=5.0, total=1)
         # Jobs created in the same instant still page without repeats or gaps (id order).
-        store._conn().execute("UPDATE jobs SET created_at = 1000.0 WHERE id IN ('job-2', 'job-4')")
+        with store.db.tx() as conn:
+            conn.exec_driver_sql(
+                "UPDATE jobs SET created_at = 1000.0 WHERE id IN ('job-2', 'job-4')"
+            )
         everything = [row["id"] for row in store.list_jobs("a", GRADE)]
         assert len(everything) == 7 and "other" not in everything
         assert everything[-2:] == ["job-4", "job-2"]

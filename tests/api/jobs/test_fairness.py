@@ -1,4 +1,7 @@
-"""Fairness between API keys: a small job of one key is not queued behind another key's big ones."""
+"""Fairness between API keys: a small job of one key is not queued behind another key's big ones.
+
+Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
+"""
 
 import os
 
@@ -7,7 +10,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -54,14 +56,14 @@ def wait_for(
 
 def test_small_job_of_another_key_finishes_while_big_ones_are_far_from_done(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader],
-    fake_judge: Callable[[FakeCall], FakeOutput],
+    fake_judge: Callable[[FakeCall], FakeOutput], jobs_url: str | None,
 ) -> None:
     grader = make_grader(
         # An asynchronous 5 ms per judge call: the jobs compete for the grader's slots.
         FakeProvider(handler=fake_judge, latency=0.005),
         metrics=("coverage", "defects"), concurrency=4,
     )
-    with TestClient(make_app(grader, api_keys=[KEY_A, KEY_B])) as client:
+    with TestClient(make_app(grader, api_keys=[KEY_A, KEY_B], jobs_url=jobs_url)) as client:
         big = []
         for job in range(4):  # as many jobs as the process runs at once
             items = [item(1000 * (job + 1) + k) for k in range(200)]
@@ -89,19 +91,23 @@ def request(n: int) -> GradeRequest:
     return GradeRequest.model_validate(item(n))
 
 
-def test_claim_prefers_the_owner_holding_fewest_jobs(tmp_path: Path) -> None:
-    store = JobStore(tmp_path / "jobs.sqlite3")
-    try:
-        for n, owner in enumerate(["a", "a", "a", "b", "a", "c"]):
-            store.create(
-                job_id=f"{owner}{n}", owner=owner,
-                items=[JobItem(0, "1", None, request(n), None)],
-                overrides=None, config=None, lease_owner=None, lease_seconds=30.0,
-            )
-            time.sleep(0.002)  # distinct creation times
-        # Oldest first would take a0, a1, a2; fairness takes one job of each owner first.
-        assert store.claim("worker-1", 30.0, 3) == ["a0", "b3", "c5"]
-        # Then a (1 held) before b and c (1 held each)? All equal: the oldest, a1.
-        assert store.claim("worker-2", 30.0, 1) == ["a1"]
-    finally:
-        store.close()
+def test_claim_prefers_the_owner_holding_fewest_jobs(
+    open_store: Callable[[], JobStore],
+) -> None:
+    store = open_store()
+    for n, owner in enumerate(["a", "a", "a", "b", "a", "c"]):
+        store.create(
+            job_id=f"{owner}{n}", owner=owner,
+            items=[JobItem(0, "1", None, request(n), None)],
+            overrides=None, config=None, lease_owner=None, lease_seconds=30.0,
+        )
+        time.sleep(0.002)  # distinct creation times
+    # Oldest first would take a0, a1, a2; fairness takes one job of each owner first.
+    assert store.claim("worker-1", 30.0, 3) == ["a0", "b3", "c5"]
+    # Then a (1 held) before b and c (1 held each)? All equal: the oldest, a1.
+    assert store.claim("worker-2", 30.0, 1) == ["a1"]
+    # A second process sees the same counts: a holds 2, b and c 1 each, so b's and c's next
+    # jobs would come first; they have none, so a's oldest free job (a2) is next, then a4.
+    assert store.claim("worker-3", 30.0, 5) == ["a2", "a4"]
+    assert store.held_by_owner() == {"a": 4, "b": 1, "c": 1}
+    assert store.waiting_owners(["grade"]) == set()

@@ -1,4 +1,7 @@
-"""Jobs: lifecycle, uploads with bad lines, partial results, cancel, leases and restarts."""
+"""Jobs: lifecycle, uploads with bad lines, partial results, cancel, leases and restarts.
+
+Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
+"""
 
 import asyncio
 import json
@@ -11,7 +14,6 @@ from collections import Counter
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +21,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.app import JOBS_DB
 from api.jobs import JobItem, JobStore
 from judge.config import JudgeConfig
 from judge.engine import Grader
@@ -97,12 +98,12 @@ class GatedProvider:
 
 @pytest.fixture
 def app_for(
-    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], jobs_url: str | None
 ) -> Callable[..., FastAPI]:
     """The service over ``provider``, grading ``concurrency`` items at once (default 4)."""
 
     def build(provider: Provider, *, concurrency: int = 4) -> FastAPI:
-        return make_app(make_grader(provider, concurrency=concurrency))
+        return make_app(make_grader(provider, concurrency=concurrency), jobs_url=jobs_url)
 
     return build
 
@@ -296,7 +297,7 @@ def started_calls(*providers: FakeProvider) -> Counter[tuple[str, str]]:
 
 
 def test_restart_resumes_and_grades_every_item_exactly_once(
-    tmp_path: Path, app_for: Callable[..., FastAPI]
+    open_store: Callable[[], JobStore], app_for: Callable[..., FastAPI]
 ) -> None:
     total = 30
     slow = FakeProvider(handler=Recorder(), latency=0.05)
@@ -305,7 +306,7 @@ def test_restart_resumes_and_grades_every_item_exactly_once(
         job = client.post("/v1/jobs", json={"items": [item(n) for n in range(1, total + 1)]}).json()
         wait_for(client, job["id"], lambda s: s["done"] >= 3)
     # The first service is down: in-flight items were drained, the lease released.
-    store = JobStore(tmp_path / "data" / JOBS_DB)
+    store = open_store()
     row = store.get(job["id"])
     assert row is not None
     assert 3 <= row["done"] < total
@@ -327,9 +328,9 @@ def test_restart_resumes_and_grades_every_item_exactly_once(
 
 
 def test_expired_lease_is_taken_over_and_live_one_respected(
-    tmp_path: Path, app_for: Callable[..., FastAPI]
+    open_store: Callable[[], JobStore], app_for: Callable[..., FastAPI]
 ) -> None:
-    store = JobStore(tmp_path / "data" / JOBS_DB)
+    store = open_store()
     config = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
 
     def add(job_id: str, lease_seconds: float) -> None:
@@ -351,9 +352,9 @@ def test_expired_lease_is_taken_over_and_live_one_respected(
 
 
 def test_changed_judge_settings_fail_a_resumed_job(
-    tmp_path: Path, app_for: Callable[..., FastAPI]
+    open_store: Callable[[], JobStore], app_for: Callable[..., FastAPI]
 ) -> None:
-    store = JobStore(tmp_path / "data" / JOBS_DB)
+    store = open_store()
     old = JudgeConfig(model="fake/judge", temperature=0.7)
     request = GradeRequest.model_validate(item(1))
     store.create(job_id="old", owner="", items=[JobItem(0, "it-1", None, request, None)],
@@ -365,10 +366,12 @@ def test_changed_judge_settings_fail_a_resumed_job(
     assert "config hash" in status["detail"]
 
 
-def test_a_process_never_reclaims_its_own_lapsed_lease(tmp_path: Path) -> None:
+def test_a_process_never_reclaims_its_own_lapsed_lease(
+    open_store: Callable[[], JobStore],
+) -> None:
     # A blocked event loop can let a runner's lease lapse; claiming it again from the same
     # process would start a second runner on the same items.
-    store = JobStore(tmp_path / JOBS_DB)
+    store = open_store()
     request = GradeRequest.model_validate(item(1))
     store.create(job_id="j", owner="", items=[JobItem(0, "it-1", None, request, None)],
                  overrides=None, config=JudgeConfig(model="fake/judge"), lease_owner="me",

@@ -1,4 +1,7 @@
-"""Per-key quotas: queued or running jobs, unfinished items and stored bytes; 429 beyond them."""
+"""Per-key quotas: queued or running jobs, unfinished items and stored bytes; 429 beyond them.
+
+Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
+"""
 
 import os
 
@@ -78,13 +81,15 @@ def held() -> Held:
 
 @pytest.fixture
 def client_for(
-    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], held: Held
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], held: Held,
+    jobs_url: str | None,
 ) -> Callable[..., Iterator[TestClient]]:
     """A client of the service over the held judge, with these limits (iterate to open it)."""
 
     def serve(**limits: Any) -> Iterator[TestClient]:
         grader = make_grader(held, metrics=("coverage", "defects"))
-        app = make_app(grader, drain_timeout=5.0, api_keys=[KEY_A, KEY_B], **limits)
+        app = make_app(grader, drain_timeout=5.0, api_keys=[KEY_A, KEY_B], jobs_url=jobs_url,
+                       **limits)
         with TestClient(app) as client:
             try:
                 yield client

@@ -1,4 +1,8 @@
-"""The job store on disk: compact items and results, old rows still read, retention."""
+"""The job store's contents: compact items and results, old rows still read, retention.
+
+Tests of what both stores do run on each (``jobs_url``/``open_store`` in conftest.py); the
+on-disk size and the pre-Alembic rows are SQLite's alone.
+"""
 
 import os
 
@@ -15,9 +19,10 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import select, update
 
-from api.app import JOBS_DB
-from api.jobs import SCHEMA_VERSION, JobItem, JobStore
+from api.jobs import JOBS_DB, SCHEMA_REVISION, JobItem, JobStore
+from api.jobs.schema import jobs, results
 from api.services.calibration import REPORTS
 from judge.engine import Grader
 from judge.types import GradeRequest
@@ -70,7 +75,8 @@ def store_bytes(data: Path) -> int:
 
 
 def test_a_job_takes_at_most_three_times_its_upload(
-    tmp_path: Path, app_for: Callable[..., FastAPI]
+    tmp_path: Path, app_for: Callable[..., FastAPI], jobs_url: str | None,
+    open_store: Callable[[], JobStore],
 ) -> None:
     rng = random.Random(0)
     # Small items (their results are ~10x larger than they are) and a few long contexts.
@@ -80,7 +86,7 @@ def test_a_job_takes_at_most_three_times_its_upload(
         for n in range(800, 820)
     ]
     upload = ("\n".join(lines) + "\n").encode()
-    with TestClient(app_for()) as client:
+    with TestClient(app_for(jobs_url=jobs_url)) as client:
         answer = client.post(
             "/v1/jobs", content=upload, headers={"content-type": "application/x-ndjson"}
         )
@@ -91,14 +97,18 @@ def test_a_job_takes_at_most_three_times_its_upload(
         entries = [json.loads(line) for line in stream.splitlines()]
         assert len(entries) == 820 and all(e["result"]["status"] == "scored" for e in entries)
         assert client.get(f"/v1/jobs/{job}/summary").json()["scored"] == 820
-    used = store_bytes(tmp_path / "data")
-    assert used <= 3 * len(upload), (used, len(upload))
-    with sqlite3.connect(tmp_path / "data" / JOBS_DB) as conn:
-        kinds = dict(conn.execute(
-            "SELECT typeof(result), COUNT(*) FROM items GROUP BY typeof(result)"
-        ).fetchall())
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-    assert kinds == {"blob": 820} and version == SCHEMA_VERSION == 3
+    store = open_store()
+    row = store.get(job)
+    assert row is not None
+    # What the key's quota counts: items, results and the job's two dictionaries.
+    assert row["bytes"] <= 3 * len(upload), (row["bytes"], len(upload))
+    with store.db.read() as conn:
+        stored = conn.execute(select(results.c.result).where(results.c.job_id == job)).scalars()
+        tags = {value[0] for value in stored}
+    assert tags == {3}  # every result compressed with the job's result dictionary
+    if jobs_url is None:  # the whole file (with SQLite's pages and indexes) on disk
+        used = store_bytes(tmp_path / "data")
+        assert used <= 3 * len(upload), (used, len(upload))
 
 
 def test_rows_stored_as_text_by_an_older_version_still_read(tmp_path: Path) -> None:
@@ -145,46 +155,49 @@ def test_rows_stored_as_text_by_an_older_version_still_read(tmp_path: Path) -> N
                                            "scored", True)]) == 1
         assert list(store.raw_results("old"))[-1] == '{"id": "it-1", "status": "scored"}' * 10
         with sqlite3.connect(path) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
-            stored = dict(conn.execute("SELECT idx, typeof(result) FROM items").fetchall())
+            revision = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            stored = dict(conn.execute("SELECT idx, typeof(result) FROM results").fetchall())
+        assert revision == SCHEMA_REVISION
         assert stored == {0: "blob", 1: "null", 2: "text"}
     finally:
         store.close()
 
 
-def backdate(data: Path, job_ids: list[str], days: float) -> None:
-    with sqlite3.connect(data / JOBS_DB) as conn:
-        conn.executemany(
-            "UPDATE jobs SET updated_at = updated_at - ? WHERE id = ?",
-            [(days * 86_400, job_id) for job_id in job_ids],
+def backdate(store: JobStore, job_ids: list[str], days: float) -> None:
+    with store.db.tx() as conn:
+        conn.execute(
+            update(jobs).where(jobs.c.id.in_(job_ids))
+            .values(updated_at=jobs.c.updated_at - days * 86_400)
         )
 
 
 def test_finished_jobs_and_reports_expire_after_the_retention_period(
-    tmp_path: Path, app_for: Callable[..., FastAPI]
+    tmp_path: Path, app_for: Callable[..., FastAPI], jobs_url: str | None,
+    open_store: Callable[[], JobStore],
 ) -> None:
     data = tmp_path / "data"
-    with TestClient(app_for(retention_days=1)) as client:
+    with TestClient(app_for(retention_days=1, jobs_url=jobs_url)) as client:
         old, recent = (
             client.post("/v1/jobs", json={"items": [item(n)]}).json()["id"] for n in (1, 2)
         )
         for job in (old, recent):
             wait_for(client, job, lambda s: s["status"] == "done")
-    # A finished calibration run, its report folder beside the store, and a queued job.
-    store = JobStore(data / JOBS_DB)
+    # A finished calibration run (its files in the store, a scratch folder left beside it)
+    # and a queued job.
+    store = open_store()
     request = GradeRequest.model_validate(item(3))
     store.create(job_id="cal", owner="anonymous", items=[], overrides=None, config=None,
                  lease_owner=None, lease_seconds=30, kind="calibrate", total=0)
+    store.put_files("cal", {"report.json": b"{}", "report.md": b"# report\n"})
     store.create(job_id="waiting", owner="anonymous",
                  items=[JobItem(0, "it-3", None, request, None)], overrides=None, config=None,
                  lease_owner=None, lease_seconds=30, kind="never-run-here")
-    store.close()
     report = data / REPORTS / "cal"
     report.mkdir(parents=True)
     (report / "report.md").write_text("# report\n")
-    backdate(data, [old, "cal", "waiting"], days=2)
+    backdate(store, [old, "cal", "waiting"], days=2)
 
-    with TestClient(app_for(retention_days=1)) as client:
+    with TestClient(app_for(retention_days=1, jobs_url=jobs_url)) as client:
         deadline = time.monotonic() + 10
         while client.get(f"/v1/jobs/{old}").status_code != 404:
             assert time.monotonic() < deadline, "the expired job was never removed"
@@ -192,21 +205,26 @@ def test_finished_jobs_and_reports_expire_after_the_retention_period(
         assert client.get(f"/v1/jobs/{recent}").status_code == 200
         assert not report.exists()
         # At most one look every few minutes: a job expiring now waits for the next one.
-        backdate(data, [recent], days=2)
+        backdate(store, [recent], days=2)
         time.sleep(0.3)
         assert client.get(f"/v1/jobs/{recent}").status_code == 200
-    with sqlite3.connect(data / JOBS_DB) as conn:
-        left = {row[0] for row in conn.execute("SELECT DISTINCT job_id FROM items")}
-        jobs = {row[0] for row in conn.execute("SELECT id FROM jobs")}
-    assert jobs == {recent, "waiting"}  # an unfinished job is never removed, however old
-    assert left == {recent, "waiting"}
+    assert store.file_names("cal") == []
+    with store.db.read() as conn:
+        kept = set(conn.execute(select(jobs.c.id)).scalars())
+        finished = set(conn.execute(select(results.c.job_id).distinct()).scalars())
+    assert kept == {recent, "waiting"}  # an unfinished job is never removed, however old
+    assert finished == {recent}
+    assert [line for _, line in store.entries(old, 0, 10, 10)] == []
+    assert store.pending("waiting", -1, 10) == [(0, "it-3", request.model_dump_json())]
 
 
-def test_retention_zero_keeps_everything(tmp_path: Path, app_for: Callable[..., FastAPI]) -> None:
-    with TestClient(app_for(retention_days=0)) as client:
+def test_retention_zero_keeps_everything(
+    app_for: Callable[..., FastAPI], jobs_url: str | None, open_store: Callable[[], JobStore]
+) -> None:
+    with TestClient(app_for(retention_days=0, jobs_url=jobs_url)) as client:
         job = client.post("/v1/jobs", json={"items": [item(1)]}).json()["id"]
         wait_for(client, job, lambda s: s["status"] == "done")
-    backdate(tmp_path / "data", [job], days=10_000)
-    with TestClient(app_for(retention_days=0)) as client:
+    backdate(open_store(), [job], days=10_000)
+    with TestClient(app_for(retention_days=0, jobs_url=jobs_url)) as client:
         time.sleep(0.2)
         assert client.get(f"/v1/jobs/{job}").status_code == 200

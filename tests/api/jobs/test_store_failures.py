@@ -1,5 +1,9 @@
-"""A job store that fails for a while (a full disk): jobs go on once it works again, and callers
-get 503 with Retry-After, never 500 and never a job stuck in `running`."""
+"""A job store that fails for a while (a full disk, a lost database): jobs go on once it works
+again, and callers get 503 with Retry-After, never 500 and never a job stuck in `running`.
+
+The failures are what the store raises (SQLAlchemy's errors wrapping the driver's); every test
+runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -14,10 +18,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 import api.jobs.worker
 from api.jobs import JobStore
 from judge.engine import Grader
+
+
+def disk_full() -> OperationalError:
+    """What the store raises when SQLite finds its disk full."""
+    return OperationalError("INSERT INTO results ...", None,
+                            sqlite3.OperationalError("database or disk is full"))
 
 
 def item(n: int) -> dict[str, Any]:
@@ -28,13 +40,13 @@ def item(n: int) -> dict[str, Any]:
 
 @pytest.fixture
 def make_client(
-    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], jobs_url: str | None
 ) -> Callable[[], TestClient]:
     """A client of the service over the fake judge (no cache, 2 s leases), not yet opened."""
 
     def build() -> TestClient:
         grader = make_grader(metrics=("coverage", "defects"), cache=False)
-        return TestClient(make_app(grader, lease_seconds=2.0))
+        return TestClient(make_app(grader, lease_seconds=2.0, jobs_url=jobs_url))
 
     return build
 
@@ -57,7 +69,7 @@ def test_a_store_that_fails_for_a_while_does_not_end_the_job(make_client, monkey
     def flaky(self: JobStore, *args: Any, **kwargs: Any) -> int:
         if failures["left"] > 0:
             failures["left"] -= 1
-            raise sqlite3.OperationalError("database or disk is full")
+            raise disk_full()
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(JobStore, "save_results", flaky)
@@ -75,7 +87,7 @@ def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> No
         manager = client.app.state.jobs  # type: ignore[attr-defined]
         real_release = JobStore.release
         monkeypatch.setattr(JobStore, "release", lambda self, job_id, token: (_ for _ in ()).throw(
-            sqlite3.OperationalError("database or disk is full")))
+            disk_full()))
         monkeypatch.setattr(manager, "_grade_job", _fail_store)
         job = client.post("/v1/jobs", json={"items": [item(1)]}).json()
         time.sleep(0.3)
@@ -88,14 +100,20 @@ def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> No
 
 
 async def _fail_store(job_id: str, row: Any) -> None:
-    raise sqlite3.OperationalError("database or disk is full")
+    raise disk_full()
 
 
+@pytest.mark.parametrize("failure", ["driver", "pool"])
 def test_submitting_to_a_failing_store_is_503_with_retry_after(
-    tmp_path, make_client, monkeypatch
+    tmp_path, make_client, monkeypatch, jobs_url, failure
 ) -> None:
+    where = jobs_url or str(tmp_path)
+
     def full(self: JobStore, **kwargs: Any) -> None:
-        raise sqlite3.OperationalError(f"database or disk is full: {self.path}")
+        if failure == "pool":  # every connection busy for pool_timeout seconds
+            raise PoolTimeout(f"QueuePool limit reached, connection timed out ({where})")
+        raise OperationalError(f"INSERT INTO jobs ... {where}", {"owner": where},
+                               sqlite3.OperationalError(f"database or disk is full: {where}"))
 
     with make_client() as client:
         monkeypatch.setattr(JobStore, "create", full)
@@ -104,4 +122,19 @@ def test_submitting_to_a_failing_store_is_503_with_retry_after(
     assert answer.headers["retry-after"] == "10"
     error = answer.json()["error"]
     assert error["type"] == "store_unavailable"
-    assert str(tmp_path) not in answer.text  # no server path reaches the client
+    # No SQL, no path, no database URL (with its password) reaches the client.
+    assert where not in answer.text and "INSERT" not in answer.text
+
+
+def test_a_value_the_store_cannot_keep_is_the_callers_error(make_client, jobs_url) -> None:
+    with make_client() as client:
+        # An id naming no job (a NUL byte: Postgres text cannot hold one) is simply unknown.
+        for path in ("/v1/jobs/%00", "/v1/jobs/a%00b/results", "/v1/reports/%00"):
+            assert client.get(path).status_code == 404, path
+        answer = client.post("/v1/jobs", json={"items": [{**item(1), "id": "it\u00001"}]})
+        if jobs_url is None:  # SQLite keeps the NUL like any character
+            assert answer.status_code == 202, answer.text
+        else:  # Postgres cannot: the caller's value, not a store outage (no 503, no retry)
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"]["type"] == "invalid_input"
+            assert "NUL" in answer.json()["error"]["message"]

@@ -1,0 +1,132 @@
+"""The job store's database, SQLite or Postgres, behind one small interface (``Database``).
+
+The store's SQL (``store``, ``claims``, ``items``, ``files``) is written once with SQLAlchemy
+Core; what differs between the engines is decided here: how a write transaction begins, which
+clock times leases, how transactions that must not interleave are serialized, and the dialect's
+``INSERT ... ON CONFLICT``.
+
+**One clock.** Lease expiries are compared with "now" inside the statements. On Postgres "now"
+is the database server's clock (``statement_timestamp()``), so replicas whose clocks drift
+still agree on when a lease lapsed: a replica running fast would otherwise take over live jobs,
+and one running slow would leave dead ones waiting. Creation and update times use the same
+clock, so "oldest first" is one order across replicas. A SQLite file is shared by processes of
+one machine only, which share its clock: there, "now" is this process's ``time.time()``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    Table,
+    cast,
+    extract,
+    func,
+    literal,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.sql.elements import ColumnElement
+
+from api.jobs.postgres import lock_key, postgres_engine
+from api.jobs.sqlite import BEGIN_OPTION, sqlite_engine
+
+STORE_ERRORS: tuple[type[Exception], ...] = (DBAPIError, PoolTimeout)
+"""What a failing job store raises: the database refused or failed a statement, or no
+connection was free in time. A caller that cannot store answers 503 (``api.errors``)."""
+
+TRANSIENT_STORE_ERRORS: tuple[type[Exception], ...] = (OperationalError, PoolTimeout)
+"""Store failures worth retrying: a full disk, a long lock, a lost or exhausted connection."""
+
+Insert = sqlite.Insert | postgresql.Insert
+"""An ``INSERT`` of either dialect (both have ``on_conflict_do_nothing``)."""
+
+
+class Database:
+    """The job store's engine, with the few things that differ between SQLite and Postgres.
+
+    Args:
+        engine: A SQLite (``api.jobs.sqlite.sqlite_engine``) or Postgres
+            (``api.jobs.postgres.postgres_engine``) engine.
+        path: The SQLite file, or None on Postgres.
+    """
+
+    def __init__(self, engine: Engine, *, path: Path | None = None) -> None:
+        self.engine = engine
+        self.path = path
+        self.postgres = engine.dialect.name == "postgresql"
+        # SQLite: write transactions begin IMMEDIATE (they take the write lock at once).
+        self._writer = engine if self.postgres else engine.execution_options(
+            **{BEGIN_OPTION: True}
+        )
+
+    def describe(self) -> str:
+        """The database for a log line or an error message (a URL without its password)."""
+        if self.path is not None:
+            return str(self.path)
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        """A write transaction: committed at the end of the block, rolled back on an error.
+
+        On SQLite it holds the database's write lock from its first statement, so write
+        transactions of every process run one at a time. On Postgres (read committed) rows are
+        locked where a statement says so (``FOR UPDATE``, ``lock``).
+        """
+        with self._writer.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads (its transaction is rolled back when the block ends)."""
+        with self.engine.connect() as conn:
+            yield conn
+
+    def now(self) -> ColumnElement[float]:
+        """"Now" in seconds since the epoch, as an SQL value (the database's clock on Postgres)."""
+        if self.postgres:
+            return cast(extract("epoch", func.statement_timestamp()), Float)
+        return literal(time.time(), Float)
+
+    def insert(self, table: Table) -> Insert:
+        """An ``INSERT`` into ``table`` with this dialect's ``on_conflict_do_nothing``."""
+        return postgresql.insert(table) if self.postgres else sqlite.insert(table)
+
+    def lock(self, conn: Connection, name: str) -> None:
+        """Serialize the transactions that lock ``name`` across processes, until they commit.
+
+        Postgres takes a transaction-level advisory lock; a SQLite write transaction holds the
+        whole database already.
+        """
+        if self.postgres:
+            conn.execute(select(func.pg_advisory_xact_lock(lock_key(name))))
+
+    def close(self) -> None:
+        """Close every pooled connection (connections checked out close when returned)."""
+        self.engine.dispose()
+
+
+def open_database(target: str | Path) -> Database:
+    """The database of ``target``: a ``postgresql://`` URL, or the path of a SQLite file.
+
+    Nothing is connected yet (``api.jobs.migrate.upgrade`` connects first).
+
+    Raises:
+        ConfigError: (``jobs_url``) an invalid Postgres URL.
+        RuntimeError: this Python's SQLite library is too old for the store.
+    """
+    if isinstance(target, str) and target.split("://", 1)[0].split("+", 1)[0] in (
+        "postgres", "postgresql"
+    ):
+        return Database(postgres_engine(target))
+    path = Path(target)
+    return Database(sqlite_engine(path), path=path)
