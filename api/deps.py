@@ -9,7 +9,7 @@ of a request is a service (``api.services.judges.select_judge``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar, cast
 
@@ -29,10 +29,14 @@ WARMUP_RETRY_AFTER = 5
 """Seconds a request refused during the encoder warm-up is told to wait (``Retry-After``)."""
 
 
-def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], _T]:
-    """A dependency returning the ``kind`` object ``create_app`` stored on the app as ``name``."""
+def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], Awaitable[_T]]:
+    """A dependency returning the ``kind`` object ``create_app`` stored on the app as ``name``.
 
-    def dependency(request: Request) -> _T:
+    Async, as every dependency here: FastAPI runs a sync dependency in a worker thread, and a
+    request to ``/v1/grade`` would make five thread round trips for five attribute reads.
+    """
+
+    async def dependency(request: Request) -> _T:
         return cast(_T, getattr(request.app.state, name))
 
     dependency.__name__ = dependency.__qualname__ = f"get_{name}"
@@ -108,7 +112,7 @@ class ReadyGate:
 WarmupDep = Annotated[EncoderWarmup, Depends(get_warmup)]
 
 
-def get_ready_gate(warmup: WarmupDep) -> ReadyGate:
+async def get_ready_gate(warmup: WarmupDep) -> ReadyGate:
     """The readiness gate over the app's encoder warm-up."""
     return ReadyGate(warmup)
 
@@ -118,7 +122,7 @@ ReadyDep = Annotated[ReadyGate, Depends(get_ready_gate)]
 the request computes; 503 with ``Retry-After`` while the encoder it needs is still loading."""
 
 
-def require_owner(request: Request, settings: SettingsDep) -> str:
+async def require_owner(request: Request, settings: SettingsDep) -> str:
     """Authenticate the request; the caller's identity (key digest, or "" when auth is off)."""
     return authenticate(request, settings)
 
@@ -144,7 +148,7 @@ class JobContext:
     owner: str
 
 
-def get_job_context(
+async def get_job_context(
     jobs: JobsDep, grader: GraderDep, settings: SettingsDep, owner: OwnerDep
 ) -> JobContext:
     """The context of a job submission (authenticates the caller)."""

@@ -83,6 +83,10 @@ SECTIONS: tuple[Section, ...] = (
             ("--repeat", "16", "--base", "32"), timeout=1200),
     Section("service", "bench.service", (),
             ("--cold", "24", "--cached", "100", "--workers", "1"), timeout=600),
+    # Issue 20: start-up (--help, serve, the CLI's first result) and per-request overhead.
+    Section("overhead", "bench.overhead", (),
+            ("--requests", "40", "--help-runs", "2", "--serve-runs", "1", "--cli-runs", "1",
+             "--no-steady"), timeout=600),
 )
 
 
@@ -156,6 +160,7 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
             f"{cold_s['p99_overhead_ms']} ms; cached {cached['requests_per_s']} req/s | "
             "(no target) | n/a |"
         )
+    rows += _overhead_rows(results.get("overhead", {}), summary=True)
     metrics = results.get("metrics", {})
     if "bertscore_batched_pairs_per_s" in metrics:
         value = metrics["bertscore_batched_pairs_per_s"]
@@ -370,6 +375,27 @@ def _layer_rows(results: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _overhead_rows(overhead: dict[str, Any], *, summary: bool = False) -> list[str]:
+    """Issue 20's figures (``bench/overhead.py``): summary rows, or the section with its table."""
+    if not overhead.get("serve") and not overhead.get("overhead") and not overhead.get("help"):
+        return []
+    from bench.overhead import summary_rows, table
+
+    if summary:
+        return summary_rows(overhead)
+    return [
+        "",
+        f"### 10. Start-up and overhead per request (`bench/overhead.py`, {_load(overhead)})",
+        "",
+        "Fresh interpreters started as users start them; the stand-in judge at "
+        f"{overhead['latency_s']:g} s/call. Overhead: `POST /v1/grade` (coverage + defects) "
+        "minus a bare call to the same stand-in (the two bodies the service sends, posted "
+        "concurrently) at the same percentile, in alternating rounds of the same run.",
+        "",
+        *table(overhead),
+    ]
+
+
 def _other_rows(results: dict[str, Any]) -> list[str]:
     rows: list[str] = []
     service = results.get("service", {})
@@ -396,6 +422,7 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 f"{cached['p99_ms']} | {cold['errors'] + cached['errors']} | "
                 f"{row['peak_rss_mb_max']} / {row['peak_rss_mb_sum']} |"
             )
+    rows += _overhead_rows(results.get("overhead", {}))
     metrics = results.get("metrics", {})
     if "pairs" in metrics:
         rows += [

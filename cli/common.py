@@ -13,14 +13,15 @@ import os
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Union, get_args, get_origin
 
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
+if TYPE_CHECKING:
+    # Imported where used instead: ``bonusjudge --help`` builds its parser from this module and
+    # must not pay for pydantic and the configuration models (see ``cli.main``).
+    from pydantic import BaseModel
+    from pydantic.fields import FieldInfo
 
-from core.errors import ConfigError
-from judge.config import JudgeConfig, Settings, load_settings
+    from judge.config import Settings
 
 PROG = "bonusjudge"
 """The command's name, as users type it and as every error line starts."""
@@ -115,6 +116,8 @@ def _help(info: FieldInfo, *notes: str) -> str:
 
 
 def _default_note(info: FieldInfo) -> str:
+    from pydantic_core import PydanticUndefined
+
     default = info.default
     if default is None or default is PydanticUndefined or isinstance(default, bool):
         return ""  # None: the settings decide; a factory: computed at run time
@@ -207,6 +210,8 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     Returns:
         Every action of the ``judge`` group, in order.
     """
+    from judge.config import JudgeConfig, Settings
+
     group = parser.add_argument_group(
         "judge", "over the settings file (--settings) and BONUSJUDGE_JUDGE__* variables"
     )
@@ -235,6 +240,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     Raises:
         ConfigError: ``--api-key-env`` names an unset variable, or a setting is invalid.
     """
+    from core.errors import ConfigError
+    from judge.config import load_settings
+
     judge: dict[str, Any] = {}
     for name in (*JUDGE_FIELDS, "context_window"):
         value = getattr(args, name, None)

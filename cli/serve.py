@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from api.serve import check_port_free, serve, with_local_llm
+from api.serve import GRACE_SECONDS, check_port_free, serve
 from cli.common import add_judge_options, add_model_options, settings_from_args
 from judge.config import Settings
 
@@ -35,6 +35,17 @@ def _positive(value: str) -> int:
     return number
 
 
+def _seconds(value: str) -> float:
+    """A number of seconds, 0 or more."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not seconds >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return seconds
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``serve`` subcommand to the ``bonusjudge`` parser."""
     parser = subparsers.add_parser("serve", help="start the HTTP grading service")
@@ -52,6 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         action="store_true",
         help="start the packaged Gemma 3 270M (smoke-test quality) as the judge",
     )
+    parser.add_argument(
+        "--grace", type=_seconds, default=GRACE_SECONDS,
+        help="on SIGTERM or SIGINT, seconds in-flight requests and job items have to finish "
+        f"(default {GRACE_SECONDS:g}; a second signal exits at once)",
+    )
     add_judge_options(parser)
     service = parser.add_argument_group("service")
     add_model_options(service, Settings, ["jobs_url"])
@@ -59,15 +75,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted.
+    """Serve until stopped (SIGTERM or SIGINT); 0 after a clean stop.
 
     Raises:
-        ConfigError: an invalid option or setting, a port in use, or a non-loopback host
-            without API keys.
+        ConfigError: an invalid option or setting, a port in use, a non-loopback host
+            without API keys, or a service that failed to start.
     """
     settings = settings_from_args(args)
     check_port_free(args.host, args.port)
-    if args.local_llm:
-        settings = with_local_llm(settings)
-    serve(settings, host=args.host, port=args.port, workers=args.workers)
-    return 0
+    return serve(
+        settings, host=args.host, port=args.port, workers=args.workers,
+        local_llm=args.local_llm, grace=args.grace,
+    )

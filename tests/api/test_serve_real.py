@@ -95,7 +95,10 @@ def test_grade_example_set_through_real_server(judge_server, tmp_path):
             _, req = entry
             requests.append(req)
         with JudgeClient(f"http://127.0.0.1:{port}") as client:
-            assert client.ready().ready
+            deadline = time.monotonic() + 60
+            while not client.ready().ready:  # /healthz answers while the app still loads
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
             results = client.grade_many(requests, progress=False, batch_size=4)
         assert [r.id for r in results] == [r.id for r in requests]
         assert all(r.status == "scored" for r in results)
