@@ -163,7 +163,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     f"{row['replica_cpu_pct']}% of a core each, client {row['client_cpu_pct']}% "
                     f"(load {row['load_before'][0]} -> {row['load_after'][0]})")
                 runs[replicas].append(row)
-    median = {n: statistics.median(r["items_per_s"] for r in rows) for n, rows in runs.items()}
+    median = {
+        n: round(statistics.median(r["items_per_s"] for r in rows), 2) for n, rows in runs.items()
+    }
     result = {
         "machine": machine(),
         "items": len(requests),
