@@ -93,7 +93,9 @@ def test_replicas_claiming_at_once_never_take_the_same_job(
     )
     every = [job_id for taken in claimed for job_id in taken]
     assert sorted(every) == job_ids  # each job once: none twice, none left
-    assert all(len(taken) > 0 for taken in claimed), [len(t) for t in claimed]
+    # The claims did race (more than one claimer won jobs). Not every claimer need win one:
+    # on SQLite a writer may wait out the others' whole run for its lock.
+    assert sum(1 for taken in claimed if taken) >= 2, [len(t) for t in claimed]
     for token, taken in zip(
         ("replica-1/a", "replica-1/b", "replica-2/a", "replica-2/b"), claimed, strict=True
     ):
