@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+from judge.testing.processes import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -48,12 +48,6 @@ PYTHON = sys.executable
 
 def _log(message: str) -> None:
     print(f"[cluster-demo {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Processes:
@@ -103,14 +97,10 @@ class Processes:
 
 
 def _wait_http(url: str, processes: Processes, name: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        processes.check(name)
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{name} did not answer {url} within {timeout:g} s")
+    process = processes.started[name]
+    if not wait_until_answers(url, timeout=timeout, alive=lambda: process.poll() is None):
+        processes.check(name)  # raises with the log's tail when it exited
+        raise RuntimeError(f"{name} did not answer {url} within {timeout:g} s")
 
 
 def _wait_port(port: int, processes: Processes, name: str, timeout: float = 60.0) -> None:
@@ -183,7 +173,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     processes = Processes(work)
     try:
-        redis_port, pg_port, judge_port = _free_port(), _free_port(), _free_port()
+        redis_port, pg_port, judge_port = free_port(), free_port(), free_port()
         _log(f"starting Redis on 127.0.0.1:{redis_port}")
         processes.start("redis", [PYTHON, "-m", "judge.testing.redis_server",
                                   "--port", str(redis_port)])
@@ -205,7 +195,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         }
         urls: dict[str, str] = {}
         for name in ("A", "B"):
-            port = _free_port()
+            port = free_port()
             urls[name] = f"http://127.0.0.1:{port}"
             _log(f"starting replica {name} on {urls[name]}")
             processes.start(name, [

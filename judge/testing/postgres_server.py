@@ -13,7 +13,7 @@ tests and demos on this machine: ``fsync`` is off, so a crash of the machine may
     python -m judge.testing.postgres_server --port 5433 --data /tmp/pg   # until SIGTERM or Ctrl-C
 
 PostgreSQL refuses to run as root: under root the server runs as the unprivileged ``nobody``
-account, which then owns its data folder. Nothing here imports the rest of bonusjudge.
+account, which then owns its data folder. Of bonusjudge it imports only ``judge.testing.processes``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import pwd
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
+
+from judge.testing.processes import free_port
 
 __all__ = ["LocalPostgres", "binaries", "postgres_server"]
 
@@ -64,12 +65,6 @@ def binaries() -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class LocalPostgres:
     """One PostgreSQL cluster in ``data_dir``, run as a child process on 127.0.0.1.
 
@@ -88,7 +83,7 @@ class LocalPostgres:
         self, data_dir: Path, *, port: int | None = None, password: str | None = None
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
-        self.port = port if port is not None else _free_port()
+        self.port = port if port is not None else free_port()
         self.password = password
         self._pick_port = port is None
         self._bin = binaries()
@@ -207,7 +202,7 @@ class LocalPostgres:
             log = self.log()
             # A port taken between choosing and binding it: choose again (when it was ours).
             if self._pick_port and "Address already in use" in log and attempt < 2:
-                self.port = _free_port()
+                self.port = free_port()
                 continue
             raise RuntimeError(
                 f"PostgreSQL exited at start (code {self.process.returncode}); its log:\n{log}"

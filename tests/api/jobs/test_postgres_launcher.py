@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from judge.testing.postgres_server import postgres_server
+from judge.testing.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,12 +29,6 @@ def folder() -> Iterator[Path]:
     os.chmod(path, 0o711)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serve(port: int, data: Path) -> subprocess.Popen[str]:
