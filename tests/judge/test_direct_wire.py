@@ -29,18 +29,12 @@ from pydantic import BaseModel, ValidationInfo, field_validator
 
 from core.errors import JudgeOutputError, ProviderError
 from judge.config import JudgeConfig
-from judge.direct import (
-    DirectProvider,
-    RoutingProvider,
-    _as_rendered,
-    _json_instruction,
-    _tool_function,
-    transport_for,
-)
+from judge.direct import DirectProvider, RoutingProvider, transport_for
 from judge.mcq.llm import reading_model
 from judge.provider import Completion, LiteLLMProvider
 from judge.testing import OPENAI_CHAT_PARAMS, OpenAIStandIn, Reply, ToolCall
 from judge.verdicts import BonusPointsExtraction, DefectJudgement, coverage_model
+from judge.wire import as_rendered, json_instruction, tool_function
 
 litellm.suppress_debug_info = True
 
@@ -166,7 +160,7 @@ async def run_both(
 )
 def test_tool_definition_and_json_instruction_are_instructors(model: type[BaseModel]) -> None:
     wrapped = instructor.openai_schema(model)
-    assert _tool_function(model) == generate_openai_schema(wrapped)
+    assert tool_function(model) == generate_openai_schema(wrapped)
     # instructor's JSON-mode text, built as its handler builds it (the message it sends).
     from instructor.v2.core.mode import Mode
     from instructor.v2.core.providers import Provider
@@ -176,7 +170,7 @@ def test_tool_definition_and_json_instruction_are_instructors(model: type[BaseMo
     _, prepared = handlers.request_handler(
         response_model=wrapped, kwargs={"messages": [{"role": "user", "content": "x"}]}
     )
-    assert prepared["messages"][0] == {"role": "system", "content": _json_instruction(model)}
+    assert prepared["messages"][0] == {"role": "system", "content": json_instruction(model)}
 
 
 # -- bodies and outcomes, scenario by scenario ----------------------------------------------------
@@ -324,7 +318,7 @@ async def test_the_router_sends_each_call_on_its_transport(server: OpenAIStandIn
 def test_rendering_markup_free_text_is_instructors(text: str) -> None:
     from instructor.v2.core.templating import apply_template
 
-    assert _as_rendered(text) == apply_template(text, {"n_points": 2})
+    assert as_rendered(text) == apply_template(text, {"n_points": 2})
 
 
 @pytest.mark.parametrize(
