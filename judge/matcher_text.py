@@ -1,0 +1,257 @@
+"""The embedded matcher's text analysis: sentences, word tokens, numbers, names, lexical features.
+
+Everything here is pure string work (rapidfuzz and numpy, no encoder), identical for English and
+Chinese: ``judge.matcher`` turns these lexical features and the encoder's similarities into one
+feature row per (point, response), and ``calibration.fit_matcher`` builds its training rows with
+the same code, so what is fitted is what runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from core.text import normalize
+
+__all__ = [
+    "Lexical",
+    "fuzzy_recall",
+    "is_content",
+    "lexical_features",
+    "names_in",
+    "numbers_in",
+    "split_sentences",
+    "word_tokens",
+]
+
+# Function words carry no content: a point's recall is measured on the rest. Kept short and
+# embedded (no NLTK data download at run time).
+# Negations are left out on purpose: dropping them would make "is not contagious" match "is
+# contagious"; as content words, their absence lowers recall.
+_EN_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because
+    been before being below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers herself him himself his how i if in into
+    is it its itself just me more most my myself of off on once only or other our ours ourselves
+    out over own same she should so some such than that the their theirs them themselves then
+    there these they this those through to too under until up very was we were what when where
+    which while who whom why will with would you your yours yourself yourselves also may might
+    must shall s t d ll m re ve"""
+_EN_STOPWORDS = frozenset(_EN_STOPWORD_TEXT.split())
+_ZH_STOPWORDS = frozenset("的了是在和也就都而及与着或之其这那个们把被从对于为以将")
+# Number words the response may use for a point's digits ("two sons" = "2 sons"). Left out on
+# purpose: "one" (mostly a pronoun), ordinals ("second" is also a unit of time) and multipliers
+# ("two hundred" would read as 2 and 100, neither of which is 200).
+_NUMBER_WORDS = {
+    "zero": "0", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
+    "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
+    "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
+}  # fmt: skip
+_NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
+_TOKEN_RE = re.compile(r"[^\W_]+")
+# Ideographs and kana (the ranges of core.text.is_cjk that hold letters): one token per
+# character, since those scripts do not separate words; any other letter/digit run is a word.
+_CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+_TOKEN_SPLIT_RE = re.compile(rf"[{_CJK_LETTERS}]|[^\W_{_CJK_LETTERS}]+")
+# Sentence ends: . ! ? ; before white space, the CJK marks anywhere, line breaks, and a full
+# stop glued to the next sentence ("weight loss.If you") after a lower-case letter, which
+# leaves abbreviations such as "U.S." alone.
+_SENTENCE_RE = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+|(?<=[a-z][.!?])(?=[A-Z])")
+# Word-level fuzzy matching: 85 accepts inflections ("effect"/"effects", "medication"/
+# "medications") and spelling slips, and rejects different short words ("cat"/"car" = 67).
+_FUZZY_WORD_CUTOFF = 85.0
+# Texts longer than this are cut before the quadratic rapidfuzz ratios; the encoder truncates on
+# its own, and coverage evidence in the first 4k characters is the evidence a reader sees too.
+_FUZZ_CHAR_LIMIT = 4000
+_MAX_SENTENCES = 80
+
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences on ``. ! ? ;`` (and their CJK forms) and on line breaks.
+
+    Args:
+        text: Any text.
+
+    Returns:
+        The non-empty sentences, stripped, at most 80 (the rest joined into the last one, so no
+        text is lost and a pathological response cannot blow up the batch).
+    """
+    parts = [part.strip() for part in _SENTENCE_RE.split(text)]
+    sentences = [part for part in parts if part and _TOKEN_RE.search(part)]
+    if len(sentences) > _MAX_SENTENCES:
+        sentences = [*sentences[: _MAX_SENTENCES - 1], " ".join(sentences[_MAX_SENTENCES - 1 :])]
+    return sentences
+
+
+def word_tokens(text: str) -> list[str]:
+    """Case-folded word tokens; each CJK character is a token of its own, punctuation dropped."""
+    return _TOKEN_SPLIT_RE.findall(normalize(text))
+
+
+def is_content(token: str) -> bool:
+    """Whether a token carries content (not a stopword, not a lone Latin letter)."""
+    if token in _EN_STOPWORDS or token in _ZH_STOPWORDS:
+        return False
+    return not (len(token) == 1 and token.isascii() and token.isalpha())
+
+
+def numbers_in(text: str) -> set[str]:
+    """Numbers in a text, digits or number words, canonicalised: "1,000" -> "1000", "two" -> "2"."""
+    lowered = normalize(text)
+    found = {
+        re.sub(r",(?=\d{3}\b)", "", value).rstrip(".,") for value in _NUMBER_RE.findall(lowered)
+    }
+    found.update(_NUMBER_WORDS[t] for t in _TOKEN_RE.findall(lowered) if t in _NUMBER_WORDS)
+    return found
+
+
+def names_in(text: str) -> list[str]:
+    """Capitalised words in ``text`` that look like names ("Escitalopram", "FDA", "Seville").
+
+    The first word of a sentence is capitalised anyway, so it only counts in very short texts
+    (answers such as "David Seville"), where it is almost always a name.
+    """
+    result: list[str] = []
+    for sentence in split_sentences(text) or [text]:
+        raw = re.findall(r"[^\W\d_]+", sentence)
+        for index, word in enumerate(raw):
+            if not word[0].isupper() or normalize(word) in _EN_STOPWORDS:
+                continue
+            if index == 0 and len(raw) > 3:
+                continue
+            result.append(normalize(word))
+    return list(dict.fromkeys(result))
+
+
+def fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
+    """Share of ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
+    if not needles:
+        return 1.0
+    hay = set(haystack)
+    if not hay:
+        return 0.0
+    missing = [n for n in dict.fromkeys(needles) if n not in hay]
+    found = len(set(needles)) - len(missing)
+    # Only words of letters, longer than 3, are matched fuzzily: a digit anywhere means a
+    # number or code, which must match exactly ("1865" must not find "1866").
+    fuzzy_missing = [n for n in missing if len(n) > 3 and n.isalpha()]
+    if fuzzy_missing:
+        candidates = [h for h in hay if len(h) > 3 and h.isalpha()]
+        if candidates:
+            scores = process.cdist(
+                fuzzy_missing, candidates, scorer=fuzz.ratio, score_cutoff=_FUZZY_WORD_CUTOFF
+            )
+            found += int((np.asarray(scores).max(axis=1) > 0).sum())
+    return found / len(set(needles))
+
+
+def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    """Adjacent token pairs."""
+    return set(itertools.pairwise(tokens))
+
+
+@dataclass
+class Lexical:
+    """Lexical features of one point against one response."""
+
+    values: dict[str, float]
+    best_sentence: int | None
+    conflicting_numbers: tuple[str, ...]
+
+
+def lexical_features(
+    point: str, response: str, question: str, siblings: Sequence[str], sentences: Sequence[str]
+) -> Lexical:
+    """Compute the lexical features (identical code for English and Chinese).
+
+    ``siblings`` are the other bonus points of the same question: words they share with the
+    point ("side effects of Escitalopram include ...") say nothing about which of them the
+    response covers, so ``distinct_recall`` leaves them out.
+    """
+    point_tokens = word_tokens(point)
+    response_tokens = word_tokens(response)
+    question_tokens = set(word_tokens(question))
+    content = [t for t in point_tokens if is_content(t)] or point_tokens
+    novel = [t for t in content if t not in question_tokens] or content
+    sibling_tokens = {t for other in siblings for t in word_tokens(other)}
+    distinct = [t for t in novel if t not in sibling_tokens] or novel
+
+    point_text = " ".join(point_tokens)[:_FUZZ_CHAR_LIMIT]
+    response_text = " ".join(response_tokens)[:_FUZZ_CHAR_LIMIT]
+    if point_text and response_text:
+        partial = fuzz.partial_ratio(point_text, response_text) / 100.0
+        token_set = fuzz.token_set_ratio(point_text, response_text) / 100.0
+    else:
+        partial = token_set = 0.0
+
+    point_bigrams = _bigrams(point_tokens)
+    bigram_recall = (
+        len(point_bigrams & _bigrams(response_tokens)) / len(point_bigrams)
+        if point_bigrams
+        else fuzzy_recall(content, response_tokens)
+    )
+    point_numbers = numbers_in(point)
+    response_numbers = numbers_in(response)
+    missing_numbers = point_numbers - response_numbers
+    number_missing = len(missing_numbers) / len(point_numbers) if point_numbers else 0.0
+    # A missing number is a conflict when the response states other numbers instead: then it
+    # says something else, which is an error, not a different wording.
+    conflicting = (
+        tuple(sorted(missing_numbers))
+        if missing_numbers and response_numbers - point_numbers
+        else ()
+    )
+    names = names_in(point)
+    name_missing = 1.0 - fuzzy_recall(names, word_tokens(response)) if names else 0.0
+    # log(1 + response words) - log(1 + point words): long responses earn high recall and
+    # partial ratios by chance, so the model needs to know how much text it searched.
+    length_ratio = math.log1p(len(response_tokens)) - math.log1p(len(point_tokens))
+
+    best_sentence: int | None = None
+    sentence_recall = 0.0
+    if sentences:
+        # Lexical evidence sentence: the one covering most of the point's content words. A long
+        # response gathers a point's words from everywhere by chance; one sentence that holds
+        # them all is real evidence.
+        recalls = [fuzzy_recall(content, word_tokens(s)) for s in sentences]
+        best_sentence = int(np.argmax(recalls))
+        sentence_recall = recalls[best_sentence]
+    content_recall = fuzzy_recall(content, response_tokens)
+    response_content = [t for t in response_tokens if is_content(t)] or response_tokens
+    # Share of the response's content words found in the point: with recall, an F1 that tells
+    # "says exactly this" from "says this among much else" (answer-level ratings care).
+    precision = fuzzy_recall(response_content, point_tokens) if response_content else 0.0
+    token_f1 = (
+        2 * precision * content_recall / (precision + content_recall)
+        if precision + content_recall > 0
+        else 0.0
+    )
+
+    # The point's words, in order, inside the response: the strongest single piece of
+    # evidence for short answers (a wrong answer almost never contains the right one).
+    exact = bool(point_text) and f" {point_text} " in f" {' '.join(response_tokens)} "
+    return Lexical(
+        values={
+            "exact_match": 1.0 if exact else 0.0,
+            "fuzz_partial": partial,
+            "fuzz_token_set": token_set,
+            "content_recall": content_recall,
+            "sentence_recall": sentence_recall,
+            "token_f1": token_f1,
+            "novel_recall": fuzzy_recall(novel, response_tokens),
+            "distinct_recall": fuzzy_recall(distinct, response_tokens),
+            "bigram_recall": bigram_recall,
+            "number_missing": number_missing,
+            "name_missing": name_missing,
+            "length_ratio": length_ratio,
+        },
+        best_sentence=best_sentence,
+        conflicting_numbers=conflicting,
+    )
