@@ -77,7 +77,7 @@ _DEFECT_USER = (
 _INCLUDED = re.compile(r"\[Included Bonus Points\]:\s*(.*)")
 
 
-def _config(base_url: str, concurrency: int) -> Any:
+def _config(base_url: str, concurrency: int, transport: str) -> Any:
     from judge.config import JudgeConfig
 
     return JudgeConfig(
@@ -85,35 +85,59 @@ def _config(base_url: str, concurrency: int) -> Any:
         api_base=base_url,
         metrics=("coverage", "defects"),
         concurrency=concurrency,
+        transport=transport,
     )
 
 
 async def grade_run(
-    items: Sequence[tuple[str, Any]], base_url: str, concurrency: int, cache_dir: Path
+    items: Sequence[tuple[str, Any]],
+    base_url: str,
+    concurrency: int,
+    cache_dir: Path,
+    *,
+    transport: str = "auto",
+    keep_verdicts: bool = False,
 ) -> dict[str, Any]:
     """Grade ``items`` once with a new ``Grader`` on ``cache_dir``; timings and counters.
 
+    Args:
+        items: (id, GradeRequest) pairs.
+        base_url: The stand-in's ``/v1`` URL.
+        concurrency: The engine's concurrency limit.
+        cache_dir: The judge cache's folder (new for a cold run, reused for a warm one).
+        transport: ``JudgeConfig.transport`` (``auto``, ``direct`` or ``litellm``).
+        keep_verdicts: Also return ``verdicts`` (per item: status, covered points, penalized),
+            to compare what two runs decided.
+
     Returns:
         ``items``, ``wall_s``, ``cpu_s`` (this process), ``items_per_s``, ``provider_calls``,
-        ``cache_hits``, ``statuses`` (scored/unscored counts).
+        ``cache_hits``, ``statuses`` (scored/unscored counts), and ``verdicts`` when asked.
     """
     from judge.cache import JudgeCache
     from judge.engine import Grader
 
     cache = JudgeCache(cache_dir)
-    grader = Grader(_config(base_url, concurrency), cache=cache)
+    grader = Grader(_config(base_url, concurrency, transport), cache=cache)
     statuses: Counter[str] = Counter()
+    verdicts: dict[str, Any] = {}
     try:
         with Timer() as timer:
             async for result in grader.grade_many(items):
                 statuses[result.status] += 1
+                if keep_verdicts:
+                    coverage, defects = result.coverage, result.defects
+                    verdicts[result.id] = (
+                        result.status,
+                        coverage.covered if coverage else None,
+                        defects.penalized if defects else None,
+                    )
     finally:
         await grader.aclose()
         cache.close()
     count = sum(statuses.values())
     if count != len(items):
         raise RuntimeError(f"graded {count} of {len(items)} items")
-    return {
+    row: dict[str, Any] = {
         "items": count,
         "wall_s": round(timer.wall, 3),
         "cpu_s": round(timer.cpu, 3),
@@ -122,6 +146,9 @@ async def grade_run(
         "cache_hits": grader.stats.cache_hits,
         "statuses": dict(statuses),
     }
+    if keep_verdicts:
+        row["verdicts"] = verdicts
+    return row
 
 
 def _warmup_items(items: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:

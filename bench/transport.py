@@ -32,13 +32,11 @@ import gc
 import os
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    Timer,
     load_requests,
     log,
     machine,
@@ -47,9 +45,9 @@ from bench.common import (
     write_json,
 )
 from bench.standin import StandInProcess
-from bench.throughput import public_scorer_run
+from bench.throughput import grade_run, public_scorer_run
 
-__all__ = ["grade_run", "main"]
+__all__ = ["main"]
 
 _WARMUP_ITEMS = 16
 TRANSPORTS = ("direct", "litellm")
@@ -62,61 +60,6 @@ def process_cpu_s(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def grade_run(
-    items: Sequence[tuple[str, Any]],
-    base_url: str,
-    concurrency: int,
-    transport: str,
-    cache_dir: Path,
-) -> dict[str, Any]:
-    """Grade ``items`` once with a new ``Grader`` on ``cache_dir`` over ``transport``.
-
-    Returns:
-        ``items``, ``wall_s``, ``cpu_s`` (this process), ``items_per_s``, ``provider_calls``,
-        ``statuses``, and ``verdicts`` (per item: status, covered points, penalized).
-    """
-    from judge.cache import JudgeCache
-    from judge.config import JudgeConfig
-    from judge.engine import Grader
-
-    config = JudgeConfig(
-        model="openai/standin",
-        api_base=base_url,
-        metrics=("coverage", "defects"),
-        concurrency=concurrency,
-        transport=transport,  # type: ignore[arg-type]
-    )
-    cache = JudgeCache(cache_dir)
-    grader = Grader(config, cache=cache)
-    statuses: Counter[str] = Counter()
-    verdicts: dict[str, Any] = {}
-    try:
-        with Timer() as timer:
-            async for result in grader.grade_many(items):
-                statuses[result.status] += 1
-                coverage, defects = result.coverage, result.defects
-                verdicts[result.id] = (
-                    result.status,
-                    coverage.covered if coverage else None,
-                    defects.penalized if defects else None,
-                )
-    finally:
-        await grader.aclose()
-        cache.close()
-    count = sum(statuses.values())
-    if count != len(items):
-        raise RuntimeError(f"graded {count} of {len(items)} items")
-    return {
-        "items": count,
-        "wall_s": round(timer.wall, 3),
-        "cpu_s": round(timer.cpu, 3),
-        "items_per_s": round(count / timer.wall, 1),
-        "provider_calls": grader.stats.provider_calls,
-        "statuses": dict(statuses),
-        "verdicts": verdicts,
-    }
 
 
 def _warmup(items: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -132,7 +75,9 @@ async def _runs(
 ) -> list[dict[str, Any]]:
     for transport in TRANSPORTS:
         log(f"warm-up: {_WARMUP_ITEMS} items over {transport}")
-        await grade_run(_warmup(items), srv.base_url, 16, transport, work / f"warmup-{transport}")
+        await grade_run(
+            _warmup(items), srv.base_url, 16, work / f"warmup-{transport}", transport=transport
+        )
     gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade.py)
     rows: list[dict[str, Any]] = []
     for concurrency in args.concurrency:
@@ -144,8 +89,8 @@ async def _runs(
             load_before = os.getloadavg()[0]
             log(f"c={concurrency} {transport}: {len(items)} items at {args.latency:g} s/call")
             row = await grade_run(
-                items, srv.base_url, concurrency, transport,
-                work / f"c{concurrency}-{transport}-{repeat}",
+                items, srv.base_url, concurrency, work / f"c{concurrency}-{transport}-{repeat}",
+                transport=transport, keep_verdicts=True,
             )
             stats = srv.stats()
             server_after = process_cpu_s(srv.pid) if srv.pid is not None else None

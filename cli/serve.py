@@ -13,26 +13,26 @@ from cli.common import add_judge_options, add_model_options, settings_from_args
 from judge.config import Settings
 
 
-def _port(value: str) -> int:
-    """A TCP port number, 1-65535."""
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {port}")
-    return port
-
-
-def _positive(value: str) -> int:
-    """A whole number of at least 1."""
+def _whole_number(value: str, low: int, high: int | None = None) -> int:
+    """``value`` as a whole number in ``[low, high]``, or the argparse error that says why."""
     try:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    if number < low or (high is not None and number > high):
+        bounds = f"{low}-{high}" if high is not None else f"at least {low}"
+        raise argparse.ArgumentTypeError(f"must be {bounds}, got {number}")
     return number
+
+
+def _port(value: str) -> int:
+    """A TCP port number, 1-65535."""
+    return _whole_number(value, 1, 65535)
+
+
+def _positive(value: str) -> int:
+    """A whole number of at least 1."""
+    return _whole_number(value, 1)
 
 
 def _seconds(value: str) -> float:

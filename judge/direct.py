@@ -274,6 +274,18 @@ def _plan_of(
 # -- the provider --------------------------------------------------------------------------------
 
 
+def _no_valid_answer(
+    attempts: int, error: str, last_reply: Mapping[str, Any] | None
+) -> JudgeOutputError:
+    """The failure of a call whose replies never validated, classified from the last reply."""
+    return JudgeOutputError(
+        f"no valid answer after {attempts} attempt(s): {error}",
+        reason=failure_reason(last_reply),
+        raw=raw_text(last_reply),
+        attempts=attempts,
+    )
+
+
 class _Tokens:
     """Token counts summed over a call's attempts (None until a reply reports them)."""
 
@@ -478,12 +490,7 @@ class DirectProvider:
                 last_error, last_reply = exc, reply
             except Unparseable as exc:
                 # instructor does not re-ask this; it reports the last *re-asked* reply, if any.
-                raise JudgeOutputError(
-                    f"no valid answer after {sent} attempt(s): {exc}",
-                    reason=failure_reason(last_reply),
-                    raw=raw_text(last_reply),
-                    attempts=sent,
-                ) from exc
+                raise _no_valid_answer(sent, str(exc), last_reply) from exc
             else:
                 return Completion(
                     output=output,
@@ -499,12 +506,7 @@ class DirectProvider:
             log.info("re-asking after an invalid answer (attempt %d): %s", sent, last_error)
             history = [*history, *reask_messages(reply, config.mode, last_error)]
         log.error("no valid answer after %d attempt(s): %s", sent, last_error)
-        raise JudgeOutputError(
-            f"no valid answer after {sent} attempt(s): {str(last_error)[:300]}",
-            reason=failure_reason(last_reply),
-            raw=raw_text(last_reply),
-            attempts=sent,
-        ) from last_error
+        raise _no_valid_answer(sent, str(last_error)[:300], last_reply) from last_error
 
     async def _complete_text(
         self,

@@ -64,6 +64,15 @@ def _findable(key: str) -> bool:
     return "\x00" not in key
 
 
+def _locked_status(conn: Connection, job_id: str, owner: str) -> Any:
+    """The status and kind of ``owner``'s job, its row locked for this transaction (or None)."""
+    return conn.execute(
+        select(jobs.c.status, jobs.c.kind)
+        .where(jobs.c.id == job_id, jobs.c.owner == owner)
+        .with_for_update()
+    ).first()
+
+
 class JobStore:
     """The jobs database: a SQLite file (one machine) or a Postgres database (many replicas).
 
@@ -202,11 +211,7 @@ class JobStore:
         if not _findable(job_id):
             return False
         with self.db.tx() as conn:
-            row = conn.execute(
-                select(jobs.c.status, jobs.c.kind)
-                .where(jobs.c.id == job_id, jobs.c.owner == owner)
-                .with_for_update()
-            ).first()
+            row = _locked_status(conn, job_id, owner)
             if row is None or (kind is not None and row.kind != kind):
                 return False
             if row.status in ACTIVE:
@@ -233,11 +238,7 @@ class JobStore:
         if not _findable(job_id):
             return None
         with self.db.tx() as conn:
-            row = conn.execute(
-                select(jobs.c.status, jobs.c.kind)
-                .where(jobs.c.id == job_id, jobs.c.owner == owner)
-                .with_for_update()
-            ).first()
+            row = _locked_status(conn, job_id, owner)
             if row is None or row.kind != GRADE:
                 return None
             if row.status != "done":
