@@ -37,7 +37,7 @@ from pydantic import (
     ValidationInfo,
 )
 
-from core.errors import InputError
+from core.errors import InputError, every_error
 from core.jsonl import BadLine, read_jsonl
 from judge.mapping import KrippendorffLevel, Scale, ScaleKind, parse_scale
 
@@ -244,15 +244,6 @@ def _annotators(
     if values is None:
         return None
     return [None if v is None else scale.check(v, field="annotator_scores") for v in values]
-
-
-def _format_validation_error(error: ValidationError) -> str:
-    parts = []
-    for detail in error.errors():
-        where = ".".join(str(p) for p in detail["loc"]) or "line"
-        message = detail["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}")
-    return "; ".join(parts)
 
 
 def _fill_question(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -508,7 +499,7 @@ def _load_line(
             raw, line=number, scale_override=forced, chartom_context=chartom_context
         )
     except ValidationError as exc:
-        return BadLine(number, _format_validation_error(exc), id=line_id), None
+        return BadLine(number, every_error(exc, whole="line"), id=line_id), None
     except ValueError as exc:
         return BadLine(number, str(exc), id=line_id), None
     return None, item

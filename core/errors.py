@@ -169,6 +169,26 @@ def field_of(loc: Sequence[int | str]) -> str | None:
     return ".".join(str(p) for p in parts) or None
 
 
+def every_error(errors: ValidationError, *, whole: str | None = None) -> str:
+    """Every pydantic validation error on one line: ``"answer: ...; options.1: ..."``.
+
+    For inputs whose reader reports all that is wrong with a line at once (MCQ items, calibration
+    rows). pydantic's ``"Value error, "`` prefix is dropped; model-level checks already start
+    with the field they name.
+
+    Args:
+        errors: The validation error.
+        whole: The name to give an error about the whole object (an empty location); None
+            leaves such a message unprefixed.
+    """
+    parts: list[str] = []
+    for detail in errors.errors():
+        where = ".".join(str(part) for part in detail["loc"]) or whole
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
+
+
 def first_error(errors: ValidationError | Sequence[Any]) -> tuple[str | None, str]:
     """The field and a one-line message of the first pydantic validation error.
 

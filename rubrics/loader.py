@@ -21,7 +21,7 @@ from jinja2 import StrictUndefined, Template, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
-from core.errors import RubricInvalid, RubricNotFound
+from core.errors import RubricInvalid, RubricNotFound, first_error
 from core.text import Language
 from rubrics.schema import TASK_VARIABLES, Rubric, RubricFile
 
@@ -169,11 +169,8 @@ def load_rubric_file(path: Path) -> Rubric:
     try:
         content = RubricFile.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise RubricInvalid(
-            f"{path}: {field}: {first['msg']}", path=str(path), field=field
-        ) from exc
+        field, message = first_error(exc)
+        raise RubricInvalid(f"{path}: {message}", path=str(path), field=field) from exc
     if content.output == "text" and content.parser is None:
         raise RubricInvalid(
             f"{path}: parser: a text rubric needs a parser", path=str(path), field="parser"

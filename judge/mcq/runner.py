@@ -17,7 +17,7 @@ from typing import TextIO, TypedDict, Unpack
 
 from pydantic import ValidationError
 
-from core.errors import ConfigError, InputError
+from core.errors import ConfigError, InputError, every_error
 from core.jsonl import BadLine, read_jsonl
 from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
 from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize
@@ -46,13 +46,7 @@ _NOT_UTF8 = "not valid UTF-8"
 
 def format_validation_error(exc: ValidationError) -> str:
     """One line naming each offending field: ``"answer: label 'E' is not among ..."``."""
-    parts: list[str] = []
-    for error in exc.errors():
-        message = str(error["msg"]).removeprefix("Value error, ")
-        location = ".".join(str(part) for part in error["loc"])
-        # Model-level checks already start with the field name; don't prefix them twice.
-        parts.append(f"{location}: {message}" if location else message)
-    return "; ".join(parts)
+    return every_error(exc)
 
 
 def read_items(path: str | Path) -> Iterator[tuple[int, McqItem | BadLine]]:
