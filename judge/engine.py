@@ -303,8 +303,9 @@ class Grader:
     async def prepare(self, config: JudgeConfig | None = None) -> None:
         """Load what grading with ``config`` needs, before any batch worker uses it.
 
-        Loads exactly what the metrics need (rouge-score for ``rouge_l``; bert_score and the
-        encoder for ``bertscore``; the embedded matcher and its encoder for embedded coverage),
+        Loads exactly what the metrics need (rouge-score for ``rouge_l``; the encoder for
+        ``bertscore``, and transformers with bert_score only for an encoder the torch-only path
+        does not run; the embedded matcher and its encoder for embedded coverage),
         once per process and serialized, in a worker thread. Call it before grading: the batch
         workers of BERTScore and of the matcher otherwise make their first imports in two
         threads at once. Safe to call again (it returns at once) and from several tasks.

