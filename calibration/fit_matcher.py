@@ -15,15 +15,20 @@ What it does:
    ``LONG_POINT_WORDS`` words), which judges long points at inference; both cross-validated with
    ``GroupKFold`` grouped by question so no question is in both a training and a test fold, and
    reports matcher vs ROUGE-L vs BERTScore per set on the out-of-fold predictions.
-4. Chooses the decision threshold on training data only: accuracy on the binarised labels, each
-   set weighted alike. K-QA's reported accuracy uses a threshold chosen on the *other* sets.
+4. Chooses the decision threshold as a calibration decision: the one that maximises the sets'
+   mean balanced accuracy (labels binarised at 0.5, each set weighted by its weight) on the
+   out-of-fold scores, so no set's share of right answers drags it. The cross-validated
+   verdicts use a threshold chosen on their training folds only; leave-one-set-out figures fit
+   model and threshold without the set (see :mod:`calibration.fit_matcher_eval`).
 5. Refits on everything and writes ``judge/data/matcher_params.json``: version, features,
    weights and bias with the standardisation folded in (inference is numpy only), thresholds,
    the long-point model, the lexical-only model for Chinese, and the training summary.
 
-Two sets are subsampled (seeded, by question) to keep the fit within minutes on 2 CPU cores:
-EVOUNA TriviaQA (10,000 rows) and LiveQA-Med/MedQuAD (long answers). Embeddings and BERTScore
-baselines are cached under ``--cache-dir`` so a refit does not re-encode.
+One set is subsampled (seeded, by question) to keep the fit within minutes on 2 CPU cores:
+LiveQA-Med/MedQuAD (long answers). EVOUNA TriviaQA is used whole (10,000 answers of 2,000
+questions by five systems, from terse FiD spans to verbose GPT and Bing answers), and reported
+per answering system too. Embeddings and BERTScore baselines are cached under ``--cache-dir`` so
+a refit does not re-encode.
 """
 
 from __future__ import annotations
@@ -45,6 +50,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calibration.fit_matcher_eval import (
+    THRESHOLD_RULES,
+    baselines,
+    choose_threshold,
+    evaluate,
+    format_table,
+    format_verdicts,
+    round_table,
+)
 from core.errors import ConfigError, InputError
 from core.jsonl import BadLine, read_jsonl
 from judge.matcher import (
@@ -63,9 +77,11 @@ from judge.matcher import (
 
 __all__ = [
     "SETS",
+    "THRESHOLD_OBJECTIVE",
     "Example",
     "SetSpec",
     "build_examples",
+    "choose_threshold",
     "fit_logistic",
     "main",
 ]
@@ -94,8 +110,12 @@ class SetSpec:
         low: Lowest value of the human scale (normalised to 0).
         high: Highest value of the human scale (normalised to 1).
         weight: Total weight of the set in the fit (each set's rows share it).
-        subsample: Maximum number of questions kept (None keeps all), seeded.
+        subsample: Maximum number of questions that train the model (None: all), seeded.
         train: Whether the set trains the model (else it is evaluated only).
+        evaluate_all: With ``subsample``, also read the other questions' rows, for evaluation
+            only (out of every fit), so a set's figures cover all of it whatever trains.
+        stratum: A ``meta`` field whose value splits the set in the report (EVOUNA's
+            answering system), or None.
         max_references: Keep at most this many references per row for the encoder (EVOUNA
             lists up to 80 aliases): the first one plus the lexically best-matching others.
     """
@@ -109,11 +129,20 @@ class SetSpec:
     subsample: int | None = None
     train: bool = True
     max_references: int | None = None
+    evaluate_all: bool = False
+    stratum: str | None = None
 
 
 SETS: tuple[SetSpec, ...] = (
     SetSpec(
-        "evouna_tq", "evouna/tq.jsonl", "binary", 0, 1, weight=1.0, subsample=400, max_references=6
+        "evouna_tq",
+        "evouna/tq.jsonl",
+        "binary",
+        0,
+        1,
+        weight=1.0,
+        max_references=6,
+        stratum="system",
     ),
     SetSpec("kpqa_nrqa", "kpqa/nrqa_mhpgm.jsonl", "graded", 0.2, 1.0),
     SetSpec("kpqa_marco", "kpqa/marco_all.jsonl", "graded", 1, 5),
@@ -140,6 +169,8 @@ class Example:
             probability (several references), or the mean over points (K-QA answer level).
         aggregate: ``max`` over alternative references or ``mean`` over key points.
         features: Filled in by :func:`build_examples` (one per option).
+        train: False for a row read for evaluation only (a question outside the subsample).
+        stratum: The row's value of its set's ``stratum`` field, or None.
     """
 
     set_name: str
@@ -148,6 +179,8 @@ class Example:
     options: list[tuple[MatchInput, str]]
     aggregate: str = "max"
     features: list[PointFeatures] = field(default_factory=list)
+    train: bool = True
+    stratum: str | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,17 +217,31 @@ def _score(row: dict[str, Any], path: Path, number: int) -> float:
 
 
 def _subsample_groups(
-    rows: list[dict[str, Any]], limit: int | None, rng: random.Random
-) -> list[tuple[int, dict[str, Any]]]:
-    """Keep the rows of at most ``limit`` questions, drawn at random (seeded)."""
+    rows: list[dict[str, Any]], limit: int | None, rng: random.Random, keep_all: bool = False
+) -> list[tuple[int, dict[str, Any], bool]]:
+    """The rows of at most ``limit`` questions, drawn at random (seeded), each marked as drawn.
+
+    With ``keep_all`` the other questions' rows are returned too, marked not drawn (they are
+    evaluated, never trained on); the draw is the same either way.
+    """
     numbered = list(enumerate(rows, start=1))
     if limit is None:
-        return numbered
+        return [(n, row, True) for n, row in numbered]
     questions = sorted({str(row.get("question")) for row in rows})
     if len(questions) <= limit:
-        return numbered
+        return [(n, row, True) for n, row in numbered]
     keep = set(rng.sample(questions, limit))
-    return [(n, row) for n, row in numbered if str(row.get("question")) in keep]
+    marked = [(n, row, str(row.get("question")) in keep) for n, row in numbered]
+    return marked if keep_all else [entry for entry in marked if entry[2]]
+
+
+def _stratum(row: dict[str, Any], spec: SetSpec) -> str | None:
+    """The row's value of the set's stratum field (``meta.<field>``), or None."""
+    if spec.stratum is None:
+        return None
+    meta = row.get("meta")
+    value = meta.get(spec.stratum) if isinstance(meta, dict) else None
+    return str(value) if value is not None else None
 
 
 def _references(row: dict[str, Any], path: Path, number: int) -> list[str]:
@@ -223,12 +270,14 @@ def load_examples(data_dir: Path, specs: Sequence[SetSpec] = SETS) -> list[Examp
     Raises:
         InputError: when a file is missing or a line is malformed (file and line named).
     """
-    rng = random.Random(SEED)
     examples: list[Example] = []
     for spec in specs:
+        # One draw per set, seeded by its name: a set's subsample does not change when another
+        # set's is changed (matcher-v2 drew every set from one stream).
+        rng = random.Random(f"{SEED}:{spec.name}")
         path = data_dir / spec.path
         rows = _read_jsonl(path)
-        for number, row in _subsample_groups(rows, spec.subsample, rng):
+        for number, row, drawn in _subsample_groups(rows, spec.subsample, rng, spec.evaluate_all):
             question = _text(row, "question", path, number)
             response = _text(row, "candidate", path, number)
             raw = _score(row, path, number)
@@ -264,6 +313,8 @@ def load_examples(data_dir: Path, specs: Sequence[SetSpec] = SETS) -> list[Examp
                     for ref in _preselect(_references(row, path, number), response, spec)
                 ]
                 examples.append(Example(spec.name, group, min(1.0, max(0.0, label)), options))
+            examples[-1].train = drawn
+            examples[-1].stratum = _stratum(row, spec)
     return examples
 
 
@@ -305,7 +356,7 @@ def _preselect(references: list[str], response: str, spec: SetSpec) -> list[str]
 # Embeddings and features, cached
 
 
-def _digest(*parts: str) -> str:
+def digest(*parts: str) -> str:
     """Stable hex key of some strings."""
     h = hashlib.sha1()
     for part in parts:
@@ -336,7 +387,7 @@ def embed_cached(
         with np.load(cache_file) as data:
             stored = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
         for text in texts:
-            vec = stored.get(_digest(text))
+            vec = stored.get(digest(text))
             if vec is not None:
                 vectors[text] = vec
     else:
@@ -352,7 +403,7 @@ def embed_cached(
             matrix = encoder.embed(part, batch_size=32)
             for text, vec in zip(part, matrix, strict=True):
                 vectors[text] = vec
-                stored[_digest(text)] = vec
+                stored[digest(text)] = vec
             done = offset + len(part)
             rate = done / (time.perf_counter() - start)
             log(f"  encoded {done}/{len(missing)} ({rate:.0f} texts/s)")
@@ -447,28 +498,15 @@ def fit_logistic(
     return FittedModel(tuple(features), coef.astype(np.float64), bias)
 
 
-def choose_threshold(p: FloatArray, y: FloatArray, w: FloatArray) -> float:
-    """The threshold maximising weighted accuracy on labels binarised at 0.5.
+THRESHOLD_OBJECTIVE = "balanced"
+"""How the decision threshold is chosen: ``accuracy`` (weighted accuracy over the training rows'
+in-sample scores, the matcher-v2 rule) or ``balanced`` (each set's balanced accuracy, averaged
+with the sets' weights, on out-of-fold scores for the shipped threshold)."""
 
-    Args:
-        p: Predicted probabilities.
-        y: Labels in [0, 1].
-        w: Row weights (each set weighted alike by the caller).
 
-    Returns:
-        A threshold in [0.05, 0.95] (midpoint between neighbouring candidate probabilities).
-    """
-    positive = y >= 0.5
-    candidates = np.unique(np.round(p, 4))
-    candidates = candidates[(candidates >= 0.05) & (candidates <= 0.95)]
-    if len(candidates) == 0:
-        return 0.5
-    best_t, best_acc = 0.5, -1.0
-    for t in candidates:
-        acc = float((w * ((p >= t) == positive)).sum() / w.sum())
-        if acc > best_acc:
-            best_t, best_acc = float(t), acc
-    return best_t
+def _trains(ex: Example, specs: dict[str, SetSpec]) -> bool:
+    """Whether a row may train the model (its set trains, and it is not evaluation-only)."""
+    return specs[ex.set_name].train and ex.train
 
 
 def _design(
@@ -539,97 +577,87 @@ def score_examples(
 
 
 # ----------------------------------------------------------------------------------------------
-# Evaluation
+# Cross-validation and the final fit
 
 
-def _auroc(y: FloatArray, s: FloatArray) -> float:
-    from sklearn.metrics import roc_auc_score
+def _threshold_for(
+    model: FittedModel,
+    long_model: FittedModel | None,
+    train: Sequence[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    long_features: Sequence[str] | None,
+) -> float:
+    """The threshold a fit on ``train`` judges held-out rows with (chosen on ``train`` only).
 
-    return float(roc_auc_score(y >= 0.5, s))
-
-
-def _spearman(y: FloatArray, s: FloatArray) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(y, s).statistic)
-
-
-def _pearson(y: FloatArray, s: FloatArray) -> float:
-    from scipy.stats import pearsonr
-
-    return float(pearsonr(y, s).statistic)
-
-
-def _primary(kind: str) -> tuple[str, Callable[[FloatArray, FloatArray], float]]:
-    """The statistic a set is judged by: AUROC for binary labels, Spearman otherwise."""
-    if kind in ("binary", "keypoints"):
-        return "AUROC", _auroc
-    return "Spearman", _spearman
-
-
-def baselines(
-    examples: Sequence[Example],
-    cache_dir: Path | None,
-    encoder_name: str,
-    log: Callable[[str], None],
-) -> dict[str, FloatArray]:
-    """ROUGE-L F1 and BERTScore F1 of each row (best over references; K-QA: vs the point).
-
-    For K-QA key points the baselines compare the response with the statement being judged, the
-    fairest per-point use of an answer-level metric; at K-QA answer level, with the reference.
+    ``balanced``: chosen, as the shipped one is, on out-of-fold scores, here of an inner
+    grouped cross-validation of ``train`` (in-sample scores run higher than held-out ones, so a
+    threshold chosen on them is not the one that ships). ``accuracy`` keeps matcher-v2's choice:
+    in-sample scores, the K-QA key points left out, so their reported accuracy uses a threshold
+    chosen on the other sets.
     """
-    from judge.metrics import bertscore, rouge_l
+    rows = list(train)
+    if THRESHOLD_OBJECTIVE == "balanced":
+        return _balanced_threshold(rows, _out_of_fold(rows, features, specs, long_features), specs)
+    rows = [ex for ex in rows if not ex.set_name.startswith("kqa")]
+    p = score_examples(model, rows, long_model)
+    _, y, w = _design(rows, features, specs)
+    return choose_threshold(p, y, w, _row_sets(rows), THRESHOLD_OBJECTIVE)
 
-    pairs: list[tuple[str, str]] = []
-    index: list[list[int]] = []
-    for ex in examples:
-        if ex.aggregate == "mean":
-            item = ex.options[0][0]
-            refs = [item.reference]
-        else:
-            refs = [point for _, point in ex.options]
-        response = ex.options[0][0].response
-        index.append(list(range(len(pairs), len(pairs) + len(refs))))
-        pairs.extend((response, ref) for ref in refs)
 
-    rouge = np.array([rouge_l(resp, ref).f1 for resp, ref in pairs])
+def _balanced_threshold(
+    rows: Sequence[Example], scores: FloatArray, specs: dict[str, SetSpec]
+) -> float:
+    """The balanced-accuracy threshold of some rows' scores; each set weighs its weight."""
+    counts: dict[str, int] = {}
+    for ex in rows:
+        counts[ex.set_name] = counts.get(ex.set_name, 0) + 1
+    weights = np.array([specs[ex.set_name].weight / counts[ex.set_name] for ex in rows])
+    labels = np.array([ex.label for ex in rows])
+    return choose_threshold(scores, labels, weights, [ex.set_name for ex in rows], "balanced")
 
-    cache_file = cache_dir / f"bertscore-{encoder_name}.json" if cache_dir else None
-    stored: dict[str, float] = {}
-    if cache_file is not None and cache_file.is_file():
-        stored = json.loads(cache_file.read_text(encoding="utf-8"))
-    keys = [_digest(resp, ref) for resp, ref in pairs]
-    # One computation per distinct pair (EVOUNA repeats answers), in first-seen order.
-    first_of = {k: i for i, k in reversed(list(enumerate(keys)))}
-    todo = sorted(i for k, i in first_of.items() if k not in stored)
-    log(
-        f"BERTScore baseline: {len(first_of)} distinct pairs, {len(first_of) - len(todo)} cached, "
-        f"{len(todo)} to score"
-    )
-    start = time.perf_counter()
-    for offset in range(0, len(todo), 1024):
-        part = todo[offset : offset + 1024]
-        results = bertscore(
-            [pairs[i][0] for i in part],
-            [pairs[i][1] for i in part],
-            encoder=encoder_name,
-            languages=["en"] * len(part),
-            batch_size=32,
-        )
-        for i, result in zip(part, results, strict=True):
-            stored[keys[i]] = float(result.f1) if result.f1 is not None else 0.0
-        log(f"  scored {offset + len(part)}/{len(todo)} ({time.perf_counter() - start:.0f}s)")
-        if cache_file is not None:
-            # Saved after every chunk, so an interrupted fit resumes where it stopped.
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            partial = cache_file.with_suffix(".partial.json")
-            partial.write_text(json.dumps(stored), encoding="utf-8")
-            partial.replace(cache_file)
-    bert = np.array([stored[k] for k in keys])
-    return {
-        "rouge_l": np.array([rouge[ix].max() for ix in index]),
-        "bertscore": np.array([bert[ix].max() for ix in index]),
-    }
+
+def _out_of_fold(
+    examples: Sequence[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    long_features: Sequence[str] | None,
+) -> FloatArray:
+    """Each row's score from a fit on the other folds' training rows (GroupKFold by question)."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = np.array([ex.group for ex in examples])
+    scores = np.zeros(len(examples))
+    folds = GroupKFold(n_splits=N_FOLDS, shuffle=True, random_state=SEED + 1)
+    for train_idx, test_idx in folds.split(np.zeros(len(examples)), groups=groups):
+        train = [examples[i] for i in train_idx if _trains(examples[i], specs)]
+        model, long_model = _fit_models(train, features, specs, long_features)
+        scores[test_idx] = score_examples(model, [examples[i] for i in test_idx], long_model)
+    return scores
+
+
+def _row_sets(examples: Sequence[Example]) -> list[str]:
+    """The set of each training row, as :func:`_design` lays them out."""
+    return [ex.set_name for ex in examples for _ in _training_options(ex)]
+
+
+def _fit_models(
+    train: Sequence[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    long_features: Sequence[str] | None,
+) -> tuple[FittedModel, FittedModel | None]:
+    """The main model and, with ``long_features``, the long-point model, on these rows."""
+    x, y, w = _design(train, features, specs)
+    model = fit_logistic(x, y, w, features)
+    if long_features is None:
+        return model, None
+    x, y, w = _design(train, long_features, specs, long_only=True)
+    if len(x) == 0:
+        # No long point among these rows (a set left out may hold them all): the main model
+        # scores the long points, as it would without a long-point model.
+        return model, None
+    return model, fit_logistic(x, y, w, long_features)
 
 
 def cross_validate(
@@ -638,7 +666,7 @@ def cross_validate(
     specs: dict[str, SetSpec],
     long_features: Sequence[str] | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """Out-of-fold scores (GroupKFold by question) and, per row, the fold's K-QA-free threshold.
+    """Out-of-fold scores (GroupKFold by question) and, per row, its fold's threshold.
 
     Args:
         examples: Rows with features.
@@ -648,100 +676,45 @@ def cross_validate(
             a single model (the lexical path).
 
     Returns:
-        ``(scores, thresholds)``: each row's out-of-fold score, and the threshold chosen on the
-        training folds of the sets other than K-QA (for K-QA's accuracy).
+        ``(scores, thresholds)``: each row's out-of-fold score, and the threshold chosen on its
+        training folds (see :func:`_threshold_for`).
     """
     from sklearn.model_selection import GroupKFold
 
     groups = np.array([ex.group for ex in examples])
-    trainable = np.array([specs[ex.set_name].train for ex in examples])
     scores = np.zeros(len(examples))
     thresholds = np.zeros(len(examples))
     folds = GroupKFold(n_splits=N_FOLDS, shuffle=True, random_state=SEED)
     for train_idx, test_idx in folds.split(np.zeros(len(examples)), groups=groups):
-        train = [examples[i] for i in train_idx if trainable[i]]
-        x, y, w = _design(train, features, specs)
-        model = fit_logistic(x, y, w, features)
-        long_model = None
-        if long_features is not None:
-            x, y, w = _design(train, long_features, specs, long_only=True)
-            long_model = fit_logistic(x, y, w, long_features)
-        test = [examples[i] for i in test_idx]
-        scores[test_idx] = score_examples(model, test, long_model)
-        others = [ex for ex in train if not ex.set_name.startswith("kqa")]
-        p = score_examples(model, others, long_model)
-        _, y_o, w_o = _design(others, features, specs)
-        thresholds[test_idx] = choose_threshold(p, y_o, w_o)
+        train = [examples[i] for i in train_idx if _trains(examples[i], specs)]
+        model, long_model = _fit_models(train, features, specs, long_features)
+        scores[test_idx] = score_examples(model, [examples[i] for i in test_idx], long_model)
+        thresholds[test_idx] = _threshold_for(
+            model, long_model, train, features, specs, long_features
+        )
     return scores, thresholds
 
 
-def evaluate(
+def leave_one_set_out(
     examples: list[Example],
-    scores: FloatArray,
-    thresholds: FloatArray,
-    base: dict[str, FloatArray],
+    features: Sequence[str],
     specs: dict[str, SetSpec],
-) -> list[dict[str, Any]]:
-    """Per-set figures: matcher (CV) vs ROUGE-L vs BERTScore."""
-    table: list[dict[str, Any]] = []
-    names = list(dict.fromkeys(ex.set_name for ex in examples))
-    for name in names:
+    long_features: Sequence[str] | None = None,
+) -> tuple[FloatArray, FloatArray]:
+    """Scores and thresholds of each set from a fit (and threshold) on the other sets only.
+
+    The stand-in for a set nobody rated for the fit: the figures the matcher would reach on a
+    new QA-verification set, threshold included.
+    """
+    scores = np.zeros(len(examples))
+    thresholds = np.zeros(len(examples))
+    for name in dict.fromkeys(ex.set_name for ex in examples):
         idx = np.array([i for i, ex in enumerate(examples) if ex.set_name == name])
-        y = np.array([examples[i].label for i in idx])
-        spec = specs[name]
-        stat_name, stat = _primary(spec.kind)
-        row: dict[str, Any] = {
-            "set": name,
-            "n": len(idx),
-            "questions": len({examples[i].group for i in idx}),
-            "statistic": stat_name,
-            "matcher": stat(y, scores[idx]),
-            "rouge_l": stat(y, base["rouge_l"][idx]),
-            "bertscore": stat(y, base["bertscore"][idx]),
-        }
-        if spec.kind != "binary" and spec.kind != "keypoints":
-            row["matcher_pearson"] = _pearson(y, scores[idx])
-            row["rouge_l_pearson"] = _pearson(y, base["rouge_l"][idx])
-            row["bertscore_pearson"] = _pearson(y, base["bertscore"][idx])
-        if spec.kind == "keypoints":
-            predicted = scores[idx] >= thresholds[idx]
-            row["accuracy"] = float((predicted == (y >= 0.5)).mean())
-            row["majority"] = float(max((y >= 0.5).mean(), (y < 0.5).mean()))
-            row["threshold_mean"] = float(thresholds[idx].mean())
-        row["margin"] = row["matcher"] - max(row["rouge_l"], row["bertscore"])
-        table.append(row)
-    return table
-
-
-def format_table(title: str, table: Sequence[dict[str, Any]]) -> str:
-    """Render the evaluation table as aligned plain text."""
-    lines = [
-        title,
-        f"{'set':<16} {'n':>5} {'q':>5} {'stat':<8} {'matcher':>8} {'ROUGE-L':>8} "
-        f"{'BERTSc':>8} {'margin':>7}  extra",
-    ]
-    for r in table:
-        extra = ""
-        if "matcher_pearson" in r:
-            extra = (
-                f"Pearson {r['matcher_pearson']:.3f} / {r['rouge_l_pearson']:.3f} / "
-                f"{r['bertscore_pearson']:.3f}"
-            )
-        if "accuracy" in r:
-            extra = (
-                f"accuracy {r['accuracy']:.3f} (majority {r['majority']:.3f}, "
-                f"threshold {r['threshold_mean']:.2f})"
-            )
-        lines.append(
-            f"{r['set']:<16} {r['n']:>5} {r['questions']:>5} {r['statistic']:<8} "
-            f"{r['matcher']:>8.3f} {r['rouge_l']:>8.3f} {r['bertscore']:>8.3f} "
-            f"{r['margin']:>+7.3f}  {extra}"
-        )
-    mean_m = float(np.mean([r["matcher"] for r in table]))
-    mean_r = float(np.mean([r["rouge_l"] for r in table]))
-    mean_b = float(np.mean([r["bertscore"] for r in table]))
-    lines.append(f"{'mean':<35} {mean_m:>8.3f} {mean_r:>8.3f} {mean_b:>8.3f}")
-    return "\n".join(lines)
+        train = [ex for ex in examples if ex.set_name != name and _trains(ex, specs)]
+        model, long_model = _fit_models(train, features, specs, long_features)
+        scores[idx] = score_examples(model, [examples[i] for i in idx], long_model)
+        thresholds[idx] = _threshold_for(model, long_model, train, features, specs, long_features)
+    return scores, thresholds
 
 
 def _model_json(model: FittedModel) -> dict[str, Any]:
@@ -755,28 +728,51 @@ def _model_json(model: FittedModel) -> dict[str, Any]:
 
 
 def _fit_final(
-    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+    examples: list[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    oof_scores: FloatArray,
 ) -> FittedModel:
-    """Fit on every training row and choose the shipped threshold on all of them."""
-    train = [ex for ex in examples if specs[ex.set_name].train]
+    """Fit on every training row and choose the shipped threshold.
+
+    ``accuracy``: on the final model's in-sample scores of every training row (matcher-v2).
+    ``balanced``: on the out-of-fold scores of the training rows, where verdicts will be used,
+    for predictions on rows the model did not see.
+    """
+    rows = [i for i, ex in enumerate(examples) if _trains(ex, specs)]
+    train = [examples[i] for i in rows]
     x, y, w = _design(train, features, specs)
     model = fit_logistic(x, y, w, features)
-    p = score_examples(model, train)
-    _, y_all, w_all = _design(train, features, specs)
-    threshold = choose_threshold(p, y_all, w_all)
+    if THRESHOLD_OBJECTIVE == "balanced":
+        threshold = _balanced_threshold(train, oof_scores[rows], specs)
+    else:
+        threshold = choose_threshold(
+            score_examples(model, train), y, w, _row_sets(train), THRESHOLD_OBJECTIVE
+        )
     return FittedModel(model.features, model.weights, model.bias, threshold)
 
 
 def _fit_final_long(
-    examples: list[Example], features: Sequence[str], specs: dict[str, SetSpec]
+    examples: list[Example],
+    features: Sequence[str],
+    specs: dict[str, SetSpec],
+    shared_threshold: float,
 ) -> FittedModel:
-    """Fit the long-point model on the long training rows; its threshold is chosen on them."""
-    train = [ex for ex in examples if specs[ex.set_name].train]
+    """Fit the long-point model on the long training rows.
+
+    ``accuracy``: its threshold is chosen in-sample on those rows (matcher-v2). ``balanced``:
+    it takes ``shared_threshold``, chosen on the out-of-fold scores of every row, long points
+    (scored by this model) included, which is what the cross-validated verdicts used.
+    """
+    train = [ex for ex in examples if _trains(ex, specs)]
     x, y, w = _design(train, features, specs, long_only=True)
     if len(x) == 0:
         raise InputError("no training row has a long point; the long-point model cannot be fit")
     model = fit_logistic(x, y, w, features)
-    threshold = choose_threshold(model.probability(x), y, w)
+    if THRESHOLD_OBJECTIVE == "balanced":
+        threshold = shared_threshold
+    else:
+        threshold = choose_threshold(model.probability(x), y, w, objective="accuracy")
     return FittedModel(model.features, model.weights, model.bias, threshold)
 
 
@@ -790,8 +786,131 @@ def _lexical_examples(examples: Iterable[Example]) -> list[Example]:
             )
             for f in ex.features
         ]
-        out.append(Example(ex.set_name, ex.group, ex.label, ex.options, ex.aggregate, feats))
+        out.append(
+            Example(
+                ex.set_name,
+                ex.group,
+                ex.label,
+                ex.options,
+                ex.aggregate,
+                feats,
+                ex.train,
+                ex.stratum,
+            )
+        )
     return out
+
+
+@dataclass
+class FitResult:
+    """The three fitted models and their evaluation (:func:`fit_and_evaluate`)."""
+
+    full: FittedModel
+    long: FittedModel
+    lexical: FittedModel
+    table: list[dict[str, Any]]
+    lexical_table: list[dict[str, Any]]
+    text: str
+
+
+def fit_and_evaluate(
+    examples: list[Example],
+    base: dict[str, FloatArray],
+    specs: dict[str, SetSpec],
+    log: Callable[[str], None] = print,
+) -> FitResult:
+    """Cross-validate, leave each set out, fit the shipped models, and render the tables.
+
+    Args:
+        examples: Rows with features (:func:`build_examples`).
+        base: ROUGE-L and BERTScore of each row.
+        specs: The sets by name.
+        log: Printer of the tables.
+
+    Returns:
+        The models and the tables (ranking and verdicts, full and lexical-only).
+    """
+    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
+    loso = leave_one_set_out(examples, FULL_FEATURES, specs, LONG_FEATURES)
+    table = evaluate(examples, scores, thresholds, base, specs, loso)
+    lexical = _lexical_examples(examples)
+    lex_scores, lex_thresholds = cross_validate(lexical, LEXICAL_FEATURES, specs)
+    lex_table = evaluate(lexical, lex_scores, lex_thresholds, base, specs)
+
+    full_model = _fit_final(examples, FULL_FEATURES, specs, scores)
+    long_model = _fit_final_long(examples, LONG_FEATURES, specs, full_model.threshold)
+    lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs, lex_scores)
+
+    title = f"embedded matcher {MATCHER_VERSION}, {N_FOLDS}-fold CV grouped by question"
+    text = "\n\n".join(
+        [
+            format_table(
+                f"{title} (margin = matcher - best baseline; LOSO = the set left out)", table
+            ),
+            format_verdicts(
+                f"verdicts of the English model, out of fold (shipped threshold "
+                f"{full_model.threshold:.3f}, rule {THRESHOLD_OBJECTIVE})",
+                table,
+            ),
+            format_table(
+                "lexical-only model (the Chinese path), on the same English data", lex_table
+            ),
+            format_verdicts(
+                f"verdicts of the lexical-only model, out of fold (shipped threshold "
+                f"{lexical_model.threshold:.3f})",
+                lex_table,
+            ),
+        ]
+    )
+    log("")
+    log(text)
+    return FitResult(full_model, long_model, lexical_model, table, lex_table, text)
+
+
+def params_json(
+    fit: FitResult, examples: Sequence[Example], specs: dict[str, SetSpec], encoder_name: str
+) -> dict[str, Any]:
+    """The parameter file's contents for a fit: models, notes and the training summary."""
+    return {
+        "version": MATCHER_VERSION,
+        "encoder": encoder_name,
+        "full": _model_json(fit.full),
+        "long": {
+            **_model_json(fit.long),
+            "note": f"English points of more than {LONG_POINT_WORDS} words (a whole reference "
+            "answer): whole-response similarity only, fitted on the rows with such points",
+        },
+        "lexical": {
+            **_model_json(fit.lexical),
+            "note": "lexical features only, fitted on the English sets with words as tokens; "
+            "applied to Chinese with characters as tokens and character bigrams as the order "
+            "evidence (no Chinese calibration set is available)",
+        },
+        "training": {
+            "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "script": "python -m calibration.fit_matcher",
+            "cv": f"GroupKFold({N_FOLDS}) by question, seed {SEED}",
+            "label": "human score normalised to [0, 1] as a soft label; K-QA: 1 covered, "
+            "0 not covered or contradicted",
+            "threshold_rule": THRESHOLD_RULES[THRESHOLD_OBJECTIVE],
+            "sets": [
+                {
+                    "name": s.name,
+                    "file": s.path,
+                    "rows": sum(1 for ex in examples if ex.set_name == s.name),
+                    "training_rows": sum(
+                        1 for ex in examples if ex.set_name == s.name and _trains(ex, specs)
+                    ),
+                    "weight": s.weight,
+                    "subsample_questions": s.subsample,
+                    "used_for_training": s.train,
+                }
+                for s in SETS
+            ],
+            "cv_full": round_table(fit.table),
+            "cv_lexical": round_table(fit.lexical_table),
+        },
+    }
 
 
 def run(
@@ -822,82 +941,15 @@ def run(
     log(f"read {len(examples)} rows from {data_dir}")
     build_examples(examples, cache_dir, DEFAULT_ENCODER, log)
     base = baselines(examples, cache_dir, DEFAULT_ENCODER, log)
-
-    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
-    table = evaluate(examples, scores, thresholds, base, specs)
-    lexical = _lexical_examples(examples)
-    lex_scores, lex_thresholds = cross_validate(lexical, LEXICAL_FEATURES, specs)
-    lex_table = evaluate(lexical, lex_scores, lex_thresholds, base, specs)
-
-    full_model = _fit_final(examples, FULL_FEATURES, specs)
-    long_model = _fit_final_long(examples, LONG_FEATURES, specs)
-    lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs)
-
-    text = "\n\n".join(
-        [
-            format_table(
-                f"embedded matcher {MATCHER_VERSION}, {N_FOLDS}-fold CV grouped by question "
-                f"(margin = matcher - best baseline)",
-                table,
-            ),
-            format_table(
-                "lexical-only model (the Chinese path), on the same English data", lex_table
-            ),
-        ]
-    )
-    log("")
-    log(text)
+    fit = fit_and_evaluate(examples, base, specs, log)
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(text + "\n", encoding="utf-8")
-
-    params = {
-        "version": MATCHER_VERSION,
-        "encoder": DEFAULT_ENCODER,
-        "full": _model_json(full_model),
-        "long": {
-            **_model_json(long_model),
-            "note": f"English points of more than {LONG_POINT_WORDS} words (a whole reference "
-            "answer): whole-response similarity only, fitted on the rows with such points",
-        },
-        "lexical": {
-            **_model_json(lexical_model),
-            "note": "lexical features only, fitted on the English sets with words as tokens; "
-            "applied to Chinese with characters as tokens and character bigrams as the order "
-            "evidence (no Chinese calibration set is available)",
-        },
-        "training": {
-            "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "script": "python -m calibration.fit_matcher",
-            "cv": f"GroupKFold({N_FOLDS}) by question, seed {SEED}",
-            "label": "human score normalised to [0, 1] as a soft label; K-QA: 1 covered, "
-            "0 not covered or contradicted",
-            "threshold_rule": "maximises accuracy on labels binarised at 0.5, sets weighted "
-            "alike; K-QA's CV accuracy uses thresholds chosen on the other sets",
-            "sets": [
-                {
-                    "name": s.name,
-                    "file": s.path,
-                    "rows": sum(1 for ex in examples if ex.set_name == s.name),
-                    "weight": s.weight,
-                    "subsample_questions": s.subsample,
-                    "used_for_training": s.train,
-                }
-                for s in SETS
-            ],
-            "cv_full": _round_table(table),
-            "cv_lexical": _round_table(lex_table),
-        },
-    }
+        report.write_text(fit.text + "\n", encoding="utf-8")
+    params = params_json(fit, examples, specs, DEFAULT_ENCODER)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(params, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     log(f"\nwrote {out} in {time.perf_counter() - started:.0f}s")
     return params
-
-
-def _round_table(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Round the floats of a table for the parameter file."""
-    return [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in table]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -588,5 +588,6 @@ class EmbeddedJudge:
             config, rubrics, calls, truncated,
             judge=EMBEDDED_JUDGE,
             judge_version=matcher_version,
-            judge_quality="non-LLM matcher: coverage only, defects not assessed",
+            judge_quality="non-LLM matcher: coverage only, defects not assessed; weak where "
+            "meaning turns on negation or on a paraphrase sharing no words with the point",
         )

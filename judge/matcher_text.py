@@ -25,7 +25,9 @@ __all__ = [
     "is_content",
     "lexical_features",
     "names_in",
+    "neutralise_names",
     "numbers_in",
+    "split_clauses",
     "split_sentences",
     "word_tokens",
 ]
@@ -70,7 +72,6 @@ _FUZZY_WORD_CUTOFF = 85.0
 # its own, and coverage evidence in the first 4k characters is the evidence a reader sees too.
 _FUZZ_CHAR_LIMIT = 4000
 _MAX_SENTENCES = 80
-
 
 
 def split_sentences(text: str) -> list[str]:
@@ -208,7 +209,9 @@ def lexical_features(
         if missing_numbers and response_numbers - point_numbers
         else ()
     )
-    names = names_in(point)
+    # Names the question gives need not be repeated: an answer says "he" for "Levin" when the
+    # question asked about Levin.
+    names = [n for n in names_in(point) if n not in question_tokens]
     name_missing = 1.0 - fuzzy_recall(names, word_tokens(response)) if names else 0.0
     # log(1 + response words) - log(1 + point words): long responses earn high recall and
     # partial ratios by chance, so the model needs to know how much text it searched.
@@ -255,3 +258,81 @@ def lexical_features(
         best_sentence=best_sentence,
         conflicting_numbers=conflicting,
     )
+
+
+# Clause boundaries inside a sentence: commas, colons, dashes and parentheses (Latin and CJK),
+# and the conjunctions that join two statements. The polarity check reads the clause that
+# states the point: in "X is contagious and not dangerous" the "not" is about another claim.
+_CLAUSE_RE = re.compile(
+    r"\s*[,:()\u2013\u2014，、：（）]\s*"
+    r"|\s+(?=(?:and|but|so|because|while|whereas|although|though|yet|since|or)\s)"
+    r"|(?=(?:而且|但是|可是|所以|因为|并且|于是|不过|然而|却))",
+    re.IGNORECASE,
+)
+# A clause of fewer words (or CJK characters) than this joins its neighbour: "and so" or "如果"
+# alone is no statement.
+_MIN_CLAUSE_TOKENS = 3
+
+
+def split_clauses(sentence: str) -> list[str]:
+    """Split one sentence into clauses (commas, colons, dashes, conjunctions; CJK alike).
+
+    Args:
+        sentence: One sentence (see :func:`split_sentences`).
+
+    Returns:
+        The clauses, stripped, each of at least three tokens (a shorter piece joins the one
+        before it, or the next one at the start); the sentence itself when it has one clause.
+    """
+    pieces = [p.strip() for p in _CLAUSE_RE.split(sentence) if p and p.strip()]
+    clauses: list[str] = []
+    for piece in pieces:
+        if clauses and (
+            len(word_tokens(clauses[-1])) < _MIN_CLAUSE_TOKENS
+            or len(word_tokens(piece)) < _MIN_CLAUSE_TOKENS
+        ):
+            clauses[-1] = f"{clauses[-1]} {piece}"
+        else:
+            clauses.append(piece)
+    return clauses or [sentence.strip()]
+
+
+_MALE = frozenset({"he", "him", "his", "himself"})
+_FEMALE = frozenset({"she", "her", "hers", "herself"})
+
+
+def neutralise_names(point: str, response: str, given: Sequence[str]) -> str:
+    """Replace the question's names that the response never uses by the response's pronoun.
+
+    Names the response does use stay, so "Levin is ashamed" is compared as it is; a response
+    with no gendered pronoun leaves the point as it is (nothing says who stands for the name).
+
+    Args:
+        point: The bonus point.
+        response: The response.
+        given: The question's names, case-folded (:func:`names_in` of the question).
+
+    Returns:
+        The point with those names replaced by "he"/"she" (possessives by "his"/"her"), after
+        the pronouns the response uses most; the point itself when nothing is replaced.
+    """
+    if not given:
+        return point
+    words = word_tokens(response)
+    present = set(words)
+    absent = [n for n in given if n not in present and n.isalpha()]
+    if not absent:
+        return point
+    # Subject pronouns decide; all gendered pronouns break a tie ("She finds him arrogant").
+    female = 2 * words.count("she") + sum(1 for w in words if w in _FEMALE)
+    male = 2 * words.count("he") + sum(1 for w in words if w in _MALE)
+    if female == male == 0:
+        return point
+    subject, possessive = ("she", "her") if female > male else ("he", "his")
+    out = point
+    for name in absent:
+        out = re.sub(rf"\b{re.escape(name)}(?:'s|\u2019s)\b", possessive, out, flags=re.IGNORECASE)
+        out = re.sub(rf"\b{re.escape(name)}\b", subject, out, flags=re.IGNORECASE)
+    if out[:1].islower():
+        out = out[:1].upper() + out[1:]
+    return out

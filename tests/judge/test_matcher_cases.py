@@ -1,0 +1,147 @@
+"""The matcher on CharToM-style paraphrases and opposites, English and Chinese (issue 19).
+
+``data/matcher_paraphrase_cases.jsonl`` holds 48 items written for these tests: a question, the
+reference, its bonus points, a correct paraphrase (other words, often pronouns for the names)
+and an answer that reuses the names but says the opposite. Half of each language (``split``:
+``heldout``) was only evaluated, never used to change the matcher; the other half (``tune``,
+with the issue's own two cases) was looked at while building it.
+
+The issue's goals (paraphrases average coverage >= 0.6 and >= 0.2 above the opposites) are not
+reached: the encoder puts a paraphrase that shares no content word about as close to the point
+as any answer on the same topic, and the human-rated sets the matcher is fitted on do not
+credit such answers. The goals are kept as strict expected failures, so that reaching them shows
+up as a test to update; what the matcher does reach is asserted plainly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from judge.matcher import EmbeddedMatcher, MatchInput, get_matcher
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytestmark = pytest.mark.slow
+
+CASES_PATH = Path(__file__).parent / "data" / "matcher_paraphrase_cases.jsonl"
+
+
+def _cases() -> list[dict[str, Any]]:
+    with CASES_PATH.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Mean coverage (thresholded) and expected coverage of one group of answers."""
+
+    coverage: float
+    expected: float
+
+
+@pytest.fixture(scope="module")
+def matcher() -> EmbeddedMatcher:
+    return get_matcher()
+
+
+def _score(matcher: EmbeddedMatcher, cases: list[dict[str, Any]], kind: str) -> Scores:
+    items = [
+        MatchInput(c["question"], c["reference"], c["points"], c[kind], c["language"])
+        for c in cases
+    ]
+    results = matcher.match(items)
+    coverage = [sum(r.covered for r in res) / len(res) for res in results]
+    expected = [sum(r.probability for r in res) / len(res) for res in results]
+    return Scores(sum(coverage) / len(cases), sum(expected) / len(cases))
+
+
+def _groups() -> Iterator[tuple[str, str]]:
+    for language in ("en", "zh"):
+        for split in ("tune", "heldout"):
+            yield language, split
+
+
+def _group(language: str, split: str | None = None) -> list[dict[str, Any]]:
+    return [
+        c for c in _cases() if c["language"] == language and (split is None or c["split"] == split)
+    ]
+
+
+def test_the_case_file_is_complete() -> None:
+    cases = _cases()
+    assert len(cases) == 48
+    assert len({c["id"] for c in cases}) == 48
+    for language, split in _groups():
+        assert len(_group(language, split)) >= 11, (language, split)
+    for case in cases:
+        assert case["points"] and all(p.strip() for p in case["points"])
+        assert case["paraphrase"].strip() and case["opposite"].strip()
+    by_id = {c["id"]: c for c in cases}
+    assert by_id["levin"]["paraphrase"] == "He is ashamed and longs to flee to the countryside."
+    assert by_id["levin"]["points"] == [
+        "Levin feels humiliated",
+        "He wants to return to his estate",
+    ]
+    assert by_id["dantes"]["opposite"] == "Dantès wants to forgive those who betrayed him."
+    assert by_id["levin"]["split"] == by_id["dantes"]["split"] == "tune"
+
+
+def test_the_issue_case_of_an_opposite_with_the_same_names(matcher: EmbeddedMatcher) -> None:
+    dantes = next(c for c in _cases() if c["id"] == "dantes")
+    [[opposite], [paraphrase]] = matcher.match(
+        [
+            MatchInput(dantes["question"], dantes["reference"], dantes["points"], text, "en")
+            for text in (dantes["opposite"], dantes["paraphrase"])
+        ]
+    )
+    # matcher-v2: coverage 1.0 for "wants to forgive" against "wants revenge".
+    assert not opposite.covered
+    assert "antonym revenge / forgive" in opposite.rationale
+    assert paraphrase.probability > opposite.probability
+
+
+def test_opposites_are_rarely_covered(matcher: EmbeddedMatcher) -> None:
+    # matcher-v2: 0.81 (English) and 0.71 (Chinese) of the opposites' points covered.
+    for language in ("en", "zh"):
+        assert _score(matcher, _group(language), "opposite").coverage <= 0.2, language
+
+
+def test_english_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedMatcher) -> None:
+    paraphrase = _score(matcher, _group("en"), "paraphrase")
+    opposite = _score(matcher, _group("en"), "opposite")
+    # matcher-v2: paraphrases 0.08, opposites 0.81.
+    assert paraphrase.coverage >= 0.2
+    assert paraphrase.coverage > opposite.coverage
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 19 goal not reached: paraphrases average 0.23 (English) and 0.19 (Chinese, "
+    "lexical evidence only) coverage, not 0.6",
+)
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_goal_paraphrases_average_coverage_of_at_least_0_6(
+    matcher: EmbeddedMatcher, language: str
+) -> None:
+    assert _score(matcher, _group(language), "paraphrase").coverage >= 0.6
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 19 goal not reached: paraphrases are 0.06 (English and Chinese) above the "
+    "opposites, not 0.2",
+)
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_goal_paraphrases_at_least_0_2_above_opposites(
+    matcher: EmbeddedMatcher, language: str
+) -> None:
+    gap = _score(matcher, _group(language), "paraphrase").coverage
+    gap -= _score(matcher, _group(language), "opposite").coverage
+    assert gap >= 0.2
