@@ -87,7 +87,8 @@ def uvicorn_options() -> dict[str, Any]:
     """The connection limits passed to uvicorn, set explicitly so they cannot drift.
 
     ``http="h11"``: ``h11_max_incomplete_event_size`` applies to the h11 parser only (httptools,
-    when installed, would be chosen by ``auto`` and ignore it).
+    when installed, would be chosen by ``auto`` and ignore it). The event loop is uvicorn's
+    ``auto``: uvloop, a dependency, where it installs (not on Windows), else asyncio's.
     """
     return {
         "http": "h11",
