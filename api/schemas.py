@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.text import Language
 from judge.config import JudgeOverrides
-from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
+from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.types import Aggregate, McqResult, McqSummary
 from judge.metrics import BertScore, RougeScore
 from judge.types import ExtractRequest, GradeRequest, GradeResult

@@ -14,15 +14,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import judge
 from cli.common import add_model_options, pct
 from core.errors import JudgeError
 from judge.config import JudgeConfig, Settings, load_settings
-from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
-from judge.mcq.runner import score_file
-from judge.mcq.types import McqMetrics, McqSummary
+from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
+
+if TYPE_CHECKING:
+    from judge.mcq.types import McqMetrics, McqSummary
 
 __all__ = [
     "add_arguments",
@@ -242,6 +243,7 @@ def run(
         else None
     )
     from judge.io import check_input_file, check_output_path
+    from judge.mcq.runner import score_file
 
     try:
         # Checked before anything is created: a mistake leaves no output file behind.

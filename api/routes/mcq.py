@@ -18,7 +18,7 @@ from api.routes.common import add_results_route
 from api.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
-from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
+from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.types import Aggregate, McqSummary
 
 router = APIRouter(prefix="/v1/mcq", tags=["multiple choice"], responses=ERROR_RESPONSES)

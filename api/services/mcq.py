@@ -29,7 +29,7 @@ from api.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError, first_error
 from judge.config import Settings
 from judge.engine import Grader
-from judge.mcq.extract import DEFAULT_FUZZY_THRESHOLD
+from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import format_validation_error, score_items
 from judge.mcq.score import check_group_fields, score_item, summarize

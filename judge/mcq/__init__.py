@@ -7,39 +7,92 @@ and score whole JSONL files (:func:`score_file`). The CLI subcommand lives in
 :mod:`cli.mcq`.
 """
 
-from judge.mcq.extract import (
-    DEFAULT_FUZZY_MARGIN,
-    DEFAULT_FUZZY_THRESHOLD,
-    Extraction,
-    extract_answer,
-)
-from judge.mcq.permute import (
-    expand_item,
-    plan_permutations,
-    render_options,
-    to_canonical,
-    to_displayed,
-)
-from judge.mcq.runner import score_file, score_file_async, score_items
-from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
-from judge.mcq.types import (
-    Aggregate,
-    CoherentMetrics,
-    CrossLingualMetrics,
-    ExtractionMethod,
-    LlmExtractor,
-    McqItem,
-    McqMetrics,
-    McqResult,
-    McqSummary,
-    MultiSelectMetrics,
-    Outcome,
-    PermutationInfo,
-    PermutationMetrics,
-    SkippedLine,
-    SlotMetrics,
-    default_labels,
-)
+from typing import TYPE_CHECKING
+
+# The names load with their module on first use (PEP 562), so that `bonusjudge mcq --help` and
+# the service's schemas, which need one constant, do not import the whole package.
+_MODULES = {
+    "Aggregate": "judge.mcq.types",
+    "CoherentMetrics": "judge.mcq.types",
+    "CrossLingualMetrics": "judge.mcq.types",
+    "DEFAULT_FUZZY_MARGIN": "judge.mcq.defaults",
+    "DEFAULT_FUZZY_THRESHOLD": "judge.mcq.defaults",
+    "Extraction": "judge.mcq.extract",
+    "ExtractionMethod": "judge.mcq.types",
+    "LlmExtractor": "judge.mcq.types",
+    "McqItem": "judge.mcq.types",
+    "McqMetrics": "judge.mcq.types",
+    "McqResult": "judge.mcq.types",
+    "McqSummary": "judge.mcq.types",
+    "MultiSelectMetrics": "judge.mcq.types",
+    "Outcome": "judge.mcq.types",
+    "PermutationInfo": "judge.mcq.types",
+    "PermutationMetrics": "judge.mcq.types",
+    "SkippedLine": "judge.mcq.types",
+    "SlotMetrics": "judge.mcq.types",
+    "compute_metrics": "judge.mcq.score",
+    "default_labels": "judge.mcq.types",
+    "expand_item": "judge.mcq.permute",
+    "extract_answer": "judge.mcq.extract",
+    "multi_label_f1": "judge.mcq.score",
+    "plan_permutations": "judge.mcq.permute",
+    "render_options": "judge.mcq.permute",
+    "score_file": "judge.mcq.runner",
+    "score_file_async": "judge.mcq.runner",
+    "score_item": "judge.mcq.score",
+    "score_items": "judge.mcq.runner",
+    "summarize": "judge.mcq.score",
+    "to_canonical": "judge.mcq.permute",
+    "to_displayed": "judge.mcq.permute",
+}
+
+if TYPE_CHECKING:
+    from judge.mcq.extract import (
+        DEFAULT_FUZZY_MARGIN,
+        DEFAULT_FUZZY_THRESHOLD,
+        Extraction,
+        extract_answer,
+    )
+    from judge.mcq.permute import (
+        expand_item,
+        plan_permutations,
+        render_options,
+        to_canonical,
+        to_displayed,
+    )
+    from judge.mcq.runner import score_file, score_file_async, score_items
+    from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
+    from judge.mcq.types import (
+        Aggregate,
+        CoherentMetrics,
+        CrossLingualMetrics,
+        ExtractionMethod,
+        LlmExtractor,
+        McqItem,
+        McqMetrics,
+        McqResult,
+        McqSummary,
+        MultiSelectMetrics,
+        Outcome,
+        PermutationInfo,
+        PermutationMetrics,
+        SkippedLine,
+        SlotMetrics,
+        default_labels,
+    )
+
+
+def __getattr__(name: str) -> object:
+    """Import the submodule that defines ``name`` on first use (see ``_MODULES``)."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'judge.mcq' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_FUZZY_MARGIN",

@@ -49,6 +49,7 @@ from typing import Literal
 from rapidfuzz import fuzz
 
 from core.text import is_cjk, normalize
+from judge.mcq.defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.types import ExtractionMethod
 
 __all__ = [
@@ -57,13 +58,6 @@ __all__ = [
     "Extraction",
     "extract_answer",
 ]
-
-DEFAULT_FUZZY_THRESHOLD = 85.0
-"""rapidfuzz score (0-100) an option's text must reach to be read as the answer."""
-
-DEFAULT_FUZZY_MARGIN = 8.0
-"""Points the best option must lead the runner-up by; ToM options often differ in one word."""
-
 
 @dataclass(frozen=True)
 class Extraction:
