@@ -40,9 +40,10 @@ cat <<MSG
 
 Results: $workdir/results.jsonl, summary: $workdir/summary.json (judge: embedded-matcher,
 offline; coverage only, defects not assessed; a non-LLM matcher, weak where meaning turns on
-negation or on a paraphrase that shares no words with the point). Run bonusjudge as
-.venv/bin/bonusjudge, or
-'source .venv/bin/activate' first. To grade with an LLM judge instead:
+negation or on a paraphrase that shares no words with the point).
+
+Run bonusjudge as .venv/bin/bonusjudge, or 'source .venv/bin/activate' first.
+To grade with an LLM judge instead:
   .venv/bin/bonusjudge grade judge/data/examples_chartom.jsonl --out out/gpt4o.jsonl \\
       --model openai/gpt-4o --api-key-env OPENAI_API_KEY
 or a local OpenAI-compatible server (llama.cpp, vLLM, Ollama):
