@@ -15,11 +15,13 @@ What it does:
    ``LONG_POINT_WORDS`` words), which judges long points at inference; both cross-validated with
    ``GroupKFold`` grouped by question so no question is in both a training and a test fold, and
    reports matcher vs ROUGE-L vs BERTScore per set on the out-of-fold predictions.
-4. Chooses the decision threshold as a calibration decision: the one that maximises the sets'
-   mean balanced accuracy (labels binarised at 0.5, each set weighted by its weight) on the
-   out-of-fold scores, so no set's share of right answers drags it. The cross-validated
-   verdicts use a threshold chosen on their training folds only; leave-one-set-out figures fit
-   model and threshold without the set (see :mod:`calibration.fit_matcher_eval`).
+4. Chooses the decision thresholds as a calibration decision, on out-of-fold scores: for short
+   points the one that maximises the sets' mean balanced accuracy (labels binarised at 0.5,
+   each set weighted by its weight), so no set's share of right answers drags it; for long
+   points their own, maximising accuracy on the rows a long point decides (MedQuAD's people
+   credit few answers). The cross-validated verdicts use thresholds chosen on their training
+   folds only; leave-one-set-out figures fit models and thresholds without the set (see
+   :mod:`calibration.fit_matcher_eval`).
 5. Refits on everything and writes ``judge/data/matcher_params.json``: version, features,
    weights and bias with the standardisation folded in (inference is numpy only), thresholds,
    the long-point model, the lexical-only model for Chinese, and the training summary.
@@ -51,12 +53,15 @@ import numpy as np
 import numpy.typing as npt
 
 from calibration.fit_matcher_eval import (
+    LONG_THRESHOLD_OBJECTIVE,
     THRESHOLD_RULES,
+    balanced_threshold,
     baselines,
     choose_threshold,
     evaluate,
-    format_table,
-    format_verdicts,
+    format_report,
+    long_threshold,
+    model_json,
     round_table,
 )
 from core.errors import ConfigError, InputError
@@ -501,7 +506,8 @@ def fit_logistic(
 THRESHOLD_OBJECTIVE = "balanced"
 """How the decision threshold is chosen: ``accuracy`` (weighted accuracy over the training rows'
 in-sample scores, the matcher-v2 rule) or ``balanced`` (each set's balanced accuracy, averaged
-with the sets' weights, on out-of-fold scores for the shipped threshold)."""
+with the sets' weights, on out-of-fold scores for the shipped threshold; the long-point model
+then gets its own, see ``calibration.fit_matcher_eval.LONG_THRESHOLD_OBJECTIVE``)."""
 
 
 def _trains(ex: Example, specs: dict[str, SetSpec]) -> bool:
@@ -569,11 +575,27 @@ def score_examples(
     Returns:
         One score per example.
     """
+    return _routed_scores(model, examples, long_model)[0]
+
+
+def _routed_scores(
+    model: FittedModel, examples: Sequence[Example], long_model: FittedModel | None
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """:func:`score_examples`, and whether a long point decides each row (its verdict's model).
+
+    A row's score is its best option's (K-QA answers: the mean of its key points, long when
+    most are), so that option's model, and threshold, gives the row's verdict.
+    """
     out = np.empty(len(examples))
+    long_rows = np.zeros(len(examples), dtype=bool)
     for i, ex in enumerate(examples):
         probs = np.array([_point_probability(model, long_model, f) for f in ex.features])
-        out[i] = probs.mean() if ex.aggregate == "mean" else probs.max()
-    return out
+        is_long = np.array([f.long_point for f in ex.features]) & (long_model is not None)
+        if ex.aggregate == "mean":
+            out[i], long_rows[i] = probs.mean(), is_long.mean() > 0.5
+        else:
+            out[i], long_rows[i] = probs.max(), is_long[int(probs.argmax())]
+    return out, long_rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -587,34 +609,29 @@ def _threshold_for(
     features: Sequence[str],
     specs: dict[str, SetSpec],
     long_features: Sequence[str] | None,
-) -> float:
-    """The threshold a fit on ``train`` judges held-out rows with (chosen on ``train`` only).
+) -> tuple[float, float]:
+    """The thresholds a fit on ``train`` judges held-out rows with (chosen on ``train`` only).
 
-    ``balanced``: chosen, as the shipped one is, on out-of-fold scores, here of an inner
+    ``balanced``: chosen, as the shipped ones are, on out-of-fold scores, here of an inner
     grouped cross-validation of ``train`` (in-sample scores run higher than held-out ones, so a
-    threshold chosen on them is not the one that ships). ``accuracy`` keeps matcher-v2's choice:
+    threshold chosen on them is not the one that ships): the short-point one on every row, the
+    long-point one on the rows a long point decides. ``accuracy`` keeps matcher-v2's choice:
     in-sample scores, the K-QA key points left out, so their reported accuracy uses a threshold
-    chosen on the other sets.
+    chosen on the other sets (one threshold for both models, as matcher-v2 was evaluated).
+
+    Returns:
+        ``(short, long)``: the thresholds of rows decided by a short and by a long point.
     """
     rows = list(train)
     if THRESHOLD_OBJECTIVE == "balanced":
-        return _balanced_threshold(rows, _out_of_fold(rows, features, specs, long_features), specs)
+        scores, long_rows = _out_of_fold(rows, features, specs, long_features)
+        short = balanced_threshold(rows, scores, specs)
+        return short, long_threshold(rows, scores, long_rows, specs, short)
     rows = [ex for ex in rows if not ex.set_name.startswith("kqa")]
     p = score_examples(model, rows, long_model)
     _, y, w = _design(rows, features, specs)
-    return choose_threshold(p, y, w, _row_sets(rows), THRESHOLD_OBJECTIVE)
-
-
-def _balanced_threshold(
-    rows: Sequence[Example], scores: FloatArray, specs: dict[str, SetSpec]
-) -> float:
-    """The balanced-accuracy threshold of some rows' scores; each set weighs its weight."""
-    counts: dict[str, int] = {}
-    for ex in rows:
-        counts[ex.set_name] = counts.get(ex.set_name, 0) + 1
-    weights = np.array([specs[ex.set_name].weight / counts[ex.set_name] for ex in rows])
-    labels = np.array([ex.label for ex in rows])
-    return choose_threshold(scores, labels, weights, [ex.set_name for ex in rows], "balanced")
+    threshold = choose_threshold(p, y, w, _row_sets(rows), THRESHOLD_OBJECTIVE)
+    return threshold, threshold
 
 
 def _out_of_fold(
@@ -622,18 +639,20 @@ def _out_of_fold(
     features: Sequence[str],
     specs: dict[str, SetSpec],
     long_features: Sequence[str] | None,
-) -> FloatArray:
-    """Each row's score from a fit on the other folds' training rows (GroupKFold by question)."""
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """Out-of-fold scores (GroupKFold by question), and whether a long point decides each row."""
     from sklearn.model_selection import GroupKFold
 
     groups = np.array([ex.group for ex in examples])
     scores = np.zeros(len(examples))
+    long_rows = np.zeros(len(examples), dtype=bool)
     folds = GroupKFold(n_splits=N_FOLDS, shuffle=True, random_state=SEED + 1)
     for train_idx, test_idx in folds.split(np.zeros(len(examples)), groups=groups):
         train = [examples[i] for i in train_idx if _trains(examples[i], specs)]
         model, long_model = _fit_models(train, features, specs, long_features)
-        scores[test_idx] = score_examples(model, [examples[i] for i in test_idx], long_model)
-    return scores
+        held_out = [examples[i] for i in test_idx]
+        scores[test_idx], long_rows[test_idx] = _routed_scores(model, held_out, long_model)
+    return scores, long_rows
 
 
 def _row_sets(examples: Sequence[Example]) -> list[str]:
@@ -665,7 +684,7 @@ def cross_validate(
     features: Sequence[str],
     specs: dict[str, SetSpec],
     long_features: Sequence[str] | None = None,
-) -> tuple[FloatArray, FloatArray]:
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
     """Out-of-fold scores (GroupKFold by question) and, per row, its fold's threshold.
 
     Args:
@@ -676,23 +695,25 @@ def cross_validate(
             a single model (the lexical path).
 
     Returns:
-        ``(scores, thresholds)``: each row's out-of-fold score, and the threshold chosen on its
-        training folds (see :func:`_threshold_for`).
+        ``(scores, thresholds, long_rows)``: each row's out-of-fold score, the threshold
+        chosen on its training folds for the model that decides it (see :func:`_threshold_for`),
+        and whether that is the long-point model.
     """
     from sklearn.model_selection import GroupKFold
 
     groups = np.array([ex.group for ex in examples])
     scores = np.zeros(len(examples))
     thresholds = np.zeros(len(examples))
+    long_rows = np.zeros(len(examples), dtype=bool)
     folds = GroupKFold(n_splits=N_FOLDS, shuffle=True, random_state=SEED)
     for train_idx, test_idx in folds.split(np.zeros(len(examples)), groups=groups):
         train = [examples[i] for i in train_idx if _trains(examples[i], specs)]
         model, long_model = _fit_models(train, features, specs, long_features)
-        scores[test_idx] = score_examples(model, [examples[i] for i in test_idx], long_model)
-        thresholds[test_idx] = _threshold_for(
-            model, long_model, train, features, specs, long_features
-        )
-    return scores, thresholds
+        held_out = [examples[i] for i in test_idx]
+        scores[test_idx], long_rows[test_idx] = _routed_scores(model, held_out, long_model)
+        short, long = _threshold_for(model, long_model, train, features, specs, long_features)
+        thresholds[test_idx] = np.where(long_rows[test_idx], long, short)
+    return scores, thresholds, long_rows
 
 
 def leave_one_set_out(
@@ -712,19 +733,10 @@ def leave_one_set_out(
         idx = np.array([i for i, ex in enumerate(examples) if ex.set_name == name])
         train = [ex for ex in examples if ex.set_name != name and _trains(ex, specs)]
         model, long_model = _fit_models(train, features, specs, long_features)
-        scores[idx] = score_examples(model, [examples[i] for i in idx], long_model)
-        thresholds[idx] = _threshold_for(model, long_model, train, features, specs, long_features)
+        scores[idx], long_rows = _routed_scores(model, [examples[i] for i in idx], long_model)
+        short, long = _threshold_for(model, long_model, train, features, specs, long_features)
+        thresholds[idx] = np.where(long_rows, long, short)
     return scores, thresholds
-
-
-def _model_json(model: FittedModel) -> dict[str, Any]:
-    """A model section of the parameter file."""
-    return {
-        "features": list(model.features),
-        "weights": [round(float(w), 6) for w in model.weights],
-        "bias": round(model.bias, 6),
-        "threshold": round(model.threshold, 4),
-    }
 
 
 def _fit_final(
@@ -744,7 +756,7 @@ def _fit_final(
     x, y, w = _design(train, features, specs)
     model = fit_logistic(x, y, w, features)
     if THRESHOLD_OBJECTIVE == "balanced":
-        threshold = _balanced_threshold(train, oof_scores[rows], specs)
+        threshold = balanced_threshold(train, oof_scores[rows], specs)
     else:
         threshold = choose_threshold(
             score_examples(model, train), y, w, _row_sets(train), THRESHOLD_OBJECTIVE
@@ -756,13 +768,14 @@ def _fit_final_long(
     examples: list[Example],
     features: Sequence[str],
     specs: dict[str, SetSpec],
-    shared_threshold: float,
+    oof: tuple[FloatArray, npt.NDArray[np.bool_]],
+    short_threshold: float,
 ) -> FittedModel:
     """Fit the long-point model on the long training rows.
 
     ``accuracy``: its threshold is chosen in-sample on those rows (matcher-v2). ``balanced``:
-    it takes ``shared_threshold``, chosen on the out-of-fold scores of every row, long points
-    (scored by this model) included, which is what the cross-validated verdicts used.
+    its own, chosen on ``oof`` (the out-of-fold scores, and whether a long point decides each
+    row) of the training rows a long point decides, as the cross-validated verdicts were.
     """
     train = [ex for ex in examples if _trains(ex, specs)]
     x, y, w = _design(train, features, specs, long_only=True)
@@ -770,7 +783,9 @@ def _fit_final_long(
         raise InputError("no training row has a long point; the long-point model cannot be fit")
     model = fit_logistic(x, y, w, features)
     if THRESHOLD_OBJECTIVE == "balanced":
-        threshold = shared_threshold
+        rows = [i for i, ex in enumerate(examples) if _trains(ex, specs)]
+        scores, long_rows = oof[0][rows], oof[1][rows]
+        threshold = long_threshold(train, scores, long_rows, specs, short_threshold)
     else:
         threshold = choose_threshold(model.probability(x), y, w, objective="accuracy")
     return FittedModel(model.features, model.weights, model.bias, threshold)
@@ -830,38 +845,23 @@ def fit_and_evaluate(
     Returns:
         The models and the tables (ranking and verdicts, full and lexical-only).
     """
-    scores, thresholds = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
+    scores, thresholds, long_rows = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
     loso = leave_one_set_out(examples, FULL_FEATURES, specs, LONG_FEATURES)
     table = evaluate(examples, scores, thresholds, base, specs, loso)
     lexical = _lexical_examples(examples)
-    lex_scores, lex_thresholds = cross_validate(lexical, LEXICAL_FEATURES, specs)
+    lex_scores, lex_thresholds, _ = cross_validate(lexical, LEXICAL_FEATURES, specs)
     lex_table = evaluate(lexical, lex_scores, lex_thresholds, base, specs)
 
     full_model = _fit_final(examples, FULL_FEATURES, specs, scores)
-    long_model = _fit_final_long(examples, LONG_FEATURES, specs, full_model.threshold)
+    long_model = _fit_final_long(
+        examples, LONG_FEATURES, specs, (scores, long_rows), full_model.threshold
+    )
     lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs, lex_scores)
 
     title = f"embedded matcher {MATCHER_VERSION}, {N_FOLDS}-fold CV grouped by question"
-    text = "\n\n".join(
-        [
-            format_table(
-                f"{title} (margin = matcher - best baseline; LOSO = the set left out)", table
-            ),
-            format_verdicts(
-                f"verdicts of the English model, out of fold (shipped threshold "
-                f"{full_model.threshold:.3f}, rule {THRESHOLD_OBJECTIVE})",
-                table,
-            ),
-            format_table(
-                "lexical-only model (the Chinese path), on the same English data", lex_table
-            ),
-            format_verdicts(
-                f"verdicts of the lexical-only model, out of fold (shipped threshold "
-                f"{lexical_model.threshold:.3f})",
-                lex_table,
-            ),
-        ]
-    )
+    rule = f"rule {THRESHOLD_OBJECTIVE}, long {LONG_THRESHOLD_OBJECTIVE}"
+    shipped = (full_model.threshold, long_model.threshold, lexical_model.threshold)
+    text = format_report(title, rule, table, lex_table, shipped)
     log("")
     log(text)
     return FitResult(full_model, long_model, lexical_model, table, lex_table, text)
@@ -874,14 +874,14 @@ def params_json(
     return {
         "version": MATCHER_VERSION,
         "encoder": encoder_name,
-        "full": _model_json(fit.full),
+        "full": model_json(fit.full),
         "long": {
-            **_model_json(fit.long),
+            **model_json(fit.long),
             "note": f"English points of more than {LONG_POINT_WORDS} words (a whole reference "
             "answer): whole-response similarity only, fitted on the rows with such points",
         },
         "lexical": {
-            **_model_json(fit.lexical),
+            **model_json(fit.lexical),
             "note": "lexical features only, fitted on the English sets with words as tokens; "
             "applied to Chinese with characters as tokens and character bigrams as the order "
             "evidence (no Chinese calibration set is available)",

@@ -40,9 +40,10 @@ The text analysis (sentences, tokens, numbers, names, the lexical features) is
 A logistic regression combines the features into a probability. Its few weights are fitted on
 the shared human-rated calibration sets by ``python -m calibration.fit_matcher`` (cross-validated,
 grouped by question) and shipped in ``judge/data/matcher_params.json``; inference is numpy only.
-The decision threshold is a calibration decision: the one that maximises the sets' mean balanced
-accuracy on out-of-fold scores, so the share of points credited follows the people's set by set
-rather than the majority of the pooled data.
+The decision threshold is a calibration decision, chosen on out-of-fold scores: for short points
+the one that maximises the sets' mean balanced accuracy, so the share of points credited follows
+the people's set by set rather than the majority of the pooled data; for long points (whole
+reference answers, which people credit rarely) the one that maximises accuracy on long rows.
 
 What it is not: an LLM. Paraphrases that share no content word with the point are usually not
 credited (the encoder places them about as close as any answer on the same topic), and meaning

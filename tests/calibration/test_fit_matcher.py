@@ -13,13 +13,21 @@ import pytest
 from calibration.fit_matcher import (
     SETS,
     Example,
+    FittedModel,
+    SetSpec,
+    _routed_scores,
     choose_threshold,
     fit_logistic,
     load_examples,
     main,
 )
-from calibration.fit_matcher_eval import balanced_accuracy, format_verdicts, verdict_figures
-from judge.matcher import EmbeddedMatcher, MatchInput, load_params
+from calibration.fit_matcher_eval import (
+    balanced_accuracy,
+    format_verdicts,
+    long_threshold,
+    verdict_figures,
+)
+from judge.matcher import EmbeddedMatcher, MatchInput, PointFeatures, load_params
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -71,6 +79,48 @@ def test_the_accuracy_rule_follows_the_pool_and_the_balanced_rule_needs_the_sets
     assert choose_threshold(p, y, np.ones(10), objective="accuracy") <= 0.3
     with pytest.raises(ValueError, match="set"):
         choose_threshold(p, y, np.ones(10), objective="balanced")
+
+
+def _row(set_name: str, label: float, *points: tuple[float, bool], mean: bool = False) -> Example:
+    """A row whose options have whole-response similarity ``sim`` and are long or not."""
+    item = MatchInput("q", "p", ["p"], "r", "en")
+    features = [PointFeatures({"sim_whole": sim}, None, False, (), long) for sim, long in points]
+    return Example(
+        set_name, set_name, label, [(item, "p")] * len(points), "mean" if mean else "max", features
+    )
+
+
+def test_a_row_is_long_when_a_long_point_decides_its_score() -> None:
+    # The short model scores sim 0.9 at 0.5, the long one at 0.9: the routes differ.
+    short = FittedModel(("sim_whole",), np.array([0.0]), 0.0)
+    long = FittedModel(("sim_whole",), np.array([0.0]), float(np.log(9.0)))
+    rows = [
+        _row("s", 1.0, (0.9, False)),
+        _row("s", 1.0, (0.9, False), (0.9, True)),  # the long option scores higher
+        _row("s", 1.0, (0.9, True), (0.9, True), (0.9, False), mean=True),
+        _row("s", 1.0, (0.9, True), (0.9, False), (0.9, False), mean=True),
+    ]
+    scores, long_rows = _routed_scores(short, rows, long)
+    assert long_rows.tolist() == [False, True, True, False]
+    assert scores == pytest.approx([0.5, 0.9, (0.9 + 0.9 + 0.5) / 3, (0.9 + 0.5 + 0.5) / 3])
+    # Without a long-point model every point is the short model's, and so is every verdict.
+    assert not _routed_scores(short, rows, None)[1].any()
+
+
+def test_the_long_threshold_is_chosen_on_the_long_rows_only() -> None:
+    specs = {name: SetSpec(name, f"{name}.jsonl", "graded", 0, 1) for name in ("med", "qa")}
+    # Long rows: one right answer in eight, the wrong ones scored up to 0.6, the right one at
+    # 0.7: accuracy keeps all but it out. The short rows (right answers at 0.3) would pull a
+    # pooled threshold down to 0.3.
+    long_p = [0.1, 0.2, 0.3, 0.4, 0.5, 0.55, 0.6, 0.7]
+    rows = [_row("med", 1.0 if p == 0.7 else 0.0, (p, True)) for p in long_p]
+    rows += [_row("qa", 1.0, (0.3, False)) for _ in range(20)]
+    scores = np.array(long_p + [0.3] * 20)
+    long_rows = np.array([True] * len(long_p) + [False] * 20)
+    t = long_threshold(rows, scores, long_rows, specs, fallback=0.41)
+    assert 0.6 < t <= 0.7
+    # No long row: the short-point threshold judges them all.
+    assert long_threshold(rows, scores, np.zeros(len(rows), dtype=bool), specs, 0.41) == 0.41
 
 
 def test_fit_logistic_on_soft_labels_orders_by_the_feature() -> None:
