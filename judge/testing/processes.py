@@ -1,8 +1,9 @@
 """Run bonusjudge the way users do, in tests and benchmarks: a fresh interpreter per command.
 
-``run_cli`` runs ``bonusjudge ARGS`` in a subprocess (new interpreter, the caller's cache folder)
-and ``ServiceProcess`` starts ``bonusjudge serve`` on a free loopback port and stops it with
-SIGINT, as an operator would. Nothing here imports the service: the command line is the contract.
+``run_cli`` runs ``bonusjudge ARGS`` in a subprocess (new interpreter, the caller's cache
+folder), ``run_python`` a snippet in one, and ``ServiceProcess`` starts ``bonusjudge serve`` on a
+free loopback port and stops it with SIGINT, as an operator would. Nothing here imports the
+service: the command line is the contract.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -102,6 +104,24 @@ def run_cli(
     return subprocess.run(
         [sys.executable, "-m", "cli", *args],
         capture_output=True, text=True, timeout=timeout, env=cli_env(env), check=False,
+    )
+
+
+def run_python(
+    code: str,
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` (dedented) in a fresh, offline interpreter and return what it did.
+
+    What a cold process sees, which no test in the pytest process can: nothing imported, loaded
+    or cached yet. The environment is :func:`cli_env`'s, ``env`` on top.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, env=cli_env(env), cwd=cwd, check=False,
     )
 
 

@@ -11,14 +11,14 @@ hide it. The packaged encoder now runs without transformers or bert_score
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+
+from judge.testing.processes import cli_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
@@ -27,22 +27,11 @@ TIMEOUT = 300  # a fresh process loads torch and the encoder: seconds, or minute
 
 def _env() -> dict[str, str]:
     """The environment of a fresh, offline interpreter that imports this checkout."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    env.pop("BONUSJUDGE_SETTINGS_FILE", None)
-    return env
+    return cli_env({"PYTHONPATH": str(ROOT)})
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT,
-    )
+    return run_python(code, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=TIMEOUT)
 
 
 @pytest.mark.slow
