@@ -247,11 +247,24 @@ def output_failure_reason(completion: Any) -> UnscoredReason:
     """Classify why a judge's answer was unusable, from its last raw completion."""
     if completion is None:
         return "parse_failure"
-    if _refusal(completion):
+    return failure_reason_of(
+        refused=bool(_refusal(completion)),
+        finish_reason=_finish_reason(completion),
+        raw=_raw_text(completion),
+    )
+
+
+def failure_reason_of(*, refused: bool, finish_reason: Any, raw: str | None) -> UnscoredReason:
+    """Why an answer that failed validation was unusable, from what its reply says.
+
+    The one classification of both transports (``output_failure_reason`` reads the SDK's
+    completion, ``judge.wire.failure_reason`` a raw reply): a refusal, a reply cut off at the
+    token limit, an empty answer, else an answer that did not validate.
+    """
+    if refused:
         return "refusal"
-    if _finish_reason(completion) == "length":
+    if finish_reason == "length":
         return "truncated_output"
-    raw = _raw_text(completion)
     if raw is None or not raw.strip():
         return "empty_output"
     return "validation_failure"

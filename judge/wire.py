@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from core.errors import UnscoredReason
 from judge.config import StructuredMode
+from judge.provider import failure_reason_of
 
 __all__ = [
     "Plan",
@@ -291,14 +292,11 @@ def failure_reason(reply: Mapping[str, Any] | None) -> UnscoredReason:
     """``judge.provider.output_failure_reason`` for a raw reply."""
     if reply is None:
         return "parse_failure"
-    if reply_message(reply).get("refusal"):
-        return "refusal"
-    if finish_reason(reply) == "length":
-        return "truncated_output"
-    raw = raw_text(reply)
-    if raw is None or not raw.strip():
-        return "empty_output"
-    return "validation_failure"
+    return failure_reason_of(
+        refused=bool(reply_message(reply).get("refusal")),
+        finish_reason=finish_reason(reply),
+        raw=raw_text(reply),
+    )
 
 
 def _tool_arguments(reply: Mapping[str, Any]) -> str:
