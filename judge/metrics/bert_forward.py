@@ -114,7 +114,7 @@ class BertConfig:
         return self.hidden_size // self.num_heads
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json_object(path: Path) -> dict[str, Any] | None:
     """A JSON object from ``path``; None when the file is absent, unreadable or not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -220,8 +220,8 @@ def tokenizer_settings(folder: Path, config: BertConfig) -> TokenizerSettings | 
     ``model_max_length`` is the tokenizer's stated limit, capped at the model's positions: with
     no limit (or a larger one) transformers would hand the model inputs it cannot take.
     """
-    settings = _read_json(folder / TOKENIZER_CONFIG_FILE) or {}
-    special_map = _read_json(folder / SPECIAL_TOKENS_FILE) or {}
+    settings = read_json_object(folder / TOKENIZER_CONFIG_FILE) or {}
+    special_map = read_json_object(folder / SPECIAL_TOKENS_FILE) or {}
     tokenizer_class = settings.get("tokenizer_class")
     if tokenizer_class not in _TOKENIZER_CLASSES:
         return f"tokenizer_class {tokenizer_class!r}"
@@ -394,7 +394,7 @@ def inspect_folder(folder: str | Path) -> BertFolder | str:
         the configured shapes); otherwise a short reason, for the caller's log or tests.
     """
     path = Path(folder)
-    config_data = _read_json(path / CONFIG_FILE)
+    config_data = read_json_object(path / CONFIG_FILE)
     if config_data is None:
         return f"no readable {CONFIG_FILE}"
     config = parse_config(config_data)
@@ -402,7 +402,7 @@ def inspect_folder(folder: str | Path) -> BertFolder | str:
         return config
     if not (path / WEIGHTS_FILE).is_file():
         return f"no {WEIGHTS_FILE}"
-    tokenizer_json = _read_json(path / TOKENIZER_FILE)
+    tokenizer_json = read_json_object(path / TOKENIZER_FILE)
     if tokenizer_json is None:
         return f"no readable {TOKENIZER_FILE}"
     settings = tokenizer_settings(path, config)
@@ -808,6 +808,7 @@ __all__ = [
     "inspect_folder",
     "load",
     "parse_config",
+    "read_json_object",
     "tokenizer_settings",
     "unsupported_reason",
 ]

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import os
 import sys
 import threading
@@ -211,12 +210,8 @@ def _cached_hub_snapshot(model_id: str) -> Path | None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object from ``path``; an absent or unreadable file gives an empty dict."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """A JSON object from ``path``; an absent or unreadable file gives an empty dict."""
+    return bert_forward.read_json_object(path) or {}
 
 
 def _layer_count(config: dict[str, Any]) -> int | None:
