@@ -47,12 +47,8 @@ _MODULES = {
 }
 
 if TYPE_CHECKING:
-    from judge.mcq.extract import (
-        DEFAULT_FUZZY_MARGIN,
-        DEFAULT_FUZZY_THRESHOLD,
-        Extraction,
-        extract_answer,
-    )
+    from judge.mcq.defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
+    from judge.mcq.extract import Extraction, extract_answer
     from judge.mcq.permute import (
         expand_item,
         plan_permutations,
