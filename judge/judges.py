@@ -589,5 +589,6 @@ class EmbeddedJudge:
             judge=EMBEDDED_JUDGE,
             judge_version=matcher_version,
             judge_quality="non-LLM matcher: coverage only, defects not assessed; weak where "
-            "meaning turns on negation or on a paraphrase sharing no words with the point",
+            "meaning turns on negation or on a paraphrase sharing neither words nor dictionary "
+            "synonyms with the point",
         )

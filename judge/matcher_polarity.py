@@ -11,7 +11,8 @@ for two cues of opposite meaning between a point and the response clause that ma
   未来 "future", 别人 "others");
 * a word of the point whose antonym stands in the clause while the word itself does not
   (forgive / revenge, proud / ashamed, 原谅 / 复仇, 骄傲 / 羞愧), from a small embedded lexicon of
-  pairs and of opposite emotion poles (no download at run time).
+  pairs and of opposite emotion poles, and, for English, WordNet's antonyms of common words
+  (:mod:`judge.matcher_lexicon`; no download at run time).
 
 Both together cancel ("does not trust" against "distrusts" is no flip). The result is a
 feature of the point (:func:`polarity_flip`); it is lexical, so it misses opposites worded
@@ -29,6 +30,8 @@ from functools import lru_cache
 from typing import Literal
 
 from core.text import normalize
+from judge.matcher_lexicon import base_forms, opposed
+from judge.matcher_text import is_content
 
 __all__ = ["PolarityCue", "negation_count", "polarity_flip"]
 
@@ -302,6 +305,37 @@ def _antonym(point: str, clause: str) -> str | None:
                 continue
             b = _en_find(b_side, clause_words, clause_joined)
             if b is not None and _en_find(b_side, point_words, point_joined) is None:
+                return f"{a} / {b}"
+    return _wordnet_antonym(point_words, clause_words)
+
+
+# Words WordNet lists with antonyms for a sense other than the one they mostly carry in a
+# sentence: "like" the preposition (dislike / like), "left" the past of leave (right / left),
+# "still" and "even" the adverbs, "well" the discourse word, "back" the direction.
+_NOT_WORDNET_ANTONYMS = frozenset({"like", "well", "right", "left", "still", "even", "back"})
+
+
+def _wordnet_antonym(point_words: list[str], clause_words: list[str]) -> str | None:
+    """``"a / b"``: a point word whose WordNet antonym stands in the clause, neither on both sides.
+
+    Base forms count (:func:`judge.matcher_lexicon.base_forms`): "refuses" in the point and
+    "accepted" in the clause are a pair, and a word present on both sides is no flip.
+    """
+    point_bases = {b for w in point_words for b in (*base_forms(w), w)}
+    clause_bases = {b for w in clause_words for b in (*base_forms(w), w)}
+    point_content = [
+        w for w in dict.fromkeys(point_words) if is_content(w) and w not in _NOT_WORDNET_ANTONYMS
+    ]
+    clause_content = [
+        w for w in dict.fromkeys(clause_words) if is_content(w) and w not in _NOT_WORDNET_ANTONYMS
+    ]
+    for a in point_content:
+        if clause_bases.intersection((*base_forms(a), a)):
+            continue
+        for b in clause_content:
+            if point_bases.intersection((*base_forms(b), b)):
+                continue
+            if opposed(a, b):
                 return f"{a} / {b}"
     return None
 

@@ -18,6 +18,7 @@ import numpy as np
 from rapidfuzz import fuzz, process
 
 from core.text import normalize
+from judge.matcher_lexicon import related
 
 __all__ = [
     "Lexical",
@@ -34,6 +35,8 @@ __all__ = [
 
 # Function words carry no content: a point's recall is measured on the rest. Kept short and
 # embedded (no NLTK data download at run time).
+# Copular verbs are function words too: "Levin feels humiliated" and "he is ashamed" state the
+# same thing, and a point's "feels" is no word a paraphrase must repeat.
 # Negations are left out on purpose: dropping them would make "is not contagious" match "is
 # contagious"; as content words, their absence lowers recall.
 _EN_STOPWORD_TEXT = """a about above after again against all am an and any are as at be because
@@ -43,7 +46,7 @@ _EN_STOPWORD_TEXT = """a about above after again against all am an and any are a
     out over own same she should so some such than that the their theirs them themselves then
     there these they this those through to too under until up very was we were what when where
     which while who whom why will with would you your yours yourself yourselves also may might
-    must shall s t d ll m re ve"""
+    must shall s t d ll m re ve feel feels felt seem seems seemed become becomes became"""
 _EN_STOPWORDS = frozenset(_EN_STOPWORD_TEXT.split())
 _ZH_STOPWORDS = frozenset("的了是在和也就都而及与着或之其这那个们把被从对于为以将")
 # Number words the response may use for a point's digits ("two sons" = "2 sons"). Left out on
@@ -63,8 +66,12 @@ _CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\
 _TOKEN_SPLIT_RE = re.compile(rf"[{_CJK_LETTERS}]|[^\W_{_CJK_LETTERS}]+")
 # Sentence ends: . ! ? ; before white space, the CJK marks anywhere, line breaks, and a full
 # stop glued to the next sentence ("weight loss.If you") after a lower-case letter, which
-# leaves abbreviations such as "U.S." alone.
-_SENTENCE_RE = re.compile(r"(?<=[.!?;。！？；])\s+|(?<=[。！？；])|\n+|(?<=[a-z][.!?])(?=[A-Z])")
+# leaves abbreviations such as "U.S." alone. Titles before a name ("Mr. Bennet", "Dr. Jekyll")
+# end no sentence: a point about Mr. Collins is one statement, not two.
+_SENTENCE_RE = re.compile(
+    r"(?<=[.!?;。！？；])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bJr\.)"
+    r"(?<!\bSr\.)(?<!\bMt\.)(?<!\bProf\.)(?<!\bvs\.)\s+|(?<=[。！？；])|\n+|(?<=[a-z][.!?])(?=[A-Z])"
+)
 # Word-level fuzzy matching: 85 accepts inflections ("effect"/"effects", "medication"/
 # "medications") and spelling slips, and rejects different short words ("cat"/"car" = 67).
 _FUZZY_WORD_CUTOFF = 85.0
@@ -131,26 +138,51 @@ def names_in(text: str) -> list[str]:
     return list(dict.fromkeys(result))
 
 
-def fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
-    """Share of ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
-    if not needles:
-        return 1.0
+def _found(needles: Sequence[str], haystack: Sequence[str]) -> set[str]:
+    """The distinct ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
     hay = set(haystack)
     if not hay:
-        return 0.0
-    missing = [n for n in dict.fromkeys(needles) if n not in hay]
-    found = len(set(needles)) - len(missing)
+        return set()
+    unique = list(dict.fromkeys(needles))
+    found = {n for n in unique if n in hay}
     # Only words of letters, longer than 3, are matched fuzzily: a digit anywhere means a
     # number or code, which must match exactly ("1865" must not find "1866").
-    fuzzy_missing = [n for n in missing if len(n) > 3 and n.isalpha()]
+    fuzzy_missing = [n for n in unique if n not in found and len(n) > 3 and n.isalpha()]
     if fuzzy_missing:
         candidates = [h for h in hay if len(h) > 3 and h.isalpha()]
         if candidates:
             scores = process.cdist(
                 fuzzy_missing, candidates, scorer=fuzz.ratio, score_cutoff=_FUZZY_WORD_CUTOFF
             )
-            found += int((np.asarray(scores).max(axis=1) > 0).sum())
-    return found / len(set(needles))
+            hits = np.asarray(scores).max(axis=1) > 0
+            found.update(n for n, hit in zip(fuzzy_missing, hits, strict=True) if hit)
+    return found
+
+
+def fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
+    """Share of ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
+    if not needles:
+        return 1.0
+    return len(_found(needles, haystack)) / len(set(needles))
+
+
+def synonym_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
+    """Share of ``needles`` found in ``haystack``, also through a word of common sense.
+
+    A needle counts as :func:`fuzzy_recall` finds it, or when a content word of the haystack
+    shares a common sense with it (:func:`judge.matcher_lexicon.related`: "ashamed" for
+    "embarrassed"). Only English words take the second route (the lexicon is English; a CJK
+    character or a number must be found as itself).
+    """
+    unique = set(needles)
+    if not unique:
+        return 1.0
+    found = _found(needles, haystack)
+    missing = [n for n in unique - found if n.isalpha() and n.isascii()]
+    if missing:
+        hay = [h for h in set(haystack) if h.isalpha() and h.isascii() and is_content(h)]
+        found.update(n for n in missing if any(related(n, h) for h in hay))
+    return len(found) / len(unique)
 
 
 def _bigrams(tokens: Sequence[str]) -> set[tuple[str, str]]:
@@ -250,6 +282,7 @@ def lexical_features(
             "token_f1": token_f1,
             "novel_recall": fuzzy_recall(novel, response_tokens),
             "distinct_recall": fuzzy_recall(distinct, response_tokens),
+            "synonym_recall": synonym_recall(novel, response_tokens),
             "bigram_recall": bigram_recall,
             "number_missing": number_missing,
             "name_missing": name_missing,

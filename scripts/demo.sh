@@ -40,7 +40,7 @@ cat <<MSG
 
 Results: $workdir/results.jsonl, summary: $workdir/summary.json (judge: embedded-matcher,
 offline; coverage only, defects not assessed; a non-LLM matcher, weak where meaning turns on
-negation or on a paraphrase that shares no words with the point).
+negation or on a paraphrase that shares neither words nor dictionary synonyms with the point).
 
 Run bonusjudge as .venv/bin/bonusjudge, or 'source .venv/bin/activate' first.
 To grade with an LLM judge instead:

@@ -6,11 +6,13 @@ and an answer that reuses the names but says the opposite. Half of each language
 ``heldout``) was only evaluated, never used to change the matcher; the other half (``tune``,
 with the issue's own two cases) was looked at while building it.
 
-The issue's goals (paraphrases average coverage >= 0.6 and >= 0.2 above the opposites) are not
-reached: the encoder puts a paraphrase that shares no content word about as close to the point
-as any answer on the same topic, and the human-rated sets the matcher is fitted on do not
-credit such answers. The goals are kept as strict expected failures, so that reaching them shows
-up as a test to update; what the matcher does reach is asserted plainly.
+The issue's goals are paraphrases averaging coverage >= 0.6, and >= 0.2 above the opposites.
+English reaches the second (0.31 against 0.10, matcher-v4, with WordNet synonyms and antonyms);
+the first is not reached in either language, nor the second in Chinese (0.29 against 0.13): the
+encoder puts a paraphrase that shares no content word about as close to the point as any answer
+on the same topic, and the human-rated sets the matcher is fitted on do not credit such answers.
+The unmet goals are kept as strict expected failures, so that reaching them shows up as a test
+to update; what the matcher does reach is asserted plainly.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 
 import pytest
 
+from judge import matcher_lexicon
 from judge.matcher import EmbeddedMatcher, MatchInput, get_matcher
+from judge.matcher_lexicon import Lexicon
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -116,14 +120,47 @@ def test_opposites_are_rarely_covered(matcher: EmbeddedMatcher) -> None:
 def test_english_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedMatcher) -> None:
     paraphrase = _score(matcher, _group("en"), "paraphrase")
     opposite = _score(matcher, _group("en"), "opposite")
-    # matcher-v2: paraphrases 0.08, opposites 0.81.
-    assert paraphrase.coverage >= 0.2
-    assert paraphrase.coverage > opposite.coverage
+    # matcher-v2: paraphrases 0.08, opposites 0.81; matcher-v3: 0.23 and 0.17.
+    assert paraphrase.coverage >= 0.3
+    # The issue's goal, met in English since matcher-v4.
+    assert paraphrase.coverage - opposite.coverage >= 0.2
+
+
+def test_chinese_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedMatcher) -> None:
+    # matcher-v3: paraphrases 0.19 (no synonyms), opposites 0.13.
+    paraphrase = _score(matcher, _group("zh"), "paraphrase")
+    assert paraphrase.coverage >= 0.25
+    assert paraphrase.coverage > _score(matcher, _group("zh"), "opposite").coverage
+
+
+def test_synonyms_raise_the_paraphrases_and_leave_the_opposites() -> None:
+    # The same cases with the lexicons emptied: what WordNet and Cilin bring, in both languages.
+    with_synonyms = {
+        language: _score(get_matcher(), _group(language), "paraphrase").coverage
+        for language in ("en", "zh")
+    }
+    empty = Lexicon(groups={}, antonyms={}, forms={}, members={}, longest=0)
+    saved = dict(matcher_lexicon._tables)
+    matcher_lexicon._tables.update(en=empty, zh=empty)
+    matcher_lexicon.base_forms.cache_clear()
+    matcher_lexicon._groups.cache_clear()
+    try:
+        without = {
+            language: _score(get_matcher(), _group(language), "paraphrase").coverage
+            for language in ("en", "zh")
+        }
+    finally:
+        matcher_lexicon._tables.clear()
+        matcher_lexicon._tables.update(saved)
+        matcher_lexicon.base_forms.cache_clear()
+        matcher_lexicon._groups.cache_clear()
+    for language in ("en", "zh"):
+        assert with_synonyms[language] >= without[language] + 0.05, (language, without)
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 19 goal not reached: paraphrases average 0.23 (English) and 0.19 (Chinese, "
+    reason="issue 19 goal not reached: paraphrases average 0.31 (English) and 0.29 (Chinese, "
     "lexical evidence only) coverage, not 0.6",
 )
 @pytest.mark.parametrize("language", ["en", "zh"])
@@ -135,13 +172,10 @@ def test_goal_paraphrases_average_coverage_of_at_least_0_6(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 19 goal not reached: paraphrases are 0.06 (English and Chinese) above the "
-    "opposites, not 0.2",
+    reason="issue 19 goal not reached in Chinese: paraphrases are 0.17 above the opposites, "
+    "not 0.2 (English: 0.21, asserted above)",
 )
-@pytest.mark.parametrize("language", ["en", "zh"])
-def test_goal_paraphrases_at_least_0_2_above_opposites(
-    matcher: EmbeddedMatcher, language: str
-) -> None:
-    gap = _score(matcher, _group(language), "paraphrase").coverage
-    gap -= _score(matcher, _group(language), "opposite").coverage
+def test_goal_chinese_paraphrases_at_least_0_2_above_opposites(matcher: EmbeddedMatcher) -> None:
+    gap = _score(matcher, _group("zh"), "paraphrase").coverage
+    gap -= _score(matcher, _group("zh"), "opposite").coverage
     assert gap >= 0.2
