@@ -771,7 +771,10 @@ def _rationale(p: float, features: PointFeatures) -> str:
             f"content-word recall {v['content_recall']:.2f}",
         ]
         if v["synonym_recall"] > v["novel_recall"]:
-            details.append(f"with synonyms {v['synonym_recall']:.2f}")
+            details.append(
+                f"words the question does not give: {v['novel_recall']:.2f}, "
+                f"{v['synonym_recall']:.2f} with synonyms"
+            )
     if features.conflicting_numbers:
         shown = ", ".join(features.conflicting_numbers[:3])
         details.append(f"its number(s) {shown} replaced by others in the response")

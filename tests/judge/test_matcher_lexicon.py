@@ -130,3 +130,20 @@ def test_a_table_of_another_version_is_refused_with_the_rebuild_command(tmp_path
         load_lexicon(broken)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_lexicon(tmp_path / "missing.json")
+
+
+def test_the_rationale_says_when_synonyms_found_the_words() -> None:
+    from judge.matcher import MatchInput, get_matcher
+
+    [[match]] = get_matcher().match(
+        [
+            MatchInput(
+                "How does Pip feel about Joe's visit?",
+                "He is embarrassed by Joe.",
+                ["Pip is embarrassed by Joe"],
+                "He is ashamed of Joe.",
+                "en",
+            )
+        ]
+    )
+    assert "words the question does not give: 0.00, 1.00 with synonyms" in match.rationale
