@@ -43,9 +43,11 @@ __all__ = [
     "align_chinese",
     "base_forms",
     "get_lexicon",
+    "has_sense",
     "load_lexicon",
     "opposed",
     "related",
+    "senses_of",
 ]
 
 LEXICON_PATH = Path(__file__).parent / "data" / "lexicon_en.json"
@@ -223,6 +225,36 @@ def related(a: str, b: str) -> bool:
     if set(base_forms(a)) & set(base_forms(b)):
         return True
     return not _groups(a).isdisjoint(_groups(b))
+
+
+@lru_cache(maxsize=1024)
+def senses_of(words: frozenset[str]) -> tuple[frozenset[int], frozenset[str]]:
+    """The sense groups and base forms of a set of words, together (cached per set).
+
+    A response is searched once for all the words of its points: ``related(word, h)`` for some
+    ``h`` in ``words`` is :func:`has_sense` of ``word`` in this index.
+
+    Args:
+        words: Case-folded words (a response's content words).
+
+    Returns:
+        The union of their sense groups, and of their base forms.
+    """
+    groups: set[int] = set()
+    bases: set[str] = set()
+    for word in words:
+        groups.update(_groups(word))
+        bases.update(base_forms(word))
+        bases.add(word)
+    return frozenset(groups), frozenset(bases)
+
+
+def has_sense(word: str, index: tuple[frozenset[int], frozenset[str]]) -> bool:
+    """Whether some word of an index (:func:`senses_of`) is :func:`related` to ``word``."""
+    groups, bases = index
+    if word in bases or not bases.isdisjoint(base_forms(word)):
+        return True
+    return not groups.isdisjoint(_groups(word))
 
 
 def opposed(a: str, b: str) -> bool:

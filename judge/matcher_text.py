@@ -18,7 +18,7 @@ import numpy as np
 from rapidfuzz import fuzz, process
 
 from core.text import normalize
-from judge.matcher_lexicon import related
+from judge.matcher_lexicon import has_sense, senses_of
 
 __all__ = [
     "Lexical",
@@ -166,22 +166,35 @@ def fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
     return len(_found(needles, haystack)) / len(set(needles))
 
 
-def synonym_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
+def synonym_recall(
+    needles: Sequence[str], haystack: Sequence[str], found: set[str] | None = None
+) -> float:
     """Share of ``needles`` found in ``haystack``, also through a word of common sense.
 
     A needle counts as :func:`fuzzy_recall` finds it, or when a content word of the haystack
     shares a common sense with it (:func:`judge.matcher_lexicon.related`: "ashamed" for
     "embarrassed"). Only English words take the second route (the lexicon is English; a CJK
     character or a number must be found as itself).
+
+    Args:
+        needles: The point's words.
+        haystack: The response's words.
+        found: The needles already found as :func:`fuzzy_recall` finds them, when the caller
+            has them (the same set; saves a second search).
+
+    Returns:
+        The share, 1.0 for no needles.
     """
     unique = set(needles)
     if not unique:
         return 1.0
-    found = _found(needles, haystack)
+    found = set(_found(needles, haystack) if found is None else found)
     missing = [n for n in unique - found if n.isalpha() and n.isascii()]
     if missing:
-        hay = [h for h in set(haystack) if h.isalpha() and h.isascii() and is_content(h)]
-        found.update(n for n in missing if any(related(n, h) for h in hay))
+        index = senses_of(
+            frozenset(h for h in haystack if h.isalpha() and h.isascii() and is_content(h))
+        )
+        found.update(n for n in missing if has_sense(n, index))
     return len(found) / len(unique)
 
 
@@ -259,6 +272,7 @@ def lexical_features(
         best_sentence = int(np.argmax(recalls))
         sentence_recall = recalls[best_sentence]
     content_recall = fuzzy_recall(content, response_tokens)
+    novel_found = _found(novel, response_tokens)
     response_content = [t for t in response_tokens if is_content(t)] or response_tokens
     # Share of the response's content words found in the point: with recall, an F1 that tells
     # "says exactly this" from "says this among much else" (answer-level ratings care).
@@ -280,9 +294,9 @@ def lexical_features(
             "content_recall": content_recall,
             "sentence_recall": sentence_recall,
             "token_f1": token_f1,
-            "novel_recall": fuzzy_recall(novel, response_tokens),
+            "novel_recall": len(novel_found) / len(set(novel)) if novel else 1.0,
             "distinct_recall": fuzzy_recall(distinct, response_tokens),
-            "synonym_recall": synonym_recall(novel, response_tokens),
+            "synonym_recall": synonym_recall(novel, response_tokens, novel_found),
             "bigram_recall": bigram_recall,
             "number_missing": number_missing,
             "name_missing": name_missing,
