@@ -220,11 +220,7 @@ def related(a: str, b: str) -> bool:
         True for "ashamed"/"embarrassed", "son"/"boy", "learns"/"discovered"; False for words
         the table does not know.
     """
-    if a == b:
-        return True
-    if set(base_forms(a)) & set(base_forms(b)):
-        return True
-    return not _groups(a).isdisjoint(_groups(b))
+    return has_sense(a, senses_of(frozenset((b,))))
 
 
 @lru_cache(maxsize=1024)

@@ -159,11 +159,15 @@ def _found(needles: Sequence[str], haystack: Sequence[str]) -> set[str]:
     return found
 
 
+def _share(needles: Sequence[str], found: set[str]) -> float:
+    """Share of the distinct ``needles`` in ``found`` (1.0 for no needles)."""
+    unique = set(needles)
+    return len(unique & found) / len(unique) if unique else 1.0
+
+
 def fuzzy_recall(needles: Sequence[str], haystack: Sequence[str]) -> float:
     """Share of ``needles`` found in ``haystack``, exactly or by fuzzy word match (>= 85)."""
-    if not needles:
-        return 1.0
-    return len(_found(needles, haystack)) / len(set(needles))
+    return _share(needles, _found(needles, haystack)) if needles else 1.0
 
 
 def synonym_recall(
@@ -237,11 +241,15 @@ def lexical_features(
     else:
         partial = token_set = 0.0
 
+    # Each word is found or not on its own, so the novel and distinct words (subsets of the
+    # content words) are looked up once, with them.
+    content_found = _found(content, response_tokens)
+    content_recall = _share(content, content_found)
     point_bigrams = _bigrams(point_tokens)
     bigram_recall = (
         len(point_bigrams & _bigrams(response_tokens)) / len(point_bigrams)
         if point_bigrams
-        else fuzzy_recall(content, response_tokens)
+        else content_recall
     )
     point_numbers = numbers_in(point)
     response_numbers = numbers_in(response)
@@ -271,8 +279,7 @@ def lexical_features(
         recalls = [fuzzy_recall(content, word_tokens(s)) for s in sentences]
         best_sentence = int(np.argmax(recalls))
         sentence_recall = recalls[best_sentence]
-    content_recall = fuzzy_recall(content, response_tokens)
-    novel_found = _found(novel, response_tokens)
+    novel_found = content_found & set(novel)
     response_content = [t for t in response_tokens if is_content(t)] or response_tokens
     # Share of the response's content words found in the point: with recall, an F1 that tells
     # "says exactly this" from "says this among much else" (answer-level ratings care).
@@ -294,8 +301,8 @@ def lexical_features(
             "content_recall": content_recall,
             "sentence_recall": sentence_recall,
             "token_f1": token_f1,
-            "novel_recall": len(novel_found) / len(set(novel)) if novel else 1.0,
-            "distinct_recall": fuzzy_recall(distinct, response_tokens),
+            "novel_recall": _share(novel, novel_found),
+            "distinct_recall": _share(distinct, content_found),
             "synonym_recall": synonym_recall(novel, response_tokens, novel_found),
             "bigram_recall": bigram_recall,
             "number_missing": number_missing,

