@@ -27,8 +27,9 @@ too sparse to teach them (:func:`apply_constraints`):
   and capping such answers cost a third of the matcher's Spearman on the long medical answers
   (MedQuAD) and on MS MARCO's multi-sentence answers;
 * polarity (:mod:`judge.matcher_polarity`): when the response clauses that state a short point
-  add a negation or hold an antonym of one of its words ("Dantès wants to forgive" for "Dantès
-  wants revenge"), the probability is multiplied by :data:`POLARITY_FACTOR`. The encoder cannot
+  add a negation, hold an antonym of one of its words ("Dantès wants to forgive" for "Dantès
+  wants revenge"), or state plainly the word the point negates ("regrets" for "has no
+  remorse"), the probability is multiplied by :data:`POLARITY_FACTOR`. The encoder cannot
   see it (cosine 0.90 for that pair); the cues are lexical (English and Chinese pairs, and
   WordNet's antonyms for English), so opposites worded otherwise still pass.
 
@@ -86,7 +87,7 @@ import numpy.typing as npt
 from core.errors import ConfigError, InputError
 from core.text import count_words
 from judge.matcher_lexicon import align_chinese
-from judge.matcher_polarity import PolarityCue, polarity_flip
+from judge.matcher_polarity import POLARITY_MAX_WORDS, PolarityCue, response_polarity
 from judge.matcher_text import (
     fuzzy_recall,
     is_content,
@@ -94,7 +95,6 @@ from judge.matcher_text import (
     names_in,
     neutralise_names,
     numbers_in,
-    split_clauses,
     split_sentences,
     word_tokens,
 )
@@ -592,49 +592,6 @@ def point_features(
     return PointFeatures(values, evidence, False, conflicting, long_point, cue)
 
 
-POLARITY_MAX_WORDS = 25
-"""Points of 3 to this many words, in one sentence, are checked for polarity (one statement)."""
-
-_POLARITY_MARGIN = 0.1
-"""Clauses within this much content-word recall of the best are read for polarity cues."""
-
-
-def response_polarity(point: str, sentences: Sequence[str]) -> PolarityCue | None:
-    """The polarity cue between a point and the response clauses that state it, or None.
-
-    Only a point of one sentence of 3 to :data:`POLARITY_MAX_WORDS` words is checked: a point
-    of one or two words is a name or a value ("Richard Noble", "1865"), with no statement to
-    negate, and a "not" near it is about something else ("in 1983, not 1990"). The clauses
-    holding most of the point's content words (within :data:`_POLARITY_MARGIN` of the best, at
-    most three) are all read, and the point counts as flipped only when every one of them flips
-    it: the best clause is often a neighbour of the one that states the point, and a flip read
-    there would be a false alarm. Lexical only (no encoder text is added): the clause choice
-    and the cues are the same for English and Chinese.
-
-    Args:
-        point: The bonus point.
-        sentences: The response's sentences (:func:`split_sentences`).
-
-    Returns:
-        The cue (``flipped`` False when the near-best clauses disagree), or None when the point
-        is not checked or the response is empty.
-    """
-    if not 3 <= count_words(point) <= POLARITY_MAX_WORDS or len(_point_units(point)) != 1:
-        return None
-    clauses = [clause for sentence in sentences for clause in split_clauses(sentence)]
-    if not clauses:
-        return None
-    point_tokens = word_tokens(point)
-    content = [t for t in point_tokens if is_content(t)] or point_tokens
-    recalls = np.array([fuzzy_recall(content, word_tokens(c)) for c in clauses])
-    order = np.argsort(-recalls, kind="stable")
-    near = [int(i) for i in order[:3] if recalls[i] >= recalls[order[0]] - _POLARITY_MARGIN]
-    cues = [polarity_flip(point, clauses[i]) for i in near]
-    if all(cue.flipped for cue in cues):
-        return cues[0]
-    return PolarityCue(False, None, None)
-
-
 _LONG_POINT_VALUES = frozenset(
     {"sim_max", "sim_whole", "content_recall", "number_missing", "name_missing"}
 )
@@ -705,8 +662,8 @@ def apply_constraints(probability: float, features: PointFeatures) -> float:
     close the wording, and the calibration sets hold too few such cases for the regression to
     learn a weight strong enough; so the probability is capped. Long points are exempt (their
     ``conflicting_numbers`` is empty; see :func:`point_features`). A response whose clauses
-    stating the point add a negation or an antonym (:func:`response_polarity`) gets
-    :data:`POLARITY_FACTOR` times the probability.
+    stating the point contradict it by a negation or an antonym (:attr:`PolarityCue.contradicts`,
+    :func:`response_polarity`) gets :data:`POLARITY_FACTOR` times the probability.
 
     Args:
         probability: The model's probability.

@@ -14,7 +14,10 @@ for two cues of opposite meaning between a point and the response clause that ma
   pairs and of opposite emotion poles, and, for English, WordNet's antonyms of common words
   (:mod:`judge.matcher_lexicon`; no download at run time).
 
-Both together cancel ("does not trust" against "distrusts" is no flip). The result is a
+Both together cancel when the negation falls on the pair's word ("does not trust" against
+"distrusts" is no flip), not when it falls on another ("suspects he killed" against "trusts he
+did not kill"). A negation only the point has counts when the clause states the negated word
+plainly ("has no remorse" against "regrets", 毫无悔意 against 非常后悔). The result is a
 feature of the point (:func:`polarity_flip`); it is lexical, so it misses opposites worded
 otherwise ("gave up on killing the whale") and can fire on a paraphrase that says the same
 thing through a negation ("never stops loving him" for "still loves him"): the matcher is weak
@@ -24,16 +27,31 @@ where meaning turns on negation, and its rationale names the cue it saw.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from core.text import normalize
-from judge.matcher_lexicon import base_forms, opposed
-from judge.matcher_text import is_content
+import numpy as np
 
-__all__ = ["PolarityCue", "negation_count", "polarity_flip"]
+from core.text import count_words, normalize
+from judge.matcher_lexicon import base_forms, opposed
+from judge.matcher_text import (
+    fuzzy_recall,
+    is_content,
+    split_clauses,
+    split_sentences,
+    word_tokens,
+)
+
+__all__ = [
+    "POLARITY_MAX_WORDS",
+    "PolarityCue",
+    "negated_words",
+    "negation_count",
+    "polarity_flip",
+    "response_polarity",
+]
 
 # English negation cues, as whole words (after case folding; "n't" is matched separately).
 _EN_NEGATIONS = frozenset(
@@ -65,7 +83,8 @@ _NOT_A_CUE = re.compile(
     r"\bno\.\s*\d|^\s*(?:yes|no)\b(?:\s*[,.!;:]+|\s+(?=(?:he|she|it|they|i|we|you|there|"
     r"the|this|that|his|her|its|their)\b))"
 )
-_SPACED_NT = re.compile(r"\s?n\s+'\s?t\b|n'\s+t\b")
+# Tokenised text writes "doesn 't", "can 't" and "does n't".
+_SPACED_NT = re.compile(r"\s?n\s+'\s?t\b|n'\s+t\b|(?<=\w)\s+n't\b")
 # Verbs that negate the clause they govern: "refuses to sacrifice himself", "failed to warn
 # her". ("Gives up" is left out: "gives up his life for her" is the sacrifice, not its negation.)
 _EN_NEGATING_VERBS = re.compile(
@@ -184,33 +203,44 @@ class PolarityCue:
 
     Attributes:
         flipped: Whether the clause says the opposite of the point by these cues (a negation
-            on one side only, or an antonym, but not both).
+            on one side only, or an antonym, but not both on the same word).
         negation: Where a negation stands on one side only (``"point"`` or ``"response"``), or
             None when both sides agree.
         antonym: ``"point word / response word"`` of an antonym pair found, or None.
+        restated: For a negation the point alone has, whether the clause states the negated
+            word plainly ("has no remorse" against "regrets it"): then the clause asserts what
+            the point denies.
     """
 
     flipped: bool
     negation: Literal["point", "response"] | None
     antonym: str | None
+    restated: bool = False
 
     @property
     def contradicts(self) -> bool:
-        """Whether the cue is one the matcher acts on: an antonym, or a negation the response adds.
+        """Whether the matcher acts on the cue.
 
-        A negation only the point has is too often a paraphrase in the shared human-rated sets
-        (the response says it in another clause, or in other words: "should not be increased"
-        against "do not take a double dose"), where it was as frequent on answers people judged
-        covered as on the others; an added negation or an antonym was several times more
-        frequent on answers judged not covered.
+        It acts on an antonym, a negation the response adds, or a negation the point alone
+        has on a word the response states.
+
+        A negation only the point has is otherwise too often a paraphrase in the shared
+        human-rated sets (the response says it in another clause, or in other words: "should
+        not be increased" against "do not take a double dose"): acting on it would cost as
+        many answers people judged covered as it would catch (75 against 66 rows). With the
+        negated word restated it was on 10 rows, 5 judged not covered ("do not heal" against
+        "often heal"), where the sets judge a third of the answers not covered; a net zero on
+        those sets, kept because it is the CharToM opposite "has no remorse" / "regrets". An
+        added negation or an antonym was on 168 rows judged not covered against 115 covered.
         """
-        return self.flipped and self.negation != "point"
+        return self.flipped and (self.negation != "point" or self.restated)
 
     def describe(self) -> str:
         """One phrase naming the cue(s), for the matcher's rationale."""
         parts = []
         if self.negation is not None:
-            parts.append(f"negation in the {self.negation} only")
+            restated = ", its word stated in the response" if self.restated else ""
+            parts.append(f"negation in the {self.negation} only{restated}")
         if self.antonym is not None:
             parts.append(f"antonym {self.antonym}")
         return "; ".join(parts)
@@ -219,6 +249,62 @@ class PolarityCue:
 def _is_cjk_text(text: str) -> bool:
     """Whether the text holds CJK ideographs (then Chinese cues and substrings are used)."""
     return re.search(r"[\u3400-\u9fff]", text) is not None
+
+
+# One pattern for every English cue, so that each is found once and where it stands: "n't"
+# forms, the negating verbs, then the negation words (no word matches two alternatives).
+_EN_CUE = re.compile(
+    rf"{_EN_NT.pattern}|{_EN_NEGATING_VERBS.pattern}|\b(?:{'|'.join(sorted(_EN_NEGATIONS))})\b"
+)
+# Longest cue first, so that 没有 is one cue and not 没 and again 有.
+_ZH_CUE = re.compile("|".join(sorted(_ZH_NEGATIONS, key=len, reverse=True)))
+# Characters skipped after a Chinese cue to reach the word it negates: the copula, modals and
+# aspect words (不是凶手, 没有再见, 不敢说).
+_ZH_BEFORE_WORD = frozenset("是会能要想敢再太很愿肯得了曾被把对在过都也还就去来")
+_ZH_SPAN = re.compile(r"[\u3400-\u9fff]+")
+
+
+def _prepared(text: str) -> str:
+    """The text as the cues are read: case folded, "n't" rejoined, non-negating uses removed."""
+    lowered = normalize(text).replace("\u2019", "'")
+    # "No. 1" is a number; a leading "yes"/"no" answers the question rather than negating the
+    # clause ("no, he is the only one in the video" states that he is the only one).
+    lowered = _NOT_A_CUE.sub(" ", lowered)
+    # Tokenised text splits contractions (see _SPACED_NT): join them back.
+    return _SPACED_NT.sub("n't", lowered)
+
+
+def negated_words(text: str) -> list[str]:
+    """What each negation cue of a text negates: one entry per cue, in order.
+
+    English: the first content word within three words after the cue ("is not afraid of" ->
+    "afraid", "refuses to marry" -> "marry"), or ``""`` when there is none. Chinese: the two
+    characters after the cue, past the copula, modals and aspect words (毫无悔意 -> 悔意,
+    不是凶手 -> 凶手). Phrases with a cue word that do not negate (not only, 非常, 别人) are not
+    cues.
+
+    Args:
+        text: Any text.
+
+    Returns:
+        The negated words; the list's length is the number of cues.
+    """
+    lowered = _prepared(text)
+    found: list[str] = []
+    if _is_cjk_text(lowered):
+        rest = lowered
+        for word in _ZH_NOT_NEGATING:
+            if word not in _ZH_KEEP:
+                rest = rest.replace(word, " ")
+        for match in _ZH_CUE.finditer(rest):
+            after = _ZH_SPAN.match(rest, match.end())
+            span = after.group() if after else ""
+            found.append(span.lstrip("".join(_ZH_BEFORE_WORD))[:2])
+    rest = _EN_NOT_NEGATING.sub(" ", lowered)
+    for match in _EN_CUE.finditer(rest):
+        following = re.findall(r"[a-z]+", rest[match.end() :])[:3]
+        found.append(next((w for w in following if is_content(w) and w not in _EN_NEGATIONS), ""))
+    return found
 
 
 def negation_count(text: str) -> int:
@@ -230,26 +316,7 @@ def negation_count(text: str) -> int:
     Returns:
         The number of cues found (phrases such as "not only", 非常 and 别人 excluded).
     """
-    lowered = normalize(text).replace("\u2019", "'")
-    # "No. 1" is a number; a leading "yes"/"no" answers the question rather than negating the
-    # clause ("no, he is the only one in the video" states that he is the only one).
-    lowered = _NOT_A_CUE.sub(" ", lowered)
-    # Tokenised text writes "doesn 't" and "can 't": join the contraction back.
-    lowered = _SPACED_NT.sub("n't", lowered)
-    count = 0
-    if _is_cjk_text(lowered):
-        rest = lowered
-        for word in _ZH_NOT_NEGATING:
-            if word not in _ZH_KEEP:
-                rest = rest.replace(word, " ")
-        # Longest cue first so that 没有 counts once, not as 没 and again.
-        for cue in sorted(_ZH_NEGATIONS, key=len, reverse=True):
-            count += rest.count(cue)
-            rest = rest.replace(cue, " ")
-    rest = _EN_NOT_NEGATING.sub(" ", lowered)
-    count += len(_EN_NT.findall(rest)) + len(_EN_NEGATING_VERBS.findall(rest))
-    count += sum(1 for word in re.findall(r"[a-z]+", rest) if word in _EN_NEGATIONS)
-    return count
+    return len(negated_words(text))
 
 
 @lru_cache(maxsize=1)
@@ -283,8 +350,8 @@ def _en_find(words: Iterable[str], text_words: list[str], joined: str) -> str | 
     return None
 
 
-def _antonym(point: str, clause: str) -> str | None:
-    """``"a / b"`` when the point has a word ``a``, the clause its antonym ``b`` and not ``a``."""
+def _antonym(point: str, clause: str) -> tuple[str, str] | None:
+    """``(a, b)`` when the point has a word ``a``, the clause its antonym ``b`` and not ``a``."""
     english, chinese = _lexicon()
     if _is_cjk_text(point) or _is_cjk_text(clause):
         for left, right in chinese:
@@ -294,7 +361,7 @@ def _antonym(point: str, clause: str) -> str | None:
                     continue
                 b = next((w for w in b_side if w in clause and w not in point), None)
                 if b is not None:
-                    return f"{a} / {b}"
+                    return a, b
         return None
     point_words, clause_words = _en_words(point), _en_words(clause)
     point_joined, clause_joined = f" {' '.join(point_words)} ", f" {' '.join(clause_words)} "
@@ -305,7 +372,7 @@ def _antonym(point: str, clause: str) -> str | None:
                 continue
             b = _en_find(b_side, clause_words, clause_joined)
             if b is not None and _en_find(b_side, point_words, point_joined) is None:
-                return f"{a} / {b}"
+                return a, b
     return _wordnet_antonym(point_words, clause_words)
 
 
@@ -315,8 +382,8 @@ def _antonym(point: str, clause: str) -> str | None:
 _NOT_WORDNET_ANTONYMS = frozenset({"like", "well", "right", "left", "still", "even", "back"})
 
 
-def _wordnet_antonym(point_words: list[str], clause_words: list[str]) -> str | None:
-    """``"a / b"``: a point word whose WordNet antonym stands in the clause, neither on both sides.
+def _wordnet_antonym(point_words: list[str], clause_words: list[str]) -> tuple[str, str] | None:
+    """``(a, b)``: a point word whose WordNet antonym stands in the clause, neither on both sides.
 
     Base forms count (:func:`judge.matcher_lexicon.base_forms`): "refuses" in the point and
     "accepted" in the clause are a pair, and a word present on both sides is no flip.
@@ -336,8 +403,35 @@ def _wordnet_antonym(point_words: list[str], clause_words: list[str]) -> str | N
             if point_bases.intersection((*base_forms(b), b)):
                 continue
             if opposed(a, b):
-                return f"{a} / {b}"
+                return a, b
     return None
+
+
+# Characters two Chinese words may share without sharing a meaning: function characters and
+# light suffixes (意 of 悔意 and 同意, 心 of 伤心 and 小心).
+_ZH_LIGHT = frozenset(
+    "的了是在和也就都而及与着或之其这那个们把被从对于为以将意心性感度得到有会能要想人子地过去来上下"
+)
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Whether two words are one word: equal, a common base form, or the same 5-letter stem.
+
+    Chinese: a character they share other than function characters and light suffixes (悔意
+    and 后悔 share 悔).
+    """
+    if not a or not b:
+        return False
+    if _is_cjk_text(a) or _is_cjk_text(b):
+        return any(ch in b for ch in a if ch not in _ZH_LIGHT)
+    if {a, *base_forms(a)} & {b, *base_forms(b)}:
+        return True
+    return len(a) >= 5 and len(b) >= 5 and a[:5] == b[:5]
+
+
+def _words_of(text: str) -> list[str]:
+    """The words of a text as :func:`_same_word` compares them (Chinese: the text itself)."""
+    return [text] if _is_cjk_text(text) else _en_words(text)
 
 
 def polarity_flip(point: str, clause: str) -> PolarityCue:
@@ -345,7 +439,12 @@ def polarity_flip(point: str, clause: str) -> PolarityCue:
 
     The negation cue is a negation on one side only (any number of cues counts as one);
     the antonym cue a word of the point whose antonym, and not the word, is in the clause. One
-    of the two flips the meaning; both together cancel ("does not trust" vs "distrusts").
+    of the two flips the meaning. Both together cancel when the negation falls on the antonym
+    ("does not trust" vs "distrusts"); when it falls on another word they are two statements,
+    and the negation stands ("suspects he killed" vs "believes he did not kill": 怀疑 and 相信
+    are a pair, but the negation is on the killing). A negation the point alone has is marked
+    ``restated`` when the clause states its word plainly ("no remorse" vs "regrets", 毫无悔意 vs
+    非常后悔).
 
     Args:
         point: The bonus point.
@@ -355,11 +454,69 @@ def polarity_flip(point: str, clause: str) -> PolarityCue:
         The cue, with ``flipped`` and what was seen.
     """
     # Presence, not parity: "no, there is no one else" negates once, however many cues it has.
-    point_neg = negation_count(point) > 0
-    clause_neg = negation_count(clause) > 0
+    point_negated, clause_negated = negated_words(point), negated_words(clause)
     negation: Literal["point", "response"] | None = None
-    if point_neg != clause_neg:
-        negation = "point" if point_neg else "response"
-    antonym = _antonym(point, clause)
-    flipped = (negation is not None) != (antonym is not None)
-    return PolarityCue(flipped, negation, antonym)
+    if bool(point_negated) != bool(clause_negated):
+        negation = "point" if point_negated else "response"
+    pair = _antonym(point, clause)
+    antonym = f"{pair[0]} / {pair[1]}" if pair else None
+    if negation is None or pair is None:
+        flipped = (negation is None) != (pair is None)
+    else:
+        negated = point_negated if negation == "point" else clause_negated
+        on_pair = pair[0] if negation == "point" else pair[1]
+        # An unknown negated word (a cue at the end) keeps the old rule: the two cancel.
+        flipped = all(word for word in negated) and not any(
+            _same_word(word, on_pair) for word in negated
+        )
+    restated = (
+        flipped
+        and negation == "point"
+        and pair is None
+        and any(_same_word(w, c) for w in point_negated for c in _words_of(clause) if w)
+    )
+    return PolarityCue(flipped, negation, antonym, restated)
+
+
+POLARITY_MAX_WORDS = 25
+"""Points of 3 to this many words, in one sentence, are checked for polarity (one statement)."""
+
+_POLARITY_MARGIN = 0.1
+"""Clauses within this much content-word recall of the best are read for polarity cues."""
+
+
+def response_polarity(point: str, sentences: Sequence[str]) -> PolarityCue | None:
+    """The polarity cue between a point and the response clauses that state it, or None.
+
+    Only a point of one sentence of 3 to :data:`POLARITY_MAX_WORDS` words is checked: a point
+    of one or two words is a name or a value ("Richard Noble", "1865"), with no statement to
+    negate, and a "not" near it is about something else ("in 1983, not 1990"). The clauses
+    holding most of the point's content words (within :data:`_POLARITY_MARGIN` of the best, at
+    most three) are all read, and the point counts as flipped only when every one of them flips
+    it: the best clause is often a neighbour of the one that states the point, and a flip read
+    there would be a false alarm. Lexical only (no encoder text is added): the clause choice
+    and the cues are the same for English and Chinese.
+
+    Args:
+        point: The bonus point.
+        sentences: The response's sentences (:func:`split_sentences`).
+
+    Returns:
+        The cue (``flipped`` False when the near-best clauses disagree), or None when the point
+        is not checked or the response is empty.
+    """
+    one_sentence = len(split_sentences(point) or [point]) == 1
+    if not one_sentence or not 3 <= count_words(point) <= POLARITY_MAX_WORDS:
+        return None
+    clauses = [clause for sentence in sentences for clause in split_clauses(sentence)]
+    if not clauses:
+        return None
+    point_tokens = word_tokens(point)
+    content = [t for t in point_tokens if is_content(t)] or point_tokens
+    recalls = np.array([fuzzy_recall(content, word_tokens(c)) for c in clauses])
+    order = np.argsort(-recalls, kind="stable")
+    near = [int(i) for i in order[:3] if recalls[i] >= recalls[order[0]] - _POLARITY_MARGIN]
+    cues = [polarity_flip(point, clauses[i]) for i in near]
+    if all(cue.flipped for cue in cues):
+        return cues[0]
+    return PolarityCue(False, None, None)

@@ -7,8 +7,9 @@ and an answer that reuses the names but says the opposite. Half of each language
 with the issue's own two cases) was looked at while building it.
 
 The issue's goals are paraphrases averaging coverage >= 0.6, and >= 0.2 above the opposites.
-English reaches the second (0.31 against 0.10, matcher-v4, with WordNet synonyms and antonyms);
-the first is not reached in either language, nor the second in Chinese (0.29 against 0.13): the
+English reaches the second (0.31 against 0.10, matcher-v4, with WordNet synonyms and antonyms),
+Chinese too since a negation counts where it falls on its own word (0.29 against 0.04); the
+first is not reached in either language: the
 encoder puts a paraphrase that shares no content word about as close to the point as any answer
 on the same topic, and the human-rated sets the matcher is fitted on do not credit such answers.
 The unmet goals are kept as strict expected failures, so that reaching them shows up as a test
@@ -128,10 +129,14 @@ def test_english_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedM
 
 
 def test_chinese_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedMatcher) -> None:
-    # matcher-v3: paraphrases 0.19 (no synonyms), opposites 0.13.
+    # matcher-v3: paraphrases 0.19 (no synonyms), opposites 0.13; matcher-v4: 0.29 and 0.13,
+    # then 0.04 once a negation counts where it falls on its own word (毫无悔意 against
+    # 非常后悔; 相信 ... 没有杀害 against 怀疑 ... 杀害: the negation is on the killing).
     paraphrase = _score(matcher, _group("zh"), "paraphrase")
+    opposite = _score(matcher, _group("zh"), "opposite")
     assert paraphrase.coverage >= 0.25
-    assert paraphrase.coverage > _score(matcher, _group("zh"), "opposite").coverage
+    # The issue's goal.
+    assert paraphrase.coverage - opposite.coverage >= 0.2
 
 
 def _clear_lexicon_caches() -> None:
@@ -180,14 +185,3 @@ def test_goal_paraphrases_average_coverage_of_at_least_0_6(
     matcher: EmbeddedMatcher, language: str
 ) -> None:
     assert _score(matcher, _group(language), "paraphrase").coverage >= 0.6
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 19 goal not reached in Chinese: paraphrases are 0.17 above the opposites, "
-    "not 0.2 (English: 0.21, asserted above)",
-)
-def test_goal_chinese_paraphrases_at_least_0_2_above_opposites(matcher: EmbeddedMatcher) -> None:
-    gap = _score(matcher, _group("zh"), "paraphrase").coverage
-    gap -= _score(matcher, _group("zh"), "opposite").coverage
-    assert gap >= 0.2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from judge.matcher_polarity import negation_count, polarity_flip
+from judge.matcher_polarity import negated_words, negation_count, polarity_flip
 from judge.matcher_text import neutralise_names, split_clauses
 
 
@@ -14,6 +14,9 @@ from judge.matcher_text import neutralise_names, split_clauses
         ("Anna is not afraid of losing her son.", 1),
         ("He doesn't care and never did.", 2),
         ("He dont know", 1),
+        # Tokenised text (KPQA's NarrativeQA and MS MARCO answers) splits the contraction.
+        ("she does n't want to die", 1),
+        ("he doesn 't start", 1),
         ("Carton refuses to sacrifice himself.", 1),
         ("He gives up his life for her.", 0),
         # Phrases whose cue word does not negate the statement.
@@ -31,6 +34,49 @@ from judge.matcher_text import neutralise_names, split_clauses
 )
 def test_negation_count(text: str, count: int) -> None:
     assert negation_count(text) == count
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Anna is not afraid of losing her son.", ["afraid"]),
+        ("Carton refuses to marry her and never looks back.", ["marry", "looks"]),
+        ("He has no remorse", ["remorse"]),
+        ("It is over, not", [""]),
+        ("曹操毫无悔意", ["悔意"]),
+        # The copula and modals are passed over to reach the word.
+        ("他不是凶手", ["凶手"]),
+        ("哈姆雷特相信克劳狄斯没有杀害他的父亲", ["杀害"]),
+        ("他非常后悔", []),
+    ],
+)
+def test_negated_words(text: str, words: list[str]) -> None:
+    assert negated_words(text) == words
+
+
+def test_a_negation_the_point_alone_has_contradicts_when_the_response_states_its_word() -> None:
+    restated = polarity_flip("The wound does not heal", "The wound heals within weeks.")
+    assert restated.restated and restated.contradicts
+    assert restated.describe() == "negation in the point only, its word stated in the response"
+    assert polarity_flip("曹操毫无悔意", "曹操非常后悔。").contradicts
+    # Said in other words, it is not acted on (test below).
+    assert not polarity_flip("He has no remorse", "He says he would do it again.").contradicts
+
+
+def test_a_negation_on_another_word_than_the_antonym_does_not_cancel_it() -> None:
+    # 怀疑/相信 (suspect/trust) is a pair, but the negation falls on the killing.
+    cue = polarity_flip(
+        "哈姆雷特怀疑克劳狄斯杀害了他的父亲", "哈姆雷特相信克劳狄斯没有杀害他的父亲。"
+    )
+    assert cue.flipped and cue.contradicts and cue.negation == "response"
+    cue = polarity_flip(
+        "Hamlet suspects Claudius murdered his father",
+        "Hamlet trusts that Claudius did not murder his father.",
+    )
+    assert cue.flipped and cue.contradicts
+    # On the pair's own word they still cancel, in both languages.
+    assert not polarity_flip("她不相信他", "她怀疑他。").flipped
+    assert not polarity_flip("She distrusts him", "She does not trust him.").flipped
 
 
 def test_antonym_flips_the_issue_case() -> None:
