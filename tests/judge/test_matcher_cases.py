@@ -7,11 +7,12 @@ and an answer that reuses the names but says the opposite. Half of each language
 with the issue's own two cases) was looked at while building it.
 
 The issue's goals are paraphrases averaging coverage >= 0.6, and >= 0.2 above the opposites.
-English reaches the second (0.31 against 0.10, matcher-v4, with WordNet synonyms and antonyms),
-Chinese too since a negation counts where it falls on its own word (0.29 against 0.04); the
-first is not reached in either language: the
-encoder puts a paraphrase that shares no content word about as close to the point as any answer
-on the same topic, and the human-rated sets the matcher is fitted on do not credit such answers.
+English reaches the second since matcher-v4 (0.31 against 0.10, with WordNet synonyms and
+antonyms), Chinese since matcher-v5 (0.27 against 0.04: a negation now counts where it falls on
+its own word). The first is reached in neither language: the encoders put a paraphrase that
+shares no content word about as close to the point as many wrong answers on the same topic, and
+the human-rated sets the matcher is fitted on, whose people's share of answers credited sets
+the threshold, do not credit such answers.
 The unmet goals are kept as strict expected failures, so that reaching them shows up as a test
 to update; what the matcher does reach is asserted plainly.
 """
@@ -129,14 +130,52 @@ def test_english_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedM
 
 
 def test_chinese_paraphrases_are_credited_more_than_opposites(matcher: EmbeddedMatcher) -> None:
-    # matcher-v3: paraphrases 0.19 (no synonyms), opposites 0.13; matcher-v4: 0.29 and 0.13,
-    # then 0.04 once a negation counts where it falls on its own word (毫无悔意 against
-    # 非常后悔; 相信 ... 没有杀害 against 怀疑 ... 杀害: the negation is on the killing).
+    # matcher-v3: paraphrases 0.19 (no synonyms), opposites 0.13; matcher-v4: 0.29 and 0.13;
+    # matcher-v5: 0.27 (multilingual encoder) and 0.04, a negation counting where it falls on
+    # its own word (毫无悔意 against 非常后悔; 相信 ... 没有杀害 against 怀疑 ... 杀害: the
+    # negation is on the killing, not on the pair).
     paraphrase = _score(matcher, _group("zh"), "paraphrase")
     opposite = _score(matcher, _group("zh"), "opposite")
     assert paraphrase.coverage >= 0.25
     # The issue's goal.
     assert paraphrase.coverage - opposite.coverage >= 0.2
+
+
+def _auroc(positives: list[float], negatives: list[float]) -> float:
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def _point_probabilities(
+    matcher: EmbeddedMatcher, cases: list[dict[str, Any]], answers: list[str]
+) -> list[float]:
+    items = [
+        MatchInput(c["question"], c["reference"], c["points"], answer, c["language"])
+        for c, answer in zip(cases, answers, strict=True)
+    ]
+    return [r.probability for res in matcher.match(items) for r in res]
+
+
+def test_the_multilingual_encoder_tells_chinese_paraphrases_from_wrong_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import judge.matcher
+
+    cases = _group("zh")
+    # A wrong answer on the same kind of question: another case's reference answer.
+    wrong = [cases[(i + 7) % len(cases)]["reference"] for i in range(len(cases))]
+    paraphrases = [c["paraphrase"] for c in cases]
+    separation = {}
+    for available in (True, False):
+        monkeypatch.setattr(judge.matcher, "multilingual_available", lambda a=available: a)
+        matcher = EmbeddedMatcher(get_matcher().params)
+        separation[available] = _auroc(
+            _point_probabilities(matcher, cases, paraphrases),
+            _point_probabilities(matcher, cases, wrong),
+        )
+    # matcher-v5: 0.90 with the encoder, 0.79 on characters alone.
+    assert separation[True] >= 0.85
+    assert separation[True] >= separation[False] + 0.05
 
 
 def _clear_lexicon_caches() -> None:
@@ -177,8 +216,8 @@ def test_synonyms_raise_the_paraphrases_and_leave_the_opposites() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 19 goal not reached: paraphrases average 0.31 (English) and 0.29 (Chinese, "
-    "lexical evidence only) coverage, not 0.6",
+    reason="issue 19 goal not reached: paraphrases average 0.31 (English) and 0.27 (Chinese) "
+    "coverage, not 0.6",
 )
 @pytest.mark.parametrize("language", ["en", "zh"])
 def test_goal_paraphrases_average_coverage_of_at_least_0_6(
