@@ -10,12 +10,16 @@
   workload's CharToM items (several bonus points each) and on short answers (the first 1,000
   EVOUNA TriviaQA rows of the shared calibration sets, read in place, the first reference as the
   one point; and 200 rows with every alias judged, which costs one match per alias), after a
-  warm-up batch.
+  warm-up batch. Chinese goes through the multilingual encoder: the 24 Chinese CharToM-style
+  items of the matcher's tests, each with its paraphrase and its opposite (48 responses; no
+  Chinese workload is shared), repeated 4 times as new responses.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.common import Timer, load_requests, log, parse_section_args, section_parser, write_json
@@ -89,6 +93,39 @@ def _evouna_requests(limit: int) -> list[tuple[str, Any]]:
     return [(item.id, item_request(item)) for item in dataset.items[:limit]]
 
 
+CHINESE_CASES = (
+    Path(__file__).parent.parent / "tests" / "judge" / "data" / "matcher_paraphrase_cases.jsonl"
+)
+"""Chinese CharToM-style items (the matcher's test cases), the only Chinese bonus points here."""
+
+
+def _chinese_requests(copies: int = 4) -> list[tuple[str, Any]]:
+    """Each Chinese case's paraphrase and opposite as requests, ``copies`` times as new texts."""
+    from judge.types import GradeRequest
+
+    if not CHINESE_CASES.is_file():
+        return []
+    requests: list[tuple[str, Any]] = []
+    with CHINESE_CASES.open(encoding="utf-8") as handle:
+        cases = [json.loads(line) for line in handle if line.strip()]
+    for copy in range(copies):
+        for case in cases:
+            if case["language"] != "zh":
+                continue
+            for kind in ("paraphrase", "opposite"):
+                # A new response per copy (a trailing mark), so each copy is embedded anew.
+                response = case[kind] + "。" * copy
+                request = GradeRequest(
+                    question=case["question"],
+                    reference=case["reference"],
+                    bonus_points=case["points"],
+                    response=response,
+                    language="zh",
+                )
+                requests.append((f"{case['id']}-{kind}~{copy}", request))
+    return requests
+
+
 def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """Items/s of the embedded matcher through the engine, coverage only, cache off."""
     import asyncio
@@ -120,6 +157,7 @@ def _matcher_speed(workload: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         ("CharToM workload (bonus points)", workload),
         ("EVOUNA TQ short answers", first_only),
         ("EVOUNA TQ, each alias judged (up to 16)", evouna[:200]),
+        ("Chinese CharToM-style items (multilingual encoder)", _chinese_requests()),
     ]
     for name, requests in sets:
         if not requests:

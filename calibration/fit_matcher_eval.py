@@ -500,7 +500,7 @@ def format_report(
     thresholds: tuple[float, float, float, float],
     multilingual_table: Sequence[dict[str, Any]],
 ) -> str:
-    """The fit's printed report: ranking and verdicts of the English and lexical-only models.
+    """The fit's printed report: ranking and verdicts of the English and the two Chinese models.
 
     Args:
         title: Heading of the English ranking table (version, folds).
