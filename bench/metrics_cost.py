@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -101,13 +100,13 @@ CHINESE_CASES = (
 
 def _chinese_requests(copies: int = 4) -> list[tuple[str, Any]]:
     """Each Chinese case's paraphrase and opposite as requests, ``copies`` times as new texts."""
+    from core.jsonl import read_rows
     from judge.types import GradeRequest
 
     if not CHINESE_CASES.is_file():
         return []
     requests: list[tuple[str, Any]] = []
-    with CHINESE_CASES.open(encoding="utf-8") as handle:
-        cases = [json.loads(line) for line in handle if line.strip()]
+    cases = read_rows(CHINESE_CASES, field="chinese_cases")
     for copy in range(copies):
         for case in cases:
             if case["language"] != "zh":

@@ -68,7 +68,7 @@ from calibration.fit_matcher_eval import (
 )
 from calibration.fit_multilingual import multilingual_examples, parallel_texts, similarity_scale
 from core.errors import ConfigError, InputError
-from core.jsonl import BadLine, read_jsonl
+from core.jsonl import read_rows
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -197,17 +197,6 @@ class Example:
 # Reading the sets
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file; a bad line raises InputError naming file and line."""
-    rows: list[dict[str, Any]] = []
-    for entry in read_jsonl(path, field="data_dir"):
-        # A fit on part of a set would be silently off: the first bad line stops it.
-        if isinstance(entry, BadLine):
-            raise InputError(f"{path}:{entry.line}: {entry.message}", line=entry.line)
-        rows.append(entry[1])
-    return rows
-
-
 def _text(row: dict[str, Any], key: str, path: Path, number: int) -> str:
     """A required string field of a row."""
     value = row.get(key)
@@ -286,7 +275,8 @@ def load_examples(data_dir: Path, specs: Sequence[SetSpec] = SETS) -> list[Examp
         # set's is changed (matcher-v2 drew every set from one stream).
         rng = random.Random(f"{SEED}:{spec.name}")
         path = data_dir / spec.path
-        rows = _read_jsonl(path)
+        # A fit on part of a set would be silently off: the first bad line stops it.
+        rows = read_rows(path, field="data_dir")
         for number, row, drawn in _subsample_groups(rows, spec.subsample, rng, spec.evaluate_all):
             question = _text(row, "question", path, number)
             response = _text(row, "candidate", path, number)

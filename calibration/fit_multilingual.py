@@ -27,7 +27,7 @@ import numpy as np
 
 from calibration.embedding_cache import embed_cached
 from core.errors import InputError
-from core.jsonl import BadLine, read_jsonl
+from core.jsonl import read_rows
 from judge.matcher import point_features, texts_to_embed
 from judge.matcher_encoder import MULTILINGUAL_ENCODER, get_multilingual_encoder
 
@@ -82,10 +82,7 @@ def parallel_texts(path: Path = PARALLEL_EXAMPLES) -> tuple[list[str], list[str]
         InputError: on a bad line, or when no item is in both languages.
     """
     texts: dict[str, dict[tuple[str, int], str]] = {"en": {}, "zh": {}}
-    for entry in read_jsonl(path, field="parallel_examples"):
-        if isinstance(entry, BadLine):
-            raise InputError(f"{path}:{entry.line}: {entry.message}", line=entry.line)
-        row = entry[1]
+    for row in read_rows(path, field="parallel_examples"):
         if row.get("language") in texts:
             for i, text in enumerate([row["question"], *row["choices"]]):
                 texts[row["language"]][(row["id"], i)] = text

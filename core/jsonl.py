@@ -92,6 +92,31 @@ def read_jsonl(
         yield from _read_lines(handle, objects)
 
 
+def read_rows(path: str | Path, *, field: str = "input") -> list[dict[str, Any]]:
+    """Read a whole JSONL file of objects that must be clean: the first bad line raises.
+
+    For data a partial read would silently skew (calibration sets, fit inputs), not for user
+    uploads, which keep their good lines (:func:`read_jsonl`).
+
+    Args:
+        path: The file.
+        field: The input's name in the error raised when the file cannot be opened.
+
+    Returns:
+        The rows, in file order.
+
+    Raises:
+        InputError: the file cannot be opened (``field``), or a line is bad (``path:line:``
+            and the line number).
+    """
+    rows: list[dict[str, Any]] = []
+    for entry in read_jsonl(path, field=field):
+        if isinstance(entry, BadLine):
+            raise InputError(f"{path}:{entry.line}: {entry.message}", line=entry.line)
+        rows.append(entry[1])
+    return rows
+
+
 def _read_lines(lines: Iterable[bytes], objects: bool) -> Iterator[tuple[int, Any] | BadLine]:
     for number, data in enumerate(lines, start=1):
         # Drop the terminator (a file's lines keep theirs) so errors point into the line itself.

@@ -407,11 +407,9 @@ def _wordnet_antonym(point_words: list[str], clause_words: list[str]) -> tuple[s
     return None
 
 
-# Characters two Chinese words may share without sharing a meaning: function characters and
-# light suffixes (意 of 悔意 and 同意, 心 of 伤心 and 小心).
-_ZH_LIGHT = frozenset(
-    "的了是在和也就都而及与着或之其这那个们把被从对于为以将意心性感度得到有会能要想人子地过去来上下"
-)
+# Light suffixes two Chinese words may share without sharing a meaning (意 of 悔意 and 同意,
+# 心 of 伤心 and 小心); function characters are not content (:func:`is_content`) either.
+_ZH_LIGHT = frozenset("意心性感度得到有会能要想人子地过去来上下")
 
 
 def _same_word(a: str, b: str) -> bool:
@@ -423,7 +421,7 @@ def _same_word(a: str, b: str) -> bool:
     if not a or not b:
         return False
     if _is_cjk_text(a) or _is_cjk_text(b):
-        return any(ch in b for ch in a if ch not in _ZH_LIGHT)
+        return any(ch in b for ch in a if is_content(ch) and ch not in _ZH_LIGHT)
     if {a, *base_forms(a)} & {b, *base_forms(b)}:
         return True
     return len(a) >= 5 and len(b) >= 5 and a[:5] == b[:5]
