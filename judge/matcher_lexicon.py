@@ -288,12 +288,15 @@ def align_chinese(point: str, response: str) -> str:
         The response, rewritten where a synonym was found (unchanged otherwise).
     """
     lexicon = get_lexicon("zh")
-    words = {
+    # In the point's order (longest first at each place), not a set's: when one synonym serves
+    # two of the point's words, the first claims it, the same in every process (a set of
+    # strings iterates in an order that changes with the hash seed).
+    words = dict.fromkeys(
         point[i : i + n]
-        for n in range(2, lexicon.longest + 1)
-        for i in range(len(point) - n + 1)
+        for i in range(len(point))
+        for n in range(min(lexicon.longest, len(point) - i), 1, -1)
         if point[i : i + n] in lexicon.groups
-    }
+    )
     replacements: dict[str, str] = {}
     for word in words:
         for number in lexicon.groups[word]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,6 +97,27 @@ def test_chinese_synonyms_are_written_as_the_points_words() -> None:
     assert "傲慢" in align_chinese("伊丽莎白认为达西很傲慢", "她觉得他目中无人。")
     # Nothing to align: the response comes back as it was.
     assert align_chinese("黛玉感到绝望", "今天天气很好。") == "今天天气很好。"
+
+
+def test_a_synonym_of_two_point_words_goes_to_the_first_in_every_process() -> None:
+    # 一世 is a Cilin synonym of both 一生 and 一代: the point's first word claims it, whatever
+    # the hash seed (a set of the point's words once decided, differently per process).
+    script = (
+        "from judge.matcher_lexicon import align_chinese as a; "
+        "print(a('他一生都记得那一代人', '他一世不忘'), a('一点一对', '一些'))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[2],
+        ).stdout.strip()
+        for seed in range(4)
+    }
+    assert outputs == {"他一生不忘 一点"}
 
 
 def test_titles_before_names_end_no_sentence() -> None:
