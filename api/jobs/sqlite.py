@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,7 @@ def sqlite_engine(path: Path) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _use_wal(cursor)
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             cursor.execute("PRAGMA foreign_keys = ON")
@@ -175,3 +176,23 @@ def sqlite_engine(path: Path) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _use_wal(cursor: sqlite3.Cursor) -> None:
+    """Put the database file in WAL mode, waiting while another process does the same.
+
+    WAL mode is a property of the file, so a connection that finds it set has nothing to do.
+    Setting it needs an exclusive lock, and SQLite answers "database is locked" at once, without
+    the busy timeout, when that could deadlock: processes opening a new file together (replicas
+    of ``bonusjudge serve`` started at once) each hold a read lock while asking. So a busy
+    answer is retried, the mode read again first, until :data:`BUSY_TIMEOUT_S` has passed.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "busy" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

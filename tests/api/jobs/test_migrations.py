@@ -11,6 +11,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from sqlalchemy import inspect, text
 from api.jobs import SCHEMA_REVISION, JobStore
 from api.jobs.codec import REQUESTS, RESULTS, pack
 from api.jobs.schema import metadata
+from api.jobs.sqlite import _use_wal
 from core.errors import ConfigError
 from judge.types import GradeRequest
 
@@ -241,6 +243,28 @@ def test_an_unreachable_or_unsupported_postgres_is_a_config_error() -> None:
         with pytest.raises(ConfigError, match=words) as caught:
             JobStore(url)
         assert caught.value.field == "jobs_url"
+
+
+def test_wal_mode_waits_for_a_writer_of_another_process(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once (no busy wait) while another connection writes;
+    # the store retries it until that writer is done, as replicas opening a new file need.
+    path = tmp_path / "jobs.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (1)")
+    opener = sqlite3.connect(path, isolation_level=None, timeout=0)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        opener.execute("PRAGMA journal_mode = WAL")
+    commit = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    commit.start()
+    try:
+        _use_wal(opener.cursor())
+    finally:
+        commit.join()
+    assert opener.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    opener.close()
+    writer.close()
 
 
 # A process opening the store as ``bonusjudge serve`` does: imported first, then it waits for
