@@ -23,9 +23,16 @@ responsibility:
 ``flows``      the steps, the shared core (send with retries, resume a stream, poll) and the
                ``@operation`` / ``@streaming`` declarations that make one flow a method of both.
 ``workflows``  every call of the contract, declared once.
-``sync``       ``JudgeClient``: the blocking driver, and ``grade_many`` on a thread pool.
-``aio``        ``AsyncJudgeClient``: the awaited driver, and ``grade_many`` as tasks.
+``sync``       ``JudgeClient``: the blocking driver, and ``grade_stream`` on a thread pool.
+``aio``        ``AsyncJudgeClient``: the awaited driver, and ``grade_stream`` as tasks.
 ``errors``     the error tree.
+
+The two clients have the same methods, with the same arguments and results: where
+``JudgeClient.m`` returns ``T``, ``AsyncJudgeClient.m`` returns a coroutine of ``T``, and where it
+returns an iterator (``grade_stream``, ``results``, ``mcq_results``), an async iterator of the
+same items. ``grade_many`` returns the list of results in both (``await client.grade_many(items)``
+in async code); ``grade_stream`` yields each ``(position, outcome)`` as its batch ends.
+``AsyncJudgeClient`` also has ``aclose``, the async spelling of ``close``.
 
 Retries (see ``api.client.retry``): idempotent calls are retried on connection errors and on
 429/503 answers with full-jitter exponential backoff floored at the service's ``Retry-After``;

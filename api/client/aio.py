@@ -6,13 +6,13 @@ import asyncio
 import random
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, closing
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, closing
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
 import httpx
 
-from api.client.answers import Placed
+from api.client.answers import Gathered, Placed
 from api.client.calls import (
     DEFAULT_BATCH_SIZE,
     ItemInput,
@@ -62,12 +62,6 @@ class AsyncHTTPClient(Protocol):
         """Release the connections."""
 
 
-class AsyncManyOptions(ManyOptions, total=False):
-    """The options of ``AsyncJudgeClient.grade_many``: the shared ones, and ``ordered``."""
-
-    ordered: bool
-
-
 async def _async_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
@@ -75,8 +69,9 @@ async def _async_sleep(seconds: float) -> None:
 class AsyncJudgeClient(Workflows, AsyncRunner):
     """Asynchronous client of a bonusjudge service; the same methods as ``JudgeClient``.
 
-    Each method returns a coroutine of what ``JudgeClient``'s returns; ``results`` and
-    ``mcq_results`` return async iterators, and ``grade_many`` is an async iterator of results.
+    Each method returns a coroutine of what ``JudgeClient``'s returns (``await
+    client.grade_many(items)`` is the list of results); the streaming ones, ``grade_stream``,
+    ``results`` and ``mcq_results``, return async iterators of what ``JudgeClient``'s iterate.
     The arguments are ``JudgeClient``'s, but ``http_client`` is an ``httpx.AsyncClient`` (the
     caller keeps ownership), ``transport`` an async one (e.g. ``httpx.ASGITransport(app=app)``
     to run the service in-process) and ``sleep`` a coroutine function.
@@ -155,24 +150,46 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
     # -- batches in parallel -------------------------------------------------------------------
 
     @overload
-    def grade_many(
+    async def grade_many(
         self,
         items: Iterable[ItemInput],
         *,
         return_exceptions: Literal[False] = ...,
-        **options: Unpack[AsyncManyOptions],
-    ) -> AsyncIterator[GradeResult]: ...
+        **options: Unpack[ManyOptions],
+    ) -> list[GradeResult]: ...
 
     @overload
-    def grade_many(
+    async def grade_many(
         self,
         items: Iterable[ItemInput],
         *,
         return_exceptions: Literal[True],
-        **options: Unpack[AsyncManyOptions],
-    ) -> AsyncIterator[GradeResult | ClientItemError]: ...
+        **options: Unpack[ManyOptions],
+    ) -> list[GradeResult | ClientItemError]: ...
 
     async def grade_many(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        return_exceptions: bool = False,
+        **options: Unpack[ManyOptions],
+    ) -> list[GradeResult] | list[GradeResult | ClientItemError]:
+        """Grade any number of items in batches, ``concurrency`` requests at a time.
+
+        ``JudgeClient.grade_many``, awaited: ``await client.grade_many(items)`` is the list of
+        results in input order; the batches are tasks of the running loop. To handle each result
+        as its batch ends, iterate ``grade_stream`` instead. Arguments, results and errors as
+        for ``JudgeClient.grade_many``.
+        """
+        gathered = Gathered(return_exceptions=return_exceptions, url=self._url("/v1/grade/batch"))
+        # Closed on the way out: an item error raised here cancels the batches in flight at once
+        # (an async generator left open would keep them running until it is collected).
+        async with aclosing(self.grade_stream(items, **options)) as stream:
+            async for position, outcome in stream:
+                gathered.add(position, outcome)
+        return gathered.results()  # type: ignore[return-value]
+
+    async def grade_stream(
         self,
         items: Iterable[ItemInput],
         *,
@@ -180,25 +197,15 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
         batch_size: int = DEFAULT_BATCH_SIZE,
         concurrency: int = 4,
         progress: bool = True,
-        ordered: bool = True,
-        return_exceptions: bool = False,
-    ) -> AsyncIterator[GradeResult | ClientItemError]:
-        """Grade any number of items in batches, yielding results as batches finish.
+        ordered: bool = False,
+    ) -> AsyncGenerator[tuple[int, GradeResult | ClientItemError], None]:
+        """Grade any number of items, yielding each ``(position, outcome)`` as its batch ends.
 
-        Arguments as for ``JudgeClient.grade_many``, plus ``ordered``: True (the default)
-        yields in input order; False yields each batch as soon as it is done, which keeps every
-        request slot busy when batch times vary. At most ``concurrency`` batch requests are in
-        flight, so memory stays bounded whatever the number of items. Breaking out of the loop
-        cancels the batches in flight.
-
-        Yields:
-            One result per item (``GradeResult.id`` identifies it when ``ordered`` is False), or
-            a ``ClientItemError`` in its place with ``return_exceptions``.
-
-        Raises:
-            ClientInputError: An item is invalid (its index and field are named).
-            ClientItemError: The service failed an item (unless ``return_exceptions``).
-            JudgeClientError: A batch request failed after retries.
+        ``JudgeClient.grade_stream`` with ``async for``: ``position`` is the item's 0-based
+        index in ``items``, an item the service failed comes as a ``ClientItemError`` (never
+        raised), ``ordered`` yields in input order, and at most ``concurrency`` batch requests
+        are in flight. Breaking out of the loop cancels the batches in flight. Arguments and
+        errors as for ``JudgeClient.grade_stream``.
         """
         check_many_args(batch_size, concurrency)
         in_flight: deque[asyncio.Task[Placed]] = deque()
@@ -229,10 +236,8 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
                         for task in finished:
                             in_flight.remove(task)
                     for task in finished:
-                        for _, outcome in tally.add(task.result()):
-                            if isinstance(outcome, ClientItemError) and not return_exceptions:
-                                raise outcome
-                            yield outcome
+                        for placed in tally.add(task.result()):  # re-raises the batch's error
+                            yield placed
             finally:
                 for task in in_flight:
                     task.cancel()

@@ -170,3 +170,46 @@ def place(batch: list[BatchEntry], start: int, size: int, url: str) -> Placed:
             )
         )
     return out
+
+
+class Gathered:
+    """The outcomes of ``grade_stream`` gathered into ``grade_many``'s list, in input order.
+
+    Both clients' ``grade_many`` are this over their own ``grade_stream``, so the list they
+    return is built, and an item error raised, the same way.
+
+    Args:
+        return_exceptions: Keep a ``ClientItemError`` in its item's place instead of raising it.
+        url: The batch route, named if an item never got an answer.
+    """
+
+    def __init__(self, *, return_exceptions: bool, url: str) -> None:
+        self._return_exceptions = return_exceptions
+        self._url = url
+        self._outcomes: list[GradeResult | ClientItemError | None] = []
+
+    def add(self, position: int, outcome: GradeResult | ClientItemError) -> None:
+        """Place one outcome.
+
+        Raises:
+            ClientItemError: ``outcome`` is an item error and ``return_exceptions`` is off.
+        """
+        if isinstance(outcome, ClientItemError) and not self._return_exceptions:
+            raise outcome
+        if position >= len(self._outcomes):
+            self._outcomes.extend([None] * (position + 1 - len(self._outcomes)))
+        self._outcomes[position] = outcome
+
+    def results(self) -> list[GradeResult | ClientItemError]:
+        """One outcome per item, in input order.
+
+        Raises:
+            ClientResponseError: an item got no answer (``place`` checks every batch answer, so
+                this means a batch was lost).
+        """
+        missing = [n for n, outcome in enumerate(self._outcomes) if outcome is None]
+        if missing:
+            raise ClientResponseError(
+                f"items {missing[:10]} got no answer", url=self._url, field="results"
+            )
+        return [outcome for outcome in self._outcomes if outcome is not None]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, closing
 from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
 import httpx
 
-from api.client.answers import Placed
+from api.client.answers import Gathered, Placed
 from api.client.calls import (
     DEFAULT_BATCH_SIZE,
     ItemInput,
@@ -20,7 +21,7 @@ from api.client.calls import (
     check_many_args,
     chunks,
 )
-from api.client.errors import ClientItemError, ClientResponseError
+from api.client.errors import ClientItemError
 from api.client.flows import (
     Drive,
     Emit,
@@ -187,7 +188,8 @@ class JudgeClient(Workflows, SyncRunner):
 
         Items are read lazily, validated, and sent ``batch_size`` per request from a thread pool;
         a tqdm bar (on stderr) counts finished items. An item without an ``id`` gets its 1-based
-        position in ``items`` as id.
+        position in ``items`` as id. ``AsyncJudgeClient.grade_many`` is the same, awaited. To
+        handle each result as its batch ends, iterate ``grade_stream`` instead.
 
         Args:
             items: The items, as ``GradeRequest``s or mappings of their fields.
@@ -208,16 +210,12 @@ class JudgeClient(Workflows, SyncRunner):
             JudgeClientError: A batch request failed after retries; pending batches are
                 cancelled.
         """
-        results: list[GradeResult | ClientItemError | None] = []
-        for position, outcome in self.grade_stream(items, **options):
-            if isinstance(outcome, ClientItemError) and not return_exceptions:
-                raise outcome
-            if position >= len(results):
-                results.extend([None] * (position + 1 - len(results)))
-            results[position] = outcome
-        if any(r is None for r in results):  # pragma: no cover - guarded by place()
-            raise ClientResponseError("some items got no answer", url=self._url("/v1/grade/batch"))
-        return results  # type: ignore[return-value]
+        gathered = Gathered(return_exceptions=return_exceptions, url=self._url("/v1/grade/batch"))
+        # Closed on the way out: an item error raised here cancels the batches not started.
+        with closing(self.grade_stream(items, **options)) as stream:
+            for position, outcome in stream:
+                gathered.add(position, outcome)
+        return gathered.results()  # type: ignore[return-value]
 
     def grade_stream(
         self,
@@ -227,12 +225,25 @@ class JudgeClient(Workflows, SyncRunner):
         batch_size: int = DEFAULT_BATCH_SIZE,
         concurrency: int = 4,
         progress: bool = True,
-    ) -> Iterator[tuple[int, GradeResult | ClientItemError]]:
+        ordered: bool = False,
+    ) -> Generator[tuple[int, GradeResult | ClientItemError], None, None]:
         """Grade any number of items, yielding each ``(position, outcome)`` as its batch ends.
 
         For callers that must keep what is graded when a later batch fails (the CLI writes each
-        result as it arrives). An item the service failed comes as a ``ClientItemError``, never
-        raised, so one bad item is that item's problem. Arguments as for ``grade_many``.
+        result as it arrives). ``position`` is the item's 0-based index in ``items``. An item the
+        service failed comes as a ``ClientItemError``, never raised, so one bad item is that
+        item's problem. At most ``concurrency`` batch requests are in flight, so memory stays
+        bounded whatever the number of items. ``AsyncJudgeClient.grade_stream`` is the same with
+        ``async for``.
+
+        Args:
+            items: The items, as ``GradeRequest``s or mappings of their fields.
+            judge: Per-request judge selection applied to every item.
+            batch_size: Items per request (at most the service's ``max_batch``).
+            concurrency: Batch requests in flight at once.
+            progress: Show a progress bar.
+            ordered: Yield in input order. False (the default) yields each batch as soon as it
+                is done, which keeps every request slot busy when batch times vary.
 
         Raises:
             ClientInputError: An item is invalid; nothing more is sent once it is found.
@@ -245,20 +256,25 @@ class JudgeClient(Workflows, SyncRunner):
             ThreadPoolExecutor(concurrency, thread_name_prefix="bonusjudge") as pool,
         ):
             tally = Tally(bar)
-            pending: set[Future[Placed]] = set()
+            pending: deque[Future[Placed]] = deque()
 
             def finished(until: int) -> Iterator[tuple[int, GradeResult | ClientItemError]]:
                 # Waits until at most `until` batches are in flight; yields what finished.
-                nonlocal pending
                 while len(pending) > until:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    if ordered:
+                        done = [pending.popleft()]
+                    else:
+                        ready, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        done = [future for future in pending if future in ready]
+                        for future in done:
+                            pending.remove(future)
                     for future in done:
                         yield from tally.add(future.result())  # re-raises the batch's error
 
             try:
                 for start, chunk in chunks(items, batch_size):
                     yield from finished(concurrency - 1)
-                    pending.add(pool.submit(self._run, self._chunk(start, chunk, judge)))
+                    pending.append(pool.submit(self._run, self._chunk(start, chunk, judge)))
                 yield from finished(0)
             except BaseException:
                 # Batches not started yet are dropped; running ones finish (threads cannot be

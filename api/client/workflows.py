@@ -2,7 +2,9 @@
 
 ``JudgeClient`` and ``AsyncJudgeClient`` both inherit these: on the first each method returns
 its result, on the second a coroutine of it (``results`` and ``mcq_results`` return an iterator
-and an async iterator). The mixins only group the methods by the part of the service they call.
+and an async iterator). ``grade_many`` and ``grade_stream`` batch on each driver's own
+concurrency (a thread pool, tasks), in ``api.client.sync`` and ``api.client.aio``.
+The mixins only group the methods by the part of the service they call.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ streaming) independently of the service; tests/api/test_client_e2e.py drives the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -654,32 +656,105 @@ async def test_async_grade_retries_429() -> None:
     assert rec.count == 2 and sleeps == [3.0]
 
 
-@pytest.mark.parametrize("ordered", [True, False])
-async def test_async_grade_many_yields_every_result(ordered: bool) -> None:
+async def test_async_grade_many_is_awaited_into_a_list_in_input_order() -> None:
     client, rec, _ = make_async(lambda req, n: batch_response(req, reverse=True))
     async with client:
-        ids = [
-            r.id
-            async for r in client.grade_many(
-                [item(i) for i in range(10)],
-                batch_size=3,
-                concurrency=2,
-                progress=False,
-                ordered=ordered,
-            )
-        ]
-    expected = [f"q{i}" for i in range(10)]
-    assert (ids if ordered else sorted(ids, key=lambda s: int(s[1:]))) == expected
+        results = await client.grade_many(
+            (item(i) for i in range(10)), batch_size=3, concurrency=2, progress=False
+        )
+    assert [r.id for r in results] == [f"q{i}" for i in range(10)]
     assert rec.count == 4
+
+
+def holds_first_batch(request: httpx.Request) -> bool:
+    """Whether ``request`` is the batch holding ``q0``, which the ordering tests hold back."""
+    return any(it["id"] == "q0" for it in json.loads(request.content)["items"])
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_grade_stream_yields_positions_in_order_or_as_batches_end(ordered: bool) -> None:
+    # The first batch is answered last: after the other two (ordered), or only once the caller
+    # has received an outcome (unordered; so that outcome cannot be the first batch's).
+    release = threading.Event()
+    others: list[int] = []
+
+    def script(request: httpx.Request) -> httpx.Response:
+        if holds_first_batch(request):
+            assert release.wait(30)
+            return batch_response(request)
+        others.append(1)
+        if ordered and len(others) == 2:
+            release.set()
+        return batch_response(request)
+
+    with JudgeClient(BASE, transport=httpx.MockTransport(script)) as client:
+        placed = []
+        for position, outcome in client.grade_stream(
+            [item(i) for i in range(6)], batch_size=2, concurrency=3, progress=False,
+            ordered=ordered,
+        ):
+            release.set()
+            placed.append((position, outcome.id))
+    expected = [(i, f"q{i}") for i in range(6)]
+    assert (placed if ordered else sorted(placed)) == expected
+    if not ordered:
+        assert placed[0][0] >= 2  # a later batch came first
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+async def test_async_grade_stream_yields_positions_in_order_or_as_batches_end(
+    ordered: bool,
+) -> None:
+    release = asyncio.Event()
+    others: list[int] = []
+
+    async def script(request: httpx.Request) -> httpx.Response:
+        if holds_first_batch(request):
+            await asyncio.wait_for(release.wait(), 30)
+            return batch_response(request)
+        others.append(1)
+        if ordered and len(others) == 2:
+            release.set()
+        return batch_response(request)
+
+    async with AsyncJudgeClient(BASE, transport=httpx.MockTransport(script)) as client:
+        placed = []
+        async for position, outcome in client.grade_stream(
+            [item(i) for i in range(6)], batch_size=2, concurrency=3, progress=False,
+            ordered=ordered,
+        ):
+            release.set()
+            placed.append((position, outcome.id))
+    expected = [(i, f"q{i}") for i in range(6)]
+    assert (placed if ordered else sorted(placed)) == expected
+    if not ordered:
+        assert placed[0][0] >= 2
 
 
 async def test_async_grade_many_raises_item_error() -> None:
     client, _, _ = make_async(item_error_script)
-    seen: list[str] = []
     with pytest.raises(ClientItemError) as err:
-        async for r in client.grade_many([item(i) for i in range(6)], batch_size=2, progress=False):
-            seen.append(r.id)
-    assert err.value.index == 4 and seen == ["q0", "q1", "q2", "q3"]
+        await client.grade_many([item(i) for i in range(6)], batch_size=2, progress=False)
+    assert err.value.index == 4
+    out = await client.grade_many(
+        [item(i) for i in range(6)], batch_size=2, progress=False, return_exceptions=True
+    )
+    assert [type(o).__name__ for o in out] == ["GradeResult"] * 4 + ["ClientItemError"] + [
+        "GradeResult"
+    ]
+
+
+async def test_async_grade_stream_yields_item_errors_in_place() -> None:
+    client, _, _ = make_async(item_error_script)
+    outcomes = [
+        outcome
+        async for _, outcome in client.grade_stream(
+            [item(i) for i in range(6)], batch_size=2, progress=False, ordered=True
+        )
+    ]
+    assert [type(o).__name__ for o in outcomes] == ["GradeResult"] * 4 + [
+        "ClientItemError"
+    ] + ["GradeResult"]
 
 
 async def test_async_wait_and_results() -> None:

@@ -255,25 +255,26 @@ async def test_async_grade_and_grade_many(aserved: AsyncJudgeClient) -> None:
     assert (await client.health()).status == "ok"
     result = await client.grade(item(1))
     assert result.id == "q1" and result.status == "scored"
-    many = client.grade_many(
+    # Awaited, as the README shows it: the list of results in input order, as the sync client's.
+    many = await client.grade_many(
         [item(i) for i in range(5)], batch_size=2, concurrency=2, progress=False
     )
-    ids = [r.id async for r in many]
-    assert ids == [f"q{i}" for i in range(5)]
+    assert [r.id for r in many] == [f"q{i}" for i in range(5)]
+    streamed = [
+        (position, outcome.id)
+        async for position, outcome in client.grade_stream(
+            [item(i) for i in range(5)], batch_size=2, progress=False, ordered=True
+        )
+    ]
+    assert streamed == [(i, f"q{i}") for i in range(5)]
 
 
 async def test_async_item_error_from_service(aserved: AsyncJudgeClient) -> None:
     items = [item(0), too_many_points(1), item(2)]
-    out = [
-        r
-        async for r in aserved.grade_many(
-            items, batch_size=2, progress=False, return_exceptions=True
-        )
-    ]
+    out = await aserved.grade_many(items, batch_size=2, progress=False, return_exceptions=True)
     assert [type(r).__name__ for r in out] == ["GradeResult", "ClientItemError", "GradeResult"]
     with pytest.raises(ClientItemError) as err:
-        async for _ in aserved.grade_many(items, batch_size=2, progress=False):
-            pass
+        await aserved.grade_many(items, batch_size=2, progress=False)
     assert err.value.index == 1 and err.value.field == "bonus_points"
 
 

@@ -1,14 +1,16 @@
 """The clients' one implementation: flows stepped by hand, and the two clients kept alike.
 
 Each call is a sans-IO flow (``api.client.flows``) that ``JudgeClient`` and ``AsyncJudgeClient``
-only drive, so these tests step flows with no HTTP at all, and pin that both clients expose the
-very same declared operations.
+only drive, so these tests step flows with no HTTP at all, and pin that both clients mirror each
+other: the very same declared operations, and the same methods with the same results, awaited.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import random
+import typing
 from typing import Any
 
 import httpx
@@ -23,7 +25,16 @@ from api.client import (
     RetryPolicy,
 )
 from api.client.calls import Call
-from api.client.flows import NEXT_LINE, READ_BODY, Emit, OpenStream, Send, Sleep, operation
+from api.client.flows import (
+    NEXT_LINE,
+    READ_BODY,
+    Emit,
+    OpenStream,
+    Send,
+    Sleep,
+    operation,
+    streaming,
+)
 from api.schemas import BatchEntry
 
 BASE = "http://judge.test"
@@ -58,21 +69,83 @@ class Stepper:
         return self.current
 
 
-def test_both_clients_expose_the_same_declared_operations() -> None:
-    def public(cls: type) -> set[str]:
-        return {name for name in dir(cls) if not name.startswith("_")}
+ASYNC_ONLY = {"aclose"}
+"""The async spelling of ``close`` (as ``httpx.AsyncClient`` has it); ``close`` exists in both."""
 
-    sync_only = {"grade_stream"}  # the thread-pool variant; async grade_many already streams
-    assert public(JudgeClient) - sync_only - {"close"} == public(AsyncJudgeClient) - {
-        "close",
-        "aclose",
-    }
+
+def public(cls: type) -> set[str]:
+    """The public attribute names of a client class."""
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_both_clients_have_the_same_public_methods() -> None:
+    assert public(AsyncJudgeClient) - ASYNC_ONLY == public(JudgeClient)
     declared = [name for name in public(JudgeClient) if isinstance(
         inspect.getattr_static(JudgeClient, name), operation
     )]
     assert len(declared) > 25
     for name in declared:  # one object, inherited by both: the workflow exists once
         assert getattr(JudgeClient, name) is getattr(AsyncJudgeClient, name)
+
+
+def parameters(function: Any) -> list[tuple[str, Any, Any, Any]]:
+    """Name, kind, default and resolved annotation of each parameter after ``self``."""
+    hints = typing.get_type_hints(function)
+    return [
+        (p.name, p.kind, p.default, hints.get(p.name))
+        for p in list(inspect.signature(function).parameters.values())[1:]
+    ]
+
+
+def awaited_result(function: Any) -> Any:
+    """What an async client method gives its caller, in the sync client's terms.
+
+    A coroutine function returning ``T`` gives ``T``; an async generator function of
+    ``AsyncIterator[T]`` gives ``Iterator[T]``, and of ``AsyncGenerator[T, S]``,
+    ``Generator[T, S, None]``.
+    """
+    returns = typing.get_type_hints(function)["return"]
+    if inspect.isasyncgenfunction(function):
+        origin, args = typing.get_origin(returns), typing.get_args(returns)
+        if origin is collections.abc.AsyncGenerator:
+            return collections.abc.Generator[(*args, None)]  # type: ignore[misc]
+        assert origin is collections.abc.AsyncIterator, returns
+        return collections.abc.Iterator[args]  # type: ignore[misc]
+    assert inspect.iscoroutinefunction(function), f"{function.__qualname__} is not async"
+    return returns
+
+
+@pytest.mark.parametrize("name", sorted(public(JudgeClient)))
+def test_each_async_method_mirrors_the_sync_one(name: str) -> None:
+    # Issue 28: `await client.grade_many(items)` raised TypeError, an async generator there and
+    # a list here. Where the sync method returns T, the async one is a coroutine function of T;
+    # where it returns Iterator[T], an async generator function of AsyncIterator[T].
+    sync = inspect.getattr_static(JudgeClient, name)
+    aio = inspect.getattr_static(AsyncJudgeClient, name)
+    if isinstance(sync, operation | streaming):
+        # Declared once as a flow: the descriptor's __get__ types it per driver.
+        assert aio is sync
+        return
+    sync_forms = [sync, *typing.get_overloads(sync)]
+    async_forms = [aio, *typing.get_overloads(aio)]
+    assert len(sync_forms) == len(async_forms), "not the same overloads"
+    for sync_form, async_form in zip(sync_forms, async_forms, strict=True):
+        assert parameters(async_form) == parameters(sync_form)
+        assert awaited_result(async_form) == typing.get_type_hints(sync_form)["return"]
+
+
+async def test_grade_stream_iterates_and_grade_many_returns_a_list_in_both() -> None:
+    # Nothing is sent for an empty input: both streams end at once.
+    with JudgeClient(BASE) as sync_client:
+        stream = sync_client.grade_stream([], progress=False)
+        assert isinstance(stream, collections.abc.Iterator)
+        assert list(stream) == []
+        assert sync_client.grade_many([], progress=False) == []
+    async with AsyncJudgeClient(BASE) as async_client:
+        astream = async_client.grade_stream([], progress=False)
+        assert isinstance(astream, collections.abc.AsyncIterator)
+        assert [placed async for placed in astream] == []
+        assert await async_client.grade_many([], progress=False) == []
 
 
 def test_a_bound_operation_has_the_flow_parameters_and_docstring() -> None:

@@ -127,9 +127,7 @@ def test_the_async_client_spreads_the_same_way() -> None:
 
     async def run() -> list[GradeResult]:
         async with AsyncJudgeClient([A, B], transport=httpx.MockTransport(fleet)) as client:
-            return [result async for result in client.grade_many(
-                _items(20), batch_size=5, concurrency=1, progress=False
-            )]
+            return await client.grade_many(_items(20), batch_size=5, concurrency=1, progress=False)
 
     results = asyncio.run(run())
     assert len(results) == 20
