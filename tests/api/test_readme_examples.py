@@ -1,9 +1,9 @@
-"""The README's Python examples, run as a user runs them: a fresh interpreter, a real service.
+"""The README's and docs/clients.md's Python examples, run as a user runs them.
 
-The README shows the sync and the async client against ``bonusjudge serve``; its code blocks are
-run unchanged (only the URL is the test service's) in a new interpreter, against
-``bonusjudge serve`` started as an operator starts it, with the stand-in judge. An example that
-does not run (a placeholder left in, a renamed method) fails here, not in a reader's terminal.
+Both show the sync and the async client against ``bonusjudge serve``; their code blocks are run
+unchanged (only the URL is the test service's) in a new interpreter, against ``bonusjudge serve``
+started as an operator starts it, with the stand-in judge. An example that does not run (a
+placeholder left in, a renamed method) fails here, not in a reader's terminal.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from judge.testing.processes import ServiceProcess, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+CLIENTS_DOC = ROOT / "docs" / "clients.md"
 README_URL = "http://127.0.0.1:8000"
 
 pytestmark = pytest.mark.slow
@@ -36,8 +37,14 @@ def test_readme_shows_sync_and_async_grade_many() -> None:
     assert all(README_URL in block for block in blocks if "Client(" in block)
 
 
-def test_readme_python_examples_run_against_a_real_service(tmp_path: Path) -> None:
-    code = "\n".join(python_blocks(README.read_text(encoding="utf-8")))
+def client_blocks(path: Path) -> str:
+    """The ```python blocks of ``path`` that use a client, as one script."""
+    blocks = python_blocks(path.read_text(encoding="utf-8"))
+    return "\n".join(block for block in blocks if "Client(" in block)
+
+
+def test_python_examples_run_against_a_real_service(tmp_path: Path) -> None:
+    scripts = {doc: client_blocks(doc) for doc in (README, CLIENTS_DOC)}
     with (
         OpenAIStandIn() as judge,
         ServiceProcess(
@@ -46,14 +53,20 @@ def test_readme_python_examples_run_against_a_real_service(tmp_path: Path) -> No
             tmp_path,
         ) as service,
     ):
-        done = run_python(
-            code.replace(README_URL, service.url),
-            cwd=ROOT,
-            env={"XDG_CACHE_HOME": str(tmp_path / "xdg"), "OPENAI_API_KEY": "unused"},
-            timeout=300,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+        done = {
+            doc: run_python(
+                code.replace(README_URL, service.url),
+                cwd=ROOT,
+                env={"XDG_CACHE_HOME": str(tmp_path / "xdg")},
+                timeout=300,
+            )
+            for doc, code in scripts.items()
+        }
+    for doc, run in done.items():
+        assert run.returncode == 0, f"{doc.name}: {run.stderr[-3000:]}"
+    lines = done[README].stdout.splitlines()
     # The sync example prints the first result's coverage; the async one each streamed result.
     assert 0.0 <= float(lines[0]) <= 1.0
     assert lines[1].startswith("0 ") and "levin-1" in lines[1]
+    # docs/clients.md ends with a job's summary: its bpc_all.
+    assert 0.0 <= float(done[CLIENTS_DOC].stdout.splitlines()[-1]) <= 1.0
