@@ -263,8 +263,9 @@ def fit_mapping(
         scores: The judge configuration's score per item id.
         **options: ``judge_config_hash`` (hash of that judge configuration), ``set_name``,
             ``set_hash`` (the set file's SHA-256), and optionally ``metric`` (the metric's name,
-            recorded in the file) and the options of :func:`cross_validate_mapping`
-            (``unscored_reasons``, ``kind``, ``n_folds``, ``seed``, ``group_by_question``).
+            recorded in the file), ``judge_version`` (the embedded matcher's version) and the
+            options of :func:`cross_validate_mapping` (``unscored_reasons``, ``kind``,
+            ``n_folds``, ``seed``, ``group_by_question``).
 
     Raises:
         ConfigError: When ``judge_config_hash`` is empty.
@@ -283,6 +284,7 @@ def fit_mapping_with_cv(
     set_name: str,
     set_hash: str,
     metric: str | None = None,
+    judge_version: str | None = None,
     **cv_options: Unpack[CVOptions],
 ) -> tuple[CalibratedMapping, MappingCV]:
     """:func:`fit_mapping`, also returning the held-out predictions (for reliability diagrams).
@@ -297,6 +299,7 @@ def fit_mapping_with_cv(
     mapping = CalibratedMapping(
         kind=chosen,
         judge_config_hash=judge_config_hash,
+        judge_version=judge_version,
         metric=metric,
         set_name=set_name,
         set_hash=set_hash,

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.errors import ConfigError, first_error
+from judge.identity import matcher_identity
 from judge.types import ALL_METRICS, MetricName
 
 EMBEDDED_JUDGE = "embedded-matcher"
@@ -158,8 +159,10 @@ class JudgeConfig(BaseModel):
     calibration: str | None = Field(
         default=None,
         description="Calibrated mapping file (from `bonusjudge calibrate`, REPORT/mappings/*.json) "
-        "for this judge configuration: results then carry `calibrated_score`, the coverage "
-        "mapped to the human scale. Refused if made for another configuration.",
+        "for this judge configuration: results then carry `calibrated_score`, the metric the "
+        "mapping was fitted on (coverage, expected_coverage, rouge_l or bertscore, named in "
+        "`calibrated_metric`) mapped onto the human scale, 0-1. Refused if made for another "
+        "configuration or for a metric it does not compute.",
     )
 
     @field_validator("metrics", mode="before")
@@ -199,6 +202,23 @@ class JudgeConfig(BaseModel):
             **self.sampling(),
         }
 
+    def judge_identity(self) -> dict[str, str] | None:
+        """What identifies the judge beyond the output fields, or None when they say it all.
+
+        The embedded matcher's version and digest when it judges coverage
+        (:func:`judge.identity.matcher_identity`); None for an LLM judge, whose model, base URL,
+        mode and sampling already identify it, and for a metrics-only run, which loads no judge.
+        """
+        if self.is_embedded and "coverage" in self.metrics:
+            return dict(matcher_identity())
+        return None
+
+    @property
+    def judge_version(self) -> str | None:
+        """The version of the judge's own code and parameters (the matcher's), or None."""
+        identity = self.judge_identity()
+        return None if identity is None else identity["version"]
+
     def config_hash(self) -> str:
         """Short hash of the output-affecting settings plus rubric family and length control."""
         payload = {
@@ -210,6 +230,11 @@ class JudgeConfig(BaseModel):
             "rouge_segmenter": self.rouge_segmenter,
             "cache_format": CACHE_FORMAT_VERSION,
         }
+        identity = self.judge_identity()
+        if identity is not None:
+            # The model string `embedded-matcher` names no particular matcher: its version and
+            # the digest of its parameters, lexicons and encoders say which one judged.
+            payload["judge_identity"] = identity
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -87,6 +87,7 @@ import numpy.typing as npt
 
 from core.errors import ConfigError, InputError
 from core.text import count_words
+from judge.identity import MATCHER_DATA_FILES, MATCHER_VERSION
 from judge.matcher_encoder import (
     MULTILINGUAL_ENCODER,
     get_multilingual_encoder,
@@ -146,10 +147,8 @@ __all__ = [
 MATCHER_NAME = "embedded-matcher"
 """The judge name every matcher verdict carries."""
 
-MATCHER_VERSION = "matcher-v5"
-"""Version of the feature set and parameter file; ``matcher_params.json`` must say the same."""
 
-PARAMS_PATH = Path(__file__).parent / "data" / "matcher_params.json"
+PARAMS_PATH = MATCHER_DATA_FILES[0]
 """The shipped parameter file (weights, bias, thresholds, training summary)."""
 
 FULL_FEATURES: tuple[str, ...] = (

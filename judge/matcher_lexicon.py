@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.errors import ConfigError
+from judge.identity import MATCHER_DATA_FILES
 
 __all__ = [
     "LEXICON_PATH",
@@ -50,10 +51,10 @@ __all__ = [
     "senses_of",
 ]
 
-LEXICON_PATH = Path(__file__).parent / "data" / "lexicon_en.json"
+LEXICON_PATH = MATCHER_DATA_FILES[1]
 """The shipped table (built by ``python -m calibration.build_lexicon``)."""
 
-LEXICON_ZH_PATH = Path(__file__).parent / "data" / "lexicon_zh.json"
+LEXICON_ZH_PATH = MATCHER_DATA_FILES[2]
 """The shipped Chinese table (Cilin synonym groups; same builder)."""
 
 LEXICON_VERSION = "lexicon-v1"

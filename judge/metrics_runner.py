@@ -9,6 +9,7 @@ item gets the score of the best-matching one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from core.text import Language
@@ -25,11 +26,20 @@ class MetricsRunner:
     Args:
         cache: The cache metric values are kept in (with the judge calls).
         stats: The grader's counters (``metric_cache_hits``).
+        load: Loads what a configuration needs (``Grader``'s serialized loader), awaited before
+            the first value computed rather than read from the cache.
     """
 
-    def __init__(self, cache: Cache, stats: EngineStats) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        stats: EngineStats,
+        *,
+        load: Callable[[JudgeConfig], Awaitable[None]] | None = None,
+    ) -> None:
         self.cache = cache
         self.stats = stats
+        self._load = load
         self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
 
     async def best_rouge(
@@ -61,6 +71,8 @@ class MetricsRunner:
         if cached is not None:
             self.stats.metric_cache_hits += 1
             return RougeScore.model_validate(cached)
+        if self._load is not None:
+            await self._load(config)
         value = rouge_l(response, reference, segmenter=config.rouge_segmenter)
         if config.cache:
             await self.cache.aset(key, value.model_dump())
@@ -76,6 +88,8 @@ class MetricsRunner:
         if cached is not None:
             self.stats.metric_cache_hits += 1
             return BertScore.model_validate(cached)
+        if self._load is not None:
+            await self._load(config)
         batcher = self._bert_batcher(config.encoder, config.encoder_layer)
         value = await batcher.submit((response, reference, language))
         # A score that could not be computed (f1 None, ``reason`` says why) is not cached.

@@ -25,7 +25,13 @@ from __future__ import annotations
 from judge.cache.base import Cache, CacheStats, decode_value, encode_value
 from judge.cache.disk import _CULL_EVERY as _CULL_EVERY
 from judge.cache.disk import JudgeCache
-from judge.cache.keys import judge_call_key, metric_key, schema_hash, stable_hash
+from judge.cache.keys import (
+    judge_call_key,
+    matcher_key,
+    metric_key,
+    schema_hash,
+    stable_hash,
+)
 from judge.cache.redis_cache import DEFAULT_PREFIX, RedisCache, redact_url
 from judge.config import Settings
 
@@ -38,6 +44,7 @@ __all__ = [
     "decode_value",
     "encode_value",
     "judge_call_key",
+    "matcher_key",
     "metric_key",
     "open_cache",
     "redact_url",

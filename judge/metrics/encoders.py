@@ -923,6 +923,26 @@ def needs_encoder(config: JudgeConfig) -> bool:
     return "bertscore" in config.metrics or (config.is_embedded and "coverage" in config.metrics)
 
 
+def check_loadable(config: JudgeConfig) -> None:
+    """Raise now what :func:`warm_up` would raise for ``config``, without loading a model.
+
+    Resolves the BERTScore encoder and, for coverage by the embedded matcher, validates the
+    matcher's parameter file and resolves its encoder: milliseconds, where loading takes
+    seconds. A run answered from the cache then loads nothing, and a missing encoder still
+    stops it before the first item.
+
+    Raises:
+        EncoderUnavailableError: (a ``ConfigError``) an encoder is not available offline.
+        ConfigError: the matcher's parameter file is missing or corrupt.
+    """
+    if "bertscore" in config.metrics:
+        resolve_encoder(config.encoder, layer=config.encoder_layer)
+    if config.is_embedded and "coverage" in config.metrics:
+        with _LOAD_LOCK:
+            from judge.matcher import load_params
+        resolve_encoder(load_params().encoder)
+
+
 def warm_up(config: JudgeConfig) -> None:
     """Load everything grading with ``config`` uses, once per process, one thread at a time.
 
