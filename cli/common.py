@@ -218,9 +218,7 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     fields = [name for name in JUDGE_FIELDS if metrics or name != "metrics"]
     cut = fields.index("api_base") + 1
     actions = add_model_options(group, JudgeConfig, fields[:cut])
-    actions.append(group.add_argument(
-        "--api-key-env", help="name of the environment variable holding the provider's API key"
-    ))
+    actions.append(add_api_key_env_option(group))
     cut_cache = fields.index("cache")
     actions += add_model_options(group, JudgeConfig, fields[cut:cut_cache])
     actions += add_model_options(group, Settings, ["cache_dir", "cache_url"])
@@ -234,13 +232,45 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
     return actions
 
 
+def add_api_key_env_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+) -> argparse.Action:
+    """Add ``--api-key-env``: the judge's key is read from a variable, never from the command line.
+
+    Every subcommand that takes a judge model has it, since the judge's messages about missing
+    or refused credentials suggest it; :func:`api_key_from_env` reads it.
+    """
+    return parser.add_argument(
+        "--api-key-env",
+        help="name of the environment variable holding the provider's API key",
+    )
+
+
+def api_key_from_env(args: argparse.Namespace) -> str | None:
+    """The API key in the variable ``--api-key-env`` names; None when the option is not given.
+
+    Raises:
+        ConfigError: (``api_key_env``) the variable is not set, or set but empty; the message
+            says which.
+    """
+    from core.errors import ConfigError, unset_variable
+
+    name = getattr(args, "api_key_env", None)
+    if not name:
+        return None
+    problem = unset_variable(name)
+    if problem is not None:
+        raise ConfigError(f"--api-key-env {name}: {problem}", field="api_key_env")
+    return os.environ[name]
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the environment / settings file, with the command-line options on top.
 
     Raises:
-        ConfigError: ``--api-key-env`` names an unset variable, or a setting is invalid.
+        ConfigError: ``--api-key-env`` names a variable that is not set or is empty, or a setting
+            is invalid.
     """
-    from core.errors import ConfigError
     from judge.config import load_settings
 
     judge: dict[str, Any] = {}
@@ -248,12 +278,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             judge[name] = value
-    if getattr(args, "api_key_env", None):
-        secret = os.environ.get(args.api_key_env)
-        if not secret:
-            raise ConfigError(
-                f"environment variable {args.api_key_env} is not set", field="api_key_env"
-            )
+    secret = api_key_from_env(args)
+    if secret is not None:
         judge["api_key"] = secret
     return load_settings(
         getattr(args, "settings", None),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import judge
-from cli.common import add_model_options, pct
+from cli.common import add_api_key_env_option, add_model_options, api_key_from_env, pct
 from core.errors import JudgeError
 from judge.config import JudgeConfig, Settings, load_settings
 from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
@@ -116,7 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge model (litellm string) that reads answers the rules cannot parse; "
         "its readings are reported as `llm` (default: rules only)",
     )
+    # The judge options --llm-model needs, as `grade` has them: the judge's own messages (missing
+    # credentials, no base URL) suggest --api-key-env, --api-base and --transport.
     add_model_options(parser, JudgeConfig, ["api_base"])
+    add_api_key_env_option(parser)
+    add_model_options(parser, JudgeConfig, ["transport"])
     add_model_options(parser, Settings, ["cache_dir"])
 
 
@@ -218,7 +222,14 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     from judge.mcq.llm import JudgeExtractor
     from judge.provider import preflight
 
-    config = JudgeConfig(model=args.llm_model, api_base=args.api_base)
+    given = {
+        "api_base": args.api_base,
+        "transport": args.transport,
+        "api_key": api_key_from_env(args),
+    }
+    config = JudgeConfig.model_validate(
+        {"model": args.llm_model, **{name: v for name, v in given.items() if v is not None}}
+    )
     # A judge that cannot work is found out before any answer is read (one line, exit 2).
     warning = preflight(config)
     if warning:

@@ -19,7 +19,8 @@ this tree lives in one place, ``api/errors.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -210,3 +211,23 @@ def first_error(errors: ValidationError | Sequence[Any]) -> tuple[str | None, st
     field = field_of(first.get("loc", ()))
     message = str(first.get("msg", "invalid value"))
     return field, f"{field}: {message}" if field else message
+
+
+def unset_variable(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why environment variable ``name`` gives no value, for a message; None when it gives one.
+
+    ``X is not set`` or ``X is set but empty`` (or ``holds only whitespace``): the fixes differ
+    (export it; give it a value, often a shell's ``export X=$UNDEFINED``), so a message says which.
+
+    Args:
+        name: The variable.
+        environ: The environment to read; default ``os.environ``.
+    """
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None:
+        return f"{name} is not set"
+    if not value:
+        return f"{name} is set but empty"
+    if not value.strip():
+        return f"{name} is set but holds only whitespace"
+    return None

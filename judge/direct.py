@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import ConfigError, JudgeOutputError, ProviderError
+from core.errors import ConfigError, JudgeOutputError, ProviderError, unset_variable
 from judge.config import JudgeConfig
 from judge.provider import Completion, provider_error, retry_after_seconds
 from judge.wire import (
@@ -633,9 +633,13 @@ def preflight_direct(config: JudgeConfig, *, call: bool = True) -> str | None:
     endpoint = _endpoint_of(config)
     if config.api_key is None and not config.api_base and "Authorization" not in endpoint.headers:
         variable = "HOSTED_VLLM_API_KEY" if endpoint.provider == "hosted_vllm" else "OPENAI_API_KEY"
+        if variable in os.environ:  # set but empty: the fix is to give it the key, not export it
+            fix = f"{unset_variable(variable)}: give it the key"
+        else:
+            fix = f"set {variable} in the environment"
         raise ConfigError(
-            f"missing credentials for {config.model}: set {variable} in the environment (or "
-            "name the variable that holds the key with --api-key-env)",
+            f"missing credentials for {config.model}: {fix} (or name the variable that holds "
+            "the key with --api-key-env)",
             field="api_key_env",
         )
     if not call:

@@ -184,6 +184,46 @@ def test_mcq_llm_model_preflight(tmp_path: Path) -> None:
     assert not (tmp_path / "m.jsonl").exists()
 
 
+def test_mcq_takes_the_api_key_env_its_error_suggests(tmp_path: Path) -> None:
+    # Issue 28: the hint named --api-key-env, and mcq then refused it as unrecognized.
+    line = assert_one_line_error(run_cli(["mcq", str(MCQ), "--out", str(tmp_path / "m.jsonl"),
+                                          "--llm-model", "openai/gpt-4o"]), "missing credentials")
+    assert "--api-key-env" in line
+    with OpenAIStandIn(api_key="sk-right") as srv:
+        command = ["mcq", str(MCQ), "--llm-model", "openai/standin", "--api-base",
+                   srv.base_url, "--quiet"]
+        # Without the option the stand-in refuses the preflight call (no key, or a wrong one).
+        refused = run_cli([*command, "--out", str(tmp_path / "a.jsonl")])
+        assert_one_line_error(refused, "refused", "credentials")
+        done = run_cli([*command, "--out", str(tmp_path / "b.jsonl"), "--api-key-env",
+                        "MCQ_JUDGE_KEY"], env={"MCQ_JUDGE_KEY": "sk-right"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert srv.stats().outcomes.get("unauthorized") == 1  # only the run without the key
+    assert (tmp_path / "b.jsonl").exists() and not (tmp_path / "a.jsonl").exists()
+
+
+@pytest.mark.parametrize("command", ["grade", "mcq"])
+def test_a_key_variable_set_but_empty_is_not_called_unset(tmp_path: Path, command: str) -> None:
+    # Issue 28: an empty variable was reported as "not set", which sends users to export it.
+    if command == "grade":
+        args = ["grade", str(EXAMPLES), "--out", str(tmp_path / "o.jsonl"), "--model",
+                "openai/gpt-4o"]
+    else:
+        args = ["mcq", str(MCQ), "--out", str(tmp_path / "o.jsonl"), "--llm-model",
+                "openai/gpt-4o"]
+    variable = "BJ_TEST_KEY_NEVER_SET"
+    empty = run_cli([*args, "--api-key-env", variable], env={variable: ""})
+    assert_one_line_error(empty, f"--api-key-env {variable}", f"{variable} is set but empty")
+    blank = run_cli([*args, "--api-key-env", variable], env={variable: "  "})
+    assert_one_line_error(blank, f"{variable} is set but holds only whitespace")
+    unset = run_cli([*args, "--api-key-env", variable])
+    assert_one_line_error(unset, f"{variable} is not set")
+    # The provider's own variable, read by the preflight when no option names another one.
+    provider = run_cli(args, env={"OPENAI_API_KEY": ""})
+    assert_one_line_error(provider, "missing credentials", "OPENAI_API_KEY is set but empty")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 # -- quiet terminal, counted problems ------------------------------------------------------------
 
 
