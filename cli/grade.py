@@ -14,12 +14,23 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cli.common import Parser, add_judge_options, add_model_options, settings_from_args
+from cli.common import (
+    Parser,
+    add_judge_options,
+    add_model_options,
+    check_outputs,
+    settings_from_args,
+    write_output,
+)
 from core.errors import ConfigError
 from core.jsonl import BadLine
 from judge.config import CHARTOM_WINDOWS, JudgeConfig, JudgeOverrides, Settings
+from judge.resume import JudgeStamp, stale_reason
+
+if TYPE_CHECKING:
+    from judge.aggregate import Summary
 
 CLIENT_SIDE_OPTIONS = ("concurrency", "verbose")
 """Judge-group options that still mean something with ``--server`` (they shape this process), so
@@ -77,15 +88,13 @@ def run(args: argparse.Namespace) -> int:
     import asyncio  # here, not at the top: `grade --help` does not need it (~50 ms)
 
     from judge.aggregate import Aggregator, format_table
-    from judge.io import ResultWriter, check_input_file, check_output_path
+    from judge.io import ResultWriter, check_input_file
     from judge.types import GradeResult
 
     settings = settings_from_args(args)
     config = settings.judge
     check_input_file(args.input, "input")
-    check_output_path(args.out, "out")
-    if args.summary:
-        check_output_path(args.summary, "summary")
+    check_outputs({"out": args.out, "summary": args.summary})
     client = _server_client(args) if args.server else None
     # A first pass validates every line and keeps only the item ids: the requests themselves
     # are read again, one at a time, as grading takes them, so memory does not grow with the
@@ -116,11 +125,22 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         if probe is not None:
-            config_hash = str(probe.provenance.config_hash)
+            # The service's judge, as its answer names it (its matcher may not be ours).
+            stamp = JudgeStamp(
+                str(probe.provenance.config_hash),
+                probe.provenance.judge_version,
+                list(config.metrics),
+            )
         else:
-            config_hash = config.config_hash() if client is None else ""
-        _resume(args, ids, writer, config_hash, list(config.metrics))
+            stamp = JudgeStamp(
+                config.config_hash() if client is None else "",
+                config.judge_version,
+                list(config.metrics),
+            )
+        _resume(args, ids, writer, stamp)
         aggregator = Aggregator()
+        for problem in problems:
+            aggregator.add_invalid(problem.respondent)
         for obj in writer.done.values():
             aggregator.add(GradeResult.model_validate(obj))
         skip = set(writer.done)
@@ -132,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         total = sum(1 for item_id in ids if item_id not in skip)
         todo = ((item_id, req) for item_id, req in _entries(args) if item_id not in skip)
         if client is not None:
-            extra = _grade_via_server(client, todo, writer, aggregator, args)
+            extra = _grade_via_server(client, todo, writer, aggregator, args, probe)
         else:
             extra = asyncio.run(
                 _grade_local(
@@ -149,18 +169,26 @@ def run(args: argparse.Namespace) -> int:
     summary = aggregator.summary(**extra)
     payload = summary.model_dump(mode="json")
     payload["invalid_lines"] = [
-        {"line": p.line, "field": p.field, "message": p.message} for p in problems
+        {"line": p.line, "field": p.field, "message": p.message, "respondent": p.respondent}
+        for p in problems
     ]
     payload["elapsed_s"] = round(time.monotonic() - started, 3)
-    payload["config_hash"] = config_hash
+    payload["config_hash"] = stamp.config_hash
+    payload["judge_version"] = stamp.judge_version
     if args.summary:
-        Path(args.summary).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        write_output(
+            Path(args.summary), json.dumps(payload, indent=2, ensure_ascii=False) + "\n", "summary"
+        )
     print(format_table(summary))
     print(
-        f"\n{summary.items} graded ({summary.unscored} unscored), {len(problems)} invalid line(s); "
-        f"judge {summary.judge}; {summary.judge_calls} judge call(s), {summary.cache_hits} judge "
-        f"cache hit(s), {summary.metric_cache_hits} metric cache hit(s); {payload['elapsed_s']} s"
+        f"\n{summary.items} graded ({_unscored_counts(summary)}), {len(problems)} invalid "
+        f"line(s){_invalid_counts(summary)}; judge {summary.judge}; "
+        f"{_call_counts(summary, server=bool(args.server))}; {payload['elapsed_s']} s"
     )
+    nulls = summary.flags.get("null_response", 0)
+    if nulls:
+        print(f"{nulls} null response(s) graded as empty answers: coverage 0, no judge call "
+              "(flag null_response)")
     if summary.reasks or summary.retries:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary.retries_by_reason.items()))
         print(f"{summary.reasks} re-ask(s) after invalid answers; {summary.retries} retr"
@@ -173,6 +201,39 @@ def run(args: argparse.Namespace) -> int:
             "--api-base http://127.0.0.1:8080/v1 for a local server.",
         )
     return 0
+
+
+def _unscored_counts(summary: Summary) -> str:
+    """``N unscored`` for the closing line, with coverage and defects apart when any."""
+    text = f"{summary.unscored} unscored"
+    if summary.unscored:
+        text += f": coverage {summary.coverage_unscored}, defects {summary.defects_unscored}"
+    return text
+
+
+def _invalid_counts(summary: Summary) -> str:
+    """`` (model-a 0, model-b 2)``: the invalid lines per respondent, when lines name them."""
+    counts = summary.invalid_lines_by_respondent
+    if not counts:
+        return ""
+    return " (" + ", ".join(f"{name} {n}" for name, n in counts.items()) + ")"
+
+
+def _call_counts(summary: Any, *, server: bool) -> str:
+    """The closing line's judge calls: this process's, or with ``--server`` the service's.
+
+    The service's are summed from the results' provenance; its metric cache is not visible
+    there, so it is not counted.
+    """
+    if server:
+        return (
+            f"{summary.judge_calls} judge call(s) made by the service ({summary.cache_hits} "
+            "from its cache)"
+        )
+    return (
+        f"{summary.judge_calls} judge call(s), {summary.cache_hits} judge cache hit(s), "
+        f"{summary.metric_cache_hits} metric cache hit(s)"
+    )
 
 
 def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
@@ -222,19 +283,13 @@ def _entries(
             return
 
 
-def _resume(
-    args: argparse.Namespace,
-    ids: list[str],
-    writer: Any,
-    config_hash: str,
-    metrics: list[str],
-) -> None:
+def _resume(args: argparse.Namespace, ids: list[str], writer: Any, stamp: JudgeStamp) -> None:
     """Drop the output lines that no longer hold; what stays in ``writer.done`` is not graded.
 
     A line is kept only when it grades the same content (input hash) with the same judge
-    configuration and metrics; otherwise the item is graded again, so one file never mixes
-    judges or holds a grade of an answer that has since been edited. ``--retry-unscored`` also
-    drops unscored lines.
+    (:func:`judge.resume.stale_reason`: configuration, judge version and metrics); otherwise the
+    item is graded again, so one file never mixes judges or holds a grade of an answer that has
+    since been edited. ``--retry-unscored`` also drops unscored lines.
     """
     if not writer.done:
         return
@@ -248,7 +303,7 @@ def _resume(
         if item_id in writer.done
     }
     for item_id, obj in writer.done.items():
-        reason = _stale_reason(obj, wanted.get(item_id), config_hash, metrics)
+        reason = stale_reason(obj, wanted.get(item_id), stamp)
         if reason is None and args.retry_unscored and obj.get("status") != "scored":
             reason = "unscored (--retry-unscored)"
         if reason is None:
@@ -263,22 +318,6 @@ def _resume(
     kept = sum(1 for item_id in ids if item_id in writer.done)
     if kept:
         print(f"resuming: {kept} item(s) already graded in {args.out}", file=sys.stderr)
-
-
-def _stale_reason(
-    obj: dict[str, Any], content_hash: str | None, config_hash: str, metrics: list[str]
-) -> str | None:
-    """Why an output line cannot stand for its input item under this run, or None."""
-    if content_hash is None:
-        return None  # not in this input (or beyond --limit): left as it is
-    provenance = obj.get("provenance") or {}
-    if obj.get("input_hash") != content_hash:
-        return "with changed content"
-    if provenance.get("config_hash") != config_hash:
-        return "graded by another judge configuration"
-    if sorted(provenance.get("metrics") or []) != sorted(metrics):
-        return "graded with other metrics"
-    return None
 
 
 async def _grade_local(
@@ -416,15 +455,28 @@ def _with_id(item_id: str, request: Any) -> Any:
 
 
 def _grade_via_server(
-    client: Any, todo: Iterable[Any], writer: Any, aggregator: Any, args: argparse.Namespace
+    client: Any,
+    todo: Iterable[Any],
+    writer: Any,
+    aggregator: Any,
+    args: argparse.Namespace,
+    probe: Any,
 ) -> dict[str, Any]:
     """Grade through a service, writing each result as its batch arrives.
 
     An item the service fails is reported on stderr and left for the next run; it never stops
     the others.
+
+    Returns:
+        The judge calls the service made for this run (the probe's included), summed from the
+        results' provenance: this process made none.
     """
     from api.client import ClientItemError
+    from judge.aggregate import ProvenanceCalls
 
+    calls = ProvenanceCalls()
+    if probe is not None:
+        calls.add(probe)
     failed = 0
     requests = [_with_id(item_id, req) for item_id, req in todo]
     for _, outcome in client.grade_stream(
@@ -436,6 +488,7 @@ def _grade_via_server(
             continue
         writer.write(outcome)
         aggregator.add(outcome)
+        calls.add(outcome)
     if failed:
         print(f"{failed} item(s) failed at the service and were not written", file=sys.stderr)
-    return {}
+    return calls.counters()

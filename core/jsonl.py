@@ -30,12 +30,15 @@ class BadLine:
             (``"points.0: String should have at least 1 character"``).
         field: The offending field, when known.
         id: The line's item id, when it could be read.
+        respondent: The model that wrote the line's answer, when it could be read: a summary
+            counts each respondent's invalid lines, since its figures leave them out.
     """
 
     line: int
     message: str
     field: str | None = None
     id: str | None = None
+    respondent: str | None = None
 
     def __str__(self) -> str:
         # Name the item when its id is known, else the field at fault, so a reader can find it.

@@ -7,9 +7,16 @@ counted and reported by reason, never averaged in as zero there.
 Scored-only BPC alone can flatter: a response that makes the judge fail (a refusal, a cut-off
 reply, text that breaks the output format) leaves the denominator. So every group also carries
 ``bpc_all``, which counts each unscored item's points as not covered, and ``unscored_rate``; the
-summary warns when unscored items exceed 2% or their rate differs between respondents by more
-than 2 points. Every group (overall, by ToM dimension, by context window, by respondent model)
-carries its own scored and unscored counts.
+summary warns when unscored coverage or unscored defects exceed 2% of the items judged for them,
+or their rate differs between respondents by more than 2 points. Coverage and defects are counted
+apart: an unparseable defect verdict leaves the penalty rate's base, never BPC's. Every group
+(overall, by ToM dimension, by context window, by respondent model) carries its own scored and
+unscored counts, and the results' flags (``null_response``...).
+
+A null answer is graded (as an empty one) rather than dropped, but a line that is not a valid
+item at all is not graded; the caller reports such lines per respondent
+(:meth:`Aggregator.add_invalid`), and the summary warns when their counts differ between
+respondents, since those respondents' figures are then over different item sets.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from judge.types import GradeResult
+from judge.types import PROMPT_LANGUAGE_FLAG, GradeResult
 
 
 class GroupSummary(BaseModel):
@@ -58,7 +65,19 @@ class GroupSummary(BaseModel):
         description="Items whose BERTScore is null (e.g. the encoder lacks the language)."
     )
     length_ratio: float | None = Field(description="Mean response/reference length ratio.")
+    calibrated_score: float | None = Field(
+        default=None,
+        description="Mean calibrated score (`calibrated_metric` mapped onto the human scale) "
+        "over items with one; null without a mapping, or when the results map different "
+        "metrics.",
+    )
+    calibrated_n: int = Field(default=0, description="Items with a calibrated score.")
     unscored_by_reason: dict[str, int] = Field(description="`task: reason` -> count.")
+    flags: dict[str, int] = Field(
+        default_factory=dict,
+        description="Results per flag (`null_response`, `empty_response`, "
+        "`paper_prompts_english_only`; see `GradeResult.flags`).",
+    )
 
 
 class Summary(GroupSummary):
@@ -68,6 +87,12 @@ class Summary(GroupSummary):
     by_context: dict[str, GroupSummary] = Field(description="By context window.")
     by_respondent: dict[str, GroupSummary] = Field(description="By respondent model.")
     judge: str | None = Field(default=None, description="Judge that graded (if one).")
+    calibrated_metric: str | None = Field(
+        default=None,
+        description="The metric the results' calibrated mapping maps (coverage, "
+        "expected_coverage, rouge_l or bertscore); several, comma-separated, when the results "
+        "were graded with different mappings (then no mean is given). Null without a mapping.",
+    )
     judge_calls: int = Field(default=0, description="Provider calls made (re-asks included).")
     cache_hits: int = Field(default=0, description="Judge calls served from the cache.")
     metric_cache_hits: int = Field(
@@ -87,10 +112,17 @@ class Summary(GroupSummary):
     breaker: dict[str, object] | None = Field(
         default=None, description="Circuit breaker state at the end (state, times opened)."
     )
+    invalid_lines_by_respondent: dict[str, int] = Field(
+        default_factory=dict,
+        description="Input lines that are not valid items (not graded, in no figure), per "
+        "respondent the line names, every respondent listed (0 included) when any line is "
+        "invalid; lines naming no respondent are not in it.",
+    )
     warnings: list[str] = Field(
         default_factory=list,
-        description="What makes the headline figures less trustworthy (many unscored items, or "
-        "unscored rates that differ between respondents).",
+        description="What makes the headline figures less trustworthy (many unscored coverage "
+        "or defect verdicts, unscored rates or invalid lines that differ between respondents, "
+        "Chinese items judged with the paper's English-only prompts).",
     )
 
 
@@ -114,13 +146,18 @@ class _Acc:
     bert_null: int = 0
     ratio_sum: float = 0.0
     ratio_n: int = 0
+    cal_sum: float = 0.0
+    cal_n: int = 0
+    cal_metrics: set[str] = field(default_factory=set)
     reasons: Counter[str] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)
 
     def add(self, r: GradeResult) -> None:
         self.items += 1
         self.scored += r.status == "scored"
         for reason in r.unscored_reasons:
             self.reasons[reason] += 1
+        self.flags.update(r.flags)
         if r.coverage is not None:
             if r.coverage.status == "scored" and r.coverage.covered is not None:
                 self.cov_scored += 1
@@ -150,6 +187,11 @@ class _Acc:
         if r.length_ratio is not None:
             self.ratio_sum += r.length_ratio
             self.ratio_n += 1
+        if r.calibrated_metric is not None:
+            self.cal_metrics.add(r.calibrated_metric)
+        if r.calibrated_score is not None:
+            self.cal_sum += r.calibrated_score
+            self.cal_n += 1
 
     def summary(self) -> GroupSummary:
         return GroupSummary(**self._fields())
@@ -183,7 +225,13 @@ class _Acc:
             "bertscore_n": self.bert_n,
             "bertscore_unavailable": self.bert_null,
             "length_ratio": mean(self.ratio_sum, self.ratio_n),
+            # A mean over two metrics' mappings would be no figure at all.
+            "calibrated_score": (
+                mean(self.cal_sum, self.cal_n) if len(self.cal_metrics) <= 1 else None
+            ),
+            "calibrated_n": self.cal_n,
             "unscored_by_reason": dict(sorted(self.reasons.items())),
+            "flags": dict(sorted(self.flags.items())),
         }
 
 
@@ -198,6 +246,14 @@ class Aggregator:
             "by_respondent": {},
         }
         self.judge: str | None = None
+        self._invalid: Counter[str] = Counter()
+        self._invalid_any = False
+
+    def add_invalid(self, respondent: str | None) -> None:
+        """Count one input line that is not a valid item, against the respondent it names."""
+        self._invalid_any = True
+        if respondent is not None:
+            self._invalid[respondent] += 1
 
     def add(self, result: GradeResult) -> None:
         """Count one result."""
@@ -224,8 +280,26 @@ class Aggregator:
             name: {key: acc.summary() for key, acc in sorted(accs.items())}
             for name, accs in self._groups.items()
         }
-        summary = Summary(**self._all._fields(), **groups, judge=self.judge, **extra)  # type: ignore[arg-type]
-        summary.warnings = unscored_warnings(summary)
+        metrics = sorted(self._all.cal_metrics)
+        invalid: dict[str, int] = {}
+        if self._invalid_any:
+            respondents = sorted({*self._groups["by_respondent"], *self._invalid})
+            invalid = {name: self._invalid[name] for name in respondents}
+        summary = Summary(
+            **self._all._fields(), **groups, judge=self.judge,  # type: ignore[arg-type]
+            calibrated_metric=",".join(metrics) or None, invalid_lines_by_respondent=invalid,
+            **extra,
+        )
+        summary.warnings = [
+            *unscored_warnings(summary), *invalid_line_warnings(summary),
+            *prompt_language_warnings(summary),
+        ]
+        if len(metrics) > 1:
+            summary.warnings.append(
+                f"the calibrated scores map different metrics ({', '.join(metrics)}): they were "
+                "graded with different --calibration mappings, so no mean is given; grade "
+                "again with one mapping."
+            )
         return summary
 
 
@@ -234,28 +308,88 @@ UNSCORED_WARN_RATE = 0.02
 
 
 def unscored_warnings(summary: Summary) -> list[str]:
-    """Warnings about unscored items that could bias the headline figures."""
+    """Warnings about unscored items that could bias the headline figures.
+
+    Coverage and defects apart: an unscored defect verdict moves the penalty rate's base, an
+    unscored coverage BPC's; neither says anything about the other.
+    """
     out: list[str] = []
-    rate = summary.unscored_rate
-    if rate is not None and rate > UNSCORED_WARN_RATE:
+    judged = summary.coverage_scored + summary.coverage_unscored
+    if judged and summary.coverage_unscored / judged > UNSCORED_WARN_RATE:
         out.append(
-            f"{summary.unscored} of {summary.items} items ({100 * rate:.1f}%) are unscored: bpc "
-            f"counts scored items only ({_pct(summary.bpc)}%); bpc_all counts them as not "
-            f"covered ({_pct(summary.bpc_all)}%). See unscored_by_reason."
+            f"{summary.coverage_unscored} of {judged} items' coverage is unscored "
+            f"({100 * summary.coverage_unscored / judged:.1f}%): bpc counts coverage-scored "
+            f"items only ({_pct(summary.bpc)}%); bpc_all counts them as not covered "
+            f"({_pct(summary.bpc_all)}%). See unscored_by_reason."
         )
-    rates = {
-        name: group.unscored_rate
-        for name, group in summary.by_respondent.items()
-        if group.unscored_rate is not None
-    }
-    if len(rates) > 1:
-        low, high = min(rates, key=rates.__getitem__), max(rates, key=rates.__getitem__)
-        if rates[high] - rates[low] > UNSCORED_WARN_RATE:
-            out.append(
-                f"unscored rates differ between respondents: {high} {100 * rates[high]:.1f}% vs "
-                f"{low} {100 * rates[low]:.1f}%; compare them on bpc_all, not bpc."
-            )
+    judged = summary.defects_scored + summary.defects_unscored
+    if judged and summary.defects_unscored / judged > UNSCORED_WARN_RATE:
+        rate = summary.penalty_rate
+        out.append(
+            f"{summary.defects_unscored} of {judged} items' defect verdict is unscored "
+            f"({100 * summary.defects_unscored / judged:.1f}%): the penalty rate counts "
+            "defect-scored items only ("
+            + ("none, so it has no value" if rate is None else f"{_pct(rate)}%")
+            + "); bpc is not affected. See unscored_by_reason."
+        )
+    for task, rate_of, advice in (
+        ("coverage", _coverage_unscored_rate, "compare them on bpc_all, not bpc"),
+        ("defect", _defects_unscored_rate, "their penalty rates are over different items"),
+    ):
+        rates = {
+            name: rate
+            for name, group in summary.by_respondent.items()
+            if (rate := rate_of(group)) is not None
+        }
+        if len(rates) > 1:
+            low, high = min(rates, key=rates.__getitem__), max(rates, key=rates.__getitem__)
+            if rates[high] - rates[low] > UNSCORED_WARN_RATE:
+                out.append(
+                    f"{task} unscored rates differ between respondents: {high} "
+                    f"{100 * rates[high]:.1f}% vs {low} {100 * rates[low]:.1f}%; {advice}."
+                )
     return out
+
+
+def _coverage_unscored_rate(group: GroupSummary) -> float | None:
+    judged = group.coverage_scored + group.coverage_unscored
+    return group.coverage_unscored / judged if judged else None
+
+
+def _defects_unscored_rate(group: GroupSummary) -> float | None:
+    judged = group.defects_scored + group.defects_unscored
+    return group.defects_unscored / judged if judged else None
+
+
+def invalid_line_warnings(summary: Summary) -> list[str]:
+    """A warning, per respondent, when respondents have different numbers of invalid lines.
+
+    An invalid line is graded nowhere, so its respondent's bpc and bpc_all are over fewer items
+    than another's: a model whose harness writes more broken lines is compared on other items.
+    """
+    counts = summary.invalid_lines_by_respondent
+    if len(counts) < 2 or len(set(counts.values())) < 2:
+        return []
+    listed = ", ".join(
+        f"{name} {n}" for name, n in sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))
+    )
+    return [
+        f"invalid lines differ between respondents: {listed}. Invalid lines are not graded, so "
+        "these respondents' bpc and bpc_all are over different item sets; fix the lines (see "
+        "invalid_lines) and grade again."
+    ]
+
+
+def prompt_language_warnings(summary: Summary) -> list[str]:
+    """The notice that Chinese items were judged with the paper's English-only prompts."""
+    n = summary.flags.get(PROMPT_LANGUAGE_FLAG, 0)
+    if not n:
+        return []
+    return [
+        f"{n} Chinese item(s) were judged with English prompts (flag {PROMPT_LANGUAGE_FLAG}): "
+        "the paper publishes English prompts only (--rubric chartom-paper) and its public "
+        "scorer grades English only; --rubric chartom has Chinese prompts."
+    ]
 
 
 def summarize(results: Iterable[GradeResult], **extra: object) -> Summary:
@@ -268,7 +402,7 @@ def _pct(value: float | None) -> str:
 
 
 def format_table(summary: Summary) -> str:
-    """The per-dimension table the CLI prints (percentages, with scored/unscored counts).
+    """The per-dimension table the CLI prints (percentages; unscored coverage and defects apart).
 
     The group column is as wide as the longest label (respondent model names are long and must
     not be cut to look alike).
@@ -279,16 +413,17 @@ def format_table(summary: Summary) -> str:
     ]
     width = min(60, max(14, *(len(label) + 1 for label in labels)))
     header = (
-        f"{'group':<{width}}{'items':>6}{'unsc.':>6}{'BPC%':>7}{'BPCall%':>8}{'PR%':>7}{'ROUGE-L':>9}"
-        f"{'BERTSc.':>9}{'len':>6}"
+        f"{'group':<{width}}{'items':>6}{'unsc.C':>7}{'unsc.D':>7}{'BPC%':>7}{'BPCall%':>8}"
+        f"{'PR%':>7}{'ROUGE-L':>9}{'BERTSc.':>9}{'len':>6}"
     )
     lines = [header, "-" * len(header)]
 
     def row(name: str, g: GroupSummary) -> str:
         ratio = "-" if g.length_ratio is None else f"{g.length_ratio:.2f}"
         return (
-            f"{name[:width]:<{width}}{g.items:>6}{g.unscored:>6}{_pct(g.bpc):>7}{_pct(g.bpc_all):>8}"
-            f"{_pct(g.penalty_rate):>7}{_pct(g.rouge_l):>9}{_pct(g.bertscore_f1):>9}{ratio:>6}"
+            f"{name[:width]:<{width}}{g.items:>6}{g.coverage_unscored:>7}{g.defects_unscored:>7}"
+            f"{_pct(g.bpc):>7}{_pct(g.bpc_all):>8}{_pct(g.penalty_rate):>7}{_pct(g.rouge_l):>9}"
+            f"{_pct(g.bertscore_f1):>9}{ratio:>6}"
         )
 
     for key, group in summary.by_dimension.items():
@@ -307,8 +442,54 @@ def format_table(summary: Summary) -> str:
             lines.append("")
             for key, group in groups.items():
                 lines.append(row(f"{name}={key}", group))
+    if summary.calibrated_metric is not None:
+        mean = "-" if summary.calibrated_score is None else f"{summary.calibrated_score:.3f}"
+        lines.append(
+            f"calibrated score ({summary.calibrated_metric} mapped onto the human scale, 0-1): "
+            f"mean {mean} over {summary.calibrated_n} item(s)"
+        )
     lines.append(
-        "BPC% counts scored items only; BPCall% counts unscored items' points as not covered."
+        "unsc.C / unsc.D: items whose coverage / defect verdict is unscored. BPC% counts "
+        "coverage-scored items only; BPCall% counts unscored coverage's points as not covered; "
+        "PR% counts defect-scored items only."
     )
     lines.extend(f"warning: {w}" for w in summary.warnings)
     return "\n".join(lines)
+
+
+@dataclass
+class ProvenanceCalls:
+    """The judge calls that results' provenance records, summed for ``Aggregator.summary``.
+
+    What a client of the service can know of the work done for it: the service's counters are
+    its own, but every result lists its judge calls (``provenance.calls``). A call served from
+    the cache counts as a cache hit; any other counts its attempts (re-asks and retries
+    included), as the engine's own counter does.
+    """
+
+    judge_calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, result: GradeResult) -> None:
+        """Count the calls of one result."""
+        for call in result.provenance.calls:
+            if call.cached:
+                self.cache_hits += 1
+            else:
+                self.judge_calls += call.attempts
+            self.prompt_tokens += call.prompt_tokens or 0
+            self.completion_tokens += call.completion_tokens or 0
+            self.cost_usd += call.cost_usd or 0.0
+
+    def counters(self) -> dict[str, object]:
+        """The counts as ``Aggregator.summary``'s keyword arguments (no cost: None)."""
+        return {
+            "judge_calls": self.judge_calls,
+            "cache_hits": self.cache_hits,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": round(self.cost_usd, 6) if self.cost_usd else None,
+        }

@@ -51,9 +51,9 @@ from judge.provider import Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.types import (
+    PROMPT_LANGUAGE_FLAG,
     CallRecord,
     CoverageResult,
-    DefectsResult,
     ExtractRequest,
     ExtractResult,
     GradeRequest,
@@ -135,8 +135,11 @@ class Grader:
             cache_scope=cache_scope,
         )
         self.caller.set_breaker(self.config, self.caller.breaker_template)
-        self.metrics = MetricsRunner(self.caller.cache, self.stats)
-        self._matcher = SharedMatcher()
+        # What a configuration loads (encoders, the matcher) is loaded on its first cache miss,
+        # so a re-run answered from the cache loads nothing (warm runs were 2-3x slower).
+        self._loaded: set[tuple[Any, ...]] = set()
+        self.metrics = MetricsRunner(self.caller.cache, self.stats, load=self._ensure_loaded)
+        self._matcher = SharedMatcher(self.caller.cache, self.stats, load=self._ensure_loaded)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
         self._mappings: dict[tuple[str, str], CalibratedMapping | None] = {}
         # Validate the default rubric family and mapping now: a bad setting fails at start.
@@ -316,9 +319,35 @@ class Grader:
         Raises:
             ConfigError: an encoder or the matcher's parameters cannot be loaded offline.
         """
+        await self._ensure_loaded(config or self.config)
+
+    def check(self, config: JudgeConfig | None = None) -> None:
+        """Fail now, without loading anything, when grading with ``config`` could not load.
+
+        The cheap half of :meth:`prepare` for callers that load lazily (the CLI): a run answered
+        from the cache then never pays for loading an encoder, and a missing encoder still stops
+        the run before the first item.
+
+        Raises:
+            ConfigError: an encoder or the matcher's parameters are not available offline.
+        """
+        from judge.metrics import check_loadable
+
+        check_loadable(config or self.config)
+
+    async def _ensure_loaded(self, config: JudgeConfig) -> None:
+        """Load what ``config`` needs, once per grader, in a worker thread (serialized)."""
+        key = (
+            config.metrics, config.is_embedded, config.encoder, config.encoder_layer,
+            config.rouge_segmenter,
+        )  # fmt: skip
+        if key in self._loaded:
+            return
         from judge.metrics import warm_up
 
-        await asyncio.to_thread(warm_up, config or self.config)
+        # warm_up is once per process and serialized: concurrent first misses wait for one load.
+        await asyncio.to_thread(warm_up, config)
+        self._loaded.add(key)
 
     # -- one item --------------------------------------------------------------------------------
 
@@ -356,11 +385,12 @@ class Grader:
         self, request: GradeRequest, config: JudgeConfig, item_id: str | None
     ) -> GradeResult:
         started = time.monotonic()
+        # A null response (a harness's refusal or timeout) is graded as an empty one.
+        response, truncated = request.response or "", False
         language: Language = request.language or detect_language(
-            request.response + " " + request.reference
+            response + " " + request.reference
         )
         judge = self._judge_for(config)
-        response, truncated = request.response, False
         if config.length_control:
             cut = truncate_words(response, length_cap(request.reference))
             truncated = cut != response
@@ -370,18 +400,14 @@ class Grader:
         references = [request.reference, *(request.references or [])]
         coverage, defects, bert = await asyncio.gather(
             _optional(self._coverage(judge, item) if "coverage" in wanted else None),
-            # An empty answer asserts nothing: no defect call (see below).
-            _optional(judge.defects(item) if "defects" in wanted and not item.empty else None),
+            # An empty or null answer asserts nothing: each judge answers that without a call.
+            _optional(judge.defects(item) if "defects" in wanted else None),
             _optional(
                 self.metrics.best_bertscore(response, references, language, config)
                 if "bertscore" in wanted
                 else None
             ),
         )
-        if item.empty and "defects" in wanted:
-            defects = TaskRun(
-                DefectsResult(status="scored", defects=[], penalized=False, detail="empty response")
-            )
         rouge = None
         if "rouge_l" in wanted:
             rouge = await self.metrics.best_rouge(response, references, config)
@@ -397,12 +423,16 @@ class Grader:
             if part is not None and part.status == "unscored"
         ]
         ref_words = count_words(request.reference)
-        empty = item.empty
+        flags: list[str] = [item.blank] if item.blank is not None else []
+        if any(ref.language != language for ref in rubrics.values()):
+            # Judged with a fallback language's prompts: the paper's English-only rubrics on a
+            # Chinese item (``chartom`` has Chinese prompts). The run's summary says so too.
+            flags.append(PROMPT_LANGUAGE_FLAG)
         result = GradeResult(
             id=request.id or item_id or "",
             status="unscored" if unscored else "scored",
             unscored_reasons=unscored,
-            flags=["empty_response"] if empty else [],
+            flags=flags,
             input_hash=request.content_hash(),
             language=language,
             coverage=coverage_result,
@@ -410,7 +440,7 @@ class Grader:
             rouge_l=rouge,
             bertscore=bert,
             length_ratio=round(count_words(response) / ref_words, 4) if ref_words else None,
-            calibrated_score=self._calibrated(config, coverage_result, rouge, bert),
+            **self._calibrated(config, coverage_result, rouge, bert),
             tom_dimension=request.tom_dimension,
             context_window=request.context_window,
             respondent=request.respondent,
@@ -444,13 +474,17 @@ class Grader:
         coverage: CoverageResult | None,
         rouge: RougeScore | None,
         bert: BertScore | None,
-    ) -> float | None:
+    ) -> dict[str, Any]:
+        """``calibrated_score`` and ``calibrated_metric`` of a result (none without a mapping)."""
         mapping = self._mapping_for(config)
         if mapping is None:
-            return None
-        from judge.mapping import calibrated_score  # loaded with the mapping
+            return {}
+        from judge.mapping import calibrated_metric, calibrated_score  # loaded with the mapping
 
-        return calibrated_score(mapping, coverage, rouge, bert)
+        return {
+            "calibrated_score": calibrated_score(mapping, coverage, rouge, bert),
+            "calibrated_metric": calibrated_metric(mapping),
+        }
 
     def _count(self, unscored: list[str]) -> None:
         self.stats.items += 1

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, ValidationError
 
 from core.errors import ConfigError, InputError, first_error
 from core.jsonl import BadLine, read_jsonl
@@ -29,8 +29,19 @@ from judge.types import GradeRequest
 CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
 """CharToM-QA's plot windows and the keys that hold them."""
 
-_REQUEST_FIELDS = set(GradeRequest.model_fields) | {"answer", "respondent_model", "model_name"}
 
+def _keys_of(name: str) -> tuple[str, ...]:
+    """The input keys a ``GradeRequest`` field is read from (its name and aliases)."""
+    alias = GradeRequest.model_fields[name].validation_alias
+    if isinstance(alias, AliasChoices):
+        return tuple(choice for choice in alias.choices if isinstance(choice, str))
+    return (name,)
+
+
+_RESPONDENT_KEYS = _keys_of("respondent")
+"""The keys naming the model that wrote a line's answer."""
+
+_REQUEST_FIELDS = set(GradeRequest.model_fields) | {*_keys_of("reference"), *_RESPONDENT_KEYS}
 
 
 def chartom_to_request(
@@ -89,6 +100,21 @@ def chartom_to_request(
         raise InputError(message, field=field, line=line) from exc
 
 
+def respondent_of(obj: Any) -> str | None:
+    """The respondent an input line names (under any of its keys), or None.
+
+    Read from the raw line, so that a line too broken to grade can still be counted against the
+    model that wrote it.
+    """
+    if not isinstance(obj, dict):
+        return None
+    for key in _RESPONDENT_KEYS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def read_items(
     path: str | Path, *, context_window: int | None = None
 ) -> Iterator[tuple[str, GradeRequest] | BadLine]:
@@ -110,11 +136,13 @@ def read_items(
         try:
             request = chartom_to_request(obj, context_window, line=number)
         except InputError as exc:
-            yield BadLine(number, str(exc), field=exc.field)
+            yield BadLine(number, str(exc), field=exc.field, respondent=respondent_of(obj))
             continue
         item_id = request.id or str(number)
         if item_id in seen:
-            yield BadLine(number, f"duplicate id {item_id!r}", field="id")
+            yield BadLine(
+                number, f"duplicate id {item_id!r}", field="id", respondent=request.respondent
+            )
             continue
         seen.add(item_id)
         yield item_id, request
@@ -265,17 +293,34 @@ def check_input_file(path: Path, field: str) -> None:
         raise ConfigError(f"{field}: not readable: {path}", field=field)
 
 
-def check_output_path(path: Path, field: str) -> None:
+def check_output_path(path: Path, field: str, *, folder: bool = False) -> None:
     """Refuse an output path that cannot be written, before anything is created.
 
+    Missing folders on the way are fine (they are created when the output is written); what
+    must be writable is the nearest folder that exists.
+
+    Args:
+        path: The output file, or with ``folder`` the output folder.
+        field: The option or setting naming it, for the message.
+        folder: ``path`` is a folder to write files into (``calibrate --out``), not a file.
+
     Raises:
-        ConfigError: (``field``) the path is a folder, or its nearest existing folder is not
-            writable (or is a file).
+        ConfigError: (``field``) a file path is a folder or a folder path is a file, or the
+            nearest existing folder is not writable (or is a file).
     """
-    if path.is_dir():
+    if folder:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{field}: is a file, not a folder: {path}", field=field)
+        if path.is_dir():
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise ConfigError(f"{field}: cannot write in {path}", field=field)
+            return
+    elif path.is_dir():
         raise ConfigError(f"{field}: is a folder, not a file: {path}", field=field)
     if path.exists() and not path.is_file():
         raise ConfigError(f"{field}: not a regular file: {path}", field=field)
+    if path.is_file() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{field}: cannot write {path}", field=field)
     parent = path.absolute().parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

@@ -15,7 +15,8 @@ produced, so the engine assembles the provenance in a fixed order.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
@@ -25,8 +26,10 @@ from pydantic import BaseModel
 from core.errors import JudgeError, UnscoredReason
 from core.text import Language
 from judge.batching import AsyncBatcher
+from judge.cache import Cache, matcher_key
 from judge.calls import Caller, CallOutcome, CallSpec, rubric_ref
 from judge.config import EMBEDDED_JUDGE, JudgeConfig
+from judge.stats import EngineStats
 from judge.types import (
     CallRecord,
     CoverageResult,
@@ -63,6 +66,9 @@ T = TypeVar("T")
 PointsSource = Literal["request", "reference", "extracted"]
 """Where an item's bonus points came from."""
 
+BlankFlag = Literal["null_response", "empty_response"]
+"""The result flag of an answer with nothing to judge (graded as covering nothing)."""
+
 
 @dataclass(frozen=True)
 class Item:
@@ -80,8 +86,19 @@ class Item:
 
     @property
     def empty(self) -> bool:
-        """Whether the answer is empty or whitespace: it covers nothing and asserts nothing."""
+        """Whether the answer is null, empty or whitespace: it covers nothing, asserts nothing."""
         return not self.response.strip()
+
+    @property
+    def blank(self) -> BlankFlag | None:
+        """The flag of an answer with nothing to judge, or None when there is something.
+
+        ``null_response`` when the request's response is null (a harness's refusal or timeout),
+        ``empty_response`` when it is empty or whitespace.
+        """
+        if self.request.response is None:
+            return "null_response"
+        return "empty_response" if self.empty else None
 
 
 @dataclass(frozen=True)
@@ -145,16 +162,22 @@ class Judge(Protocol):
 
 
 def empty_coverage(
-    points: list[str], source: PointsSource, *, expected: float | None
+    points: list[str],
+    source: PointsSource,
+    *,
+    expected: float | None,
+    blank: BlankFlag = "empty_response",
 ) -> CoverageResult:
-    """Coverage of an empty answer: every point uncovered, without asking the judge.
+    """Coverage of an answer with nothing to judge: every point uncovered, without the judge.
 
-    The benchmark's scorer gives an empty answer 0 points: it is scored, never an invalid line.
+    The benchmark's scorer gives an empty answer 0 points: it is scored, never an invalid line. A
+    null answer is graded the same way: were it left out, a respondent that refuses more would
+    score higher. ``blank`` (the item's flag) names which it was in each verdict's rationale.
     """
     return CoverageResult(
         status="scored",
         verdicts=[
-            PointVerdict(index=i, text=p, covered=False, rationale="empty response")
+            PointVerdict(index=i, text=p, covered=False, rationale=blank.replace("_", " "))
             for i, p in enumerate(points, start=1)
         ],
         covered=0,
@@ -341,8 +364,8 @@ class LLMJudge:
         self, item: Item, points: list[str], source: PointsSource
     ) -> TaskRun[CoverageResult]:
         """Ask the coverage rubric which points the answer covers."""
-        if item.empty:
-            return TaskRun(empty_coverage(points, source, expected=None))
+        if item.blank is not None:
+            return TaskRun(empty_coverage(points, source, expected=None, blank=item.blank))
         prompt = self._render("coverage", item, points=points)
         refs = {"coverage": rubric_ref(prompt.rubric, prompt.language)}
         outcome = await self._caller.call(self._coverage.spec(prompt, self.config, len(points)))
@@ -363,7 +386,17 @@ class LLMJudge:
         return TaskRun(result, [outcome.record], refs)
 
     async def defects(self, item: Item) -> TaskRun[DefectsResult]:
-        """Ask the defects rubric what the answer gets wrong."""
+        """Ask the defects rubric what the answer gets wrong (nothing, when it is blank)."""
+        if item.blank is not None:
+            # It asserts nothing, so it gets nothing wrong; the judge is not asked.
+            return TaskRun(
+                DefectsResult(
+                    status="scored",
+                    defects=[],
+                    penalized=False,
+                    detail=item.blank.replace("_", " "),
+                )
+            )
         prompt = self._render("defects", item, context=item.request.context)
         refs = {"defects": rubric_ref(prompt.rubric, prompt.language)}
         outcome = await self._caller.call(
@@ -456,23 +489,61 @@ class LLMJudge:
 
 
 class SharedMatcher:
-    """The embedded matcher behind one batcher, loaded on first use.
+    """The embedded matcher behind one batcher and the judge cache, loaded on first use.
 
     One per grader, shared by its embedded judges, so concurrent items of every configuration
-    fill the same batches.
+    fill the same batches. Verdicts are cached like an LLM judge's answers, under the matcher's
+    identity (:func:`judge.identity.matcher_identity`: version and digest of its parameters,
+    lexicons and encoders) and the exact input, so a re-run neither embeds nor scores again and
+    a new matcher never reads an old one's verdicts.
+
+    Args:
+        cache: The grader's judge cache (None: no caching).
+        stats: The grader's counters (a hit counts in ``cache_hits``).
+        load: Loads what a configuration needs (``Grader``'s serialized loader), awaited before
+            the first verdict computed rather than read from the cache.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        cache: Cache | None = None,
+        stats: EngineStats | None = None,
+        *,
+        load: Callable[[JudgeConfig], Awaitable[None]] | None = None,
+    ) -> None:
         self._batcher: AsyncBatcher[MatchInput, list[PointMatch]] | None = None
+        self._cache = cache
+        self._stats = stats
+        self._load = load
 
-    async def match(self, item: MatchInput) -> list[PointMatch]:
-        """The matcher's verdict on each of ``item``'s points (batched with other items)."""
+    async def match(self, item: MatchInput, config: JudgeConfig) -> list[PointMatch]:
+        """The matcher's verdict on each of ``item``'s points (cached; batched on a miss).
+
+        Args:
+            item: The response and its points.
+            config: The judging configuration (whether to use the cache; what to load).
+        """
+        from judge.matcher import PointMatch
+
+        store = self._cache if config.cache and self._cache is not None else None
+        key = matcher_key(item) if store is not None else ""
+        if store is not None:
+            hit = await store.aget(key)
+            if isinstance(hit, list):
+                if self._stats is not None:
+                    self._stats.cache_hits += 1
+                return [PointMatch(**entry) for entry in hit]
+        if self._load is not None:
+            await self._load(config)
         if self._batcher is None:
             # Lazy: the matcher loads its parameters and an encoder, which LLM runs never need.
             from judge.matcher import get_matcher
 
             self._batcher = AsyncBatcher(get_matcher().match, batch_size=64, max_wait=0.005)
-        return await self._batcher.submit(item)
+        matches = await self._batcher.submit(item)
+        if store is not None:
+            await store.aset(key, [dataclasses.asdict(m) for m in matches])
+        return matches
 
     async def aclose(self) -> None:
         """Stop the batch worker."""
@@ -503,8 +574,8 @@ class EmbeddedJudge:
         self, item: Item, points: list[str], source: PointsSource
     ) -> TaskRun[CoverageResult]:
         """Match the answer against the points (the best of several references)."""
-        if item.empty:
-            return TaskRun(empty_coverage(points, source, expected=0.0))
+        if item.blank is not None:
+            return TaskRun(empty_coverage(points, source, expected=0.0, blank=item.blank))
         from judge.matcher import MatchInput
 
         request = item.request
@@ -524,7 +595,8 @@ class EmbeddedJudge:
                             points=candidate,
                             response=item.response,
                             language=item.language,
-                        )
+                        ),
+                        self.config,
                     )
                     for candidate in alternatives
                 )
@@ -579,15 +651,11 @@ class EmbeddedJudge:
     ) -> Provenance:
         """The matcher's parameter version and its caveat, with the rubrics and calls."""
         config = self.config
-        matcher_version = None
-        if "coverage" in config.metrics:  # a metrics-only run never loads the matcher
-            from judge.matcher import MATCHER_VERSION
-
-            matcher_version = MATCHER_VERSION
         return _provenance(
             config, rubrics, calls, truncated,
             judge=EMBEDDED_JUDGE,
-            judge_version=matcher_version,
+            # None for a metrics-only run, which never loads the matcher.
+            judge_version=config.judge_version,
             judge_quality="non-LLM matcher: coverage only, defects not assessed; weak where "
             "meaning turns on negation or on a paraphrase sharing neither words nor dictionary "
             "synonyms with the point",

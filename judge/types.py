@@ -13,6 +13,7 @@ import math
 from typing import Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from core.errors import UnscoredReason
 from core.text import Language
@@ -38,6 +39,23 @@ ALL_METRICS: tuple[MetricName, ...] = get_args(MetricName)
 
 CALIBRATION_METRICS: tuple[MetricName, ...] = ("rouge_l", "bertscore", "coverage")
 """What a calibration run computes by default: the paper's comparison (defects are not a score)."""
+
+CalibratedMetric = Literal["coverage", "expected_coverage", "rouge_l", "bertscore"]
+"""What a calibrated mapping can map onto the human scale (``GradeResult.calibrated_metric``):
+thresholded coverage, the embedded matcher's expected coverage, ROUGE-L F1 or BERTScore F1."""
+
+PROMPT_LANGUAGE_FLAG = "paper_prompts_english_only"
+"""The flag of a result judged with prompts in another language than the item's.
+
+Only the paper's rubrics (``chartom-paper``) fall back to another language: the paper publishes
+English prompts only and its public scorer grades English only, so a Chinese item is judged with
+English prompts. ``chartom`` has Chinese prompts.
+"""
+
+_JSON_KINDS: dict[type, str] = {
+    bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"
+}
+"""How an input value's type reads in a message about the JSON line it came from."""
 
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of objects and arrays in ``metadata`` (the object itself is level 1)."""
@@ -133,10 +151,13 @@ class GradeRequest(BaseModel):
         description="The reference split into bonus points. When absent they are extracted from "
         "the reference by the extraction rubric (cached).",
     )
-    response: str = Field(
+    response: str | None = Field(
         max_length=50_000,
-        description="The answer under test (untrusted text). An empty or whitespace-only "
-        "response is graded as covering nothing (coverage 0, no defects, flag `empty_response`).",
+        description="The answer under test (untrusted text); required, but may be null. An empty "
+        "or whitespace-only response is graded as covering nothing (coverage 0, no defects, flag "
+        "`empty_response`), without asking the judge; so is null, which harnesses write for a "
+        "refusal or a timeout (flag `null_response`), so that a respondent who refuses more "
+        "does not leave the item out of its BPC. Any other non-string value is refused.",
     )
     context: str | None = Field(
         default=None,
@@ -175,6 +196,18 @@ class GradeRequest(BaseModel):
         f"{MAX_METADATA_DEPTH} levels deep, {MAX_METADATA_ENTRIES} keys and items in all and "
         f"{MAX_METADATA_BYTES // 1024} KB as JSON; no NaN or Infinity.",
     )
+
+    @field_validator("response", mode="before")
+    @classmethod
+    def _text_or_null(cls, value: Any) -> Any:
+        # Only null stands for "no answer": a number or an object is a broken line, and says so
+        # better than pydantic's "Input should be a valid string" (null is valid too).
+        if value is not None and not isinstance(value, str):
+            kind = _JSON_KINDS.get(type(value), type(value).__name__)
+            raise PydanticCustomError(
+                "string_or_null", "must be text, or null for no answer (got {kind})", {"kind": kind}
+            )
+        return value
 
     @field_validator("question", "reference")
     @classmethod
@@ -379,7 +412,10 @@ class GradeResult(BaseModel):
     flags: list[str] = Field(
         default_factory=list,
         description="Notes on the input that shaped the grade: `empty_response` (an empty or "
-        "whitespace-only answer, scored as covering nothing without asking the judge).",
+        "whitespace-only answer, scored as covering nothing without asking the judge); "
+        "`null_response` (a null answer, a harness's record of a refusal or a timeout, scored "
+        "the same way); `paper_prompts_english_only` (a Chinese item judged with the paper's "
+        "English-only prompts, `chartom-paper`; `chartom` has Chinese prompts).",
     )
     input_hash: str | None = Field(
         default=None,
@@ -400,7 +436,14 @@ class GradeResult(BaseModel):
     )
     calibrated_score: float | None = Field(
         default=None,
-        description="Coverage mapped to the human scale by a calibrated mapping, on request.",
+        description="The metric named in `calibrated_metric` mapped onto the human scale (0-1) "
+        "by a calibrated mapping (`--calibration`); null without a mapping, or when that metric "
+        "has no value for this item.",
+    )
+    calibrated_metric: CalibratedMetric | None = Field(
+        default=None,
+        description="The metric `calibrated_score` maps (the one the mapping was fitted on): "
+        "coverage, expected_coverage, rouge_l or bertscore; set whenever a mapping was applied.",
     )
     tom_dimension: str | None = Field(default=None, description="Echoed from the request.")
     context_window: int | None = Field(default=None, description="Echoed from the request.")
@@ -408,6 +451,14 @@ class GradeResult(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed from the request.")
     provenance: Provenance = Field(description="How this result was produced.")
     elapsed_s: float = Field(default=0.0, description="Wall time to grade the item.")
+
+    @model_validator(mode="after")
+    def _calibrated_named(self) -> GradeResult:
+        # A mapped score read without its metric is the mistake issue 28 found: ROUGE-L mapped
+        # and read as coverage.
+        if self.calibrated_score is not None and self.calibrated_metric is None:
+            raise ValueError("calibrated_score needs calibrated_metric (the metric it maps)")
+        return self
 
 
 class ExtractRequest(BaseModel):

@@ -164,8 +164,16 @@ def as_model(model: type[_M], value: Any, field: str) -> _M:
 
 
 def request_fields(request: BaseModel) -> dict[str, Any]:
-    """A model as sent: unset fields left out, so the service applies its own defaults."""
-    return request.model_dump(mode="json", exclude_none=True)
+    """A model as sent: null fields left out, so the service applies its own defaults.
+
+    A required field is sent even when null: a null ``response`` is an answer the service
+    grades (flag ``null_response``), where leaving it out would be a missing field.
+    """
+    fields = request.model_dump(mode="json", exclude_none=True)
+    for name, info in type(request).model_fields.items():
+        if info.is_required() and name not in fields:
+            fields[name] = None
+    return fields
 
 
 def _as_given(item: Any, index: int, model: type[BaseModel], what: str) -> dict[str, Any]:

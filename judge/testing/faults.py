@@ -468,9 +468,10 @@ def load_workload(
         _, request = entry
         number = str(len(out))
         if tag:
-            request = request.model_copy(
-                update={"id": number, "response": tag_response(request.response, len(out))}
-            )
+            update: dict[str, Any] = {"id": number}
+            if request.response is not None:  # a null answer asks the judge nothing to trace
+                update["response"] = tag_response(request.response, len(out))
+            request = request.model_copy(update=update)
         out.append((number, request))
         if limit is not None and len(out) >= limit:
             break
