@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
 from api.schemas import JobStatus
-from judge.aggregate import Aggregator, Summary
+from judge.aggregate import Aggregator, ProvenanceCalls, Summary
 
 
 def _utc(ts: float) -> datetime:
@@ -48,16 +48,8 @@ def job_status(row: JobRow, *, now: float | None = None) -> JobStatus:
 def grading_summary(store: JobStore, job_id: str) -> Summary:
     """Aggregates over a grading job's stored results (blocking: run it in a worker thread)."""
     aggregator = Aggregator()
-    counters = {"judge_calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
-    cost = 0.0
+    calls = ProvenanceCalls()
     for result in store.results(job_id):
         aggregator.add(result)
-        for call in result.provenance.calls:
-            if call.cached:
-                counters["cache_hits"] += 1
-            else:
-                counters["judge_calls"] += call.attempts
-            counters["prompt_tokens"] += call.prompt_tokens or 0
-            counters["completion_tokens"] += call.completion_tokens or 0
-            cost += call.cost_usd or 0.0
-    return aggregator.summary(**counters, cost_usd=round(cost, 6) if cost else None)
+        calls.add(result)
+    return aggregator.summary(**calls.counters())

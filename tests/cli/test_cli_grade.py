@@ -122,6 +122,36 @@ def test_server_mode_passes_judge_options_and_writes_as_results_arrive(
         assert len(results) == 4
 
 
+def test_server_mode_reports_the_judge_calls_the_service_made(
+    judge_server: OpenAIStandIn, tmp_path: Path
+) -> None:
+    # Issue 28: `grade --server` ended with "0 judge call(s)" (this process made none) while the
+    # service made them all; the closing line and the summary now count the service's, from
+    # the results' provenance.
+    source = write_items(tmp_path / "in.jsonl", ITEMS)
+    serve_args = ["--model", "openai/standin", "--api-base", judge_server.base_url,
+                  "--metrics", "coverage,defects", "--cache-dir", str(tmp_path / "svc")]
+    with ServiceProcess(serve_args, tmp_path) as svc:
+        before = judge_server.stats().requests
+        done = run_cli(["grade", str(source), "--out", str(tmp_path / "a.jsonl"), "--summary",
+                        str(tmp_path / "a.json"), "--server", svc.url, "--quiet"])
+        assert done.returncode == 0, done.stderr + svc.log()[-2000:]
+        made = judge_server.stats().requests - before
+        assert made == len(ITEMS) * 2  # coverage and defects of each item, the probe's included
+        assert f"{made} judge call(s) made by the service (0 from its cache)" in done.stdout
+        summary = json.loads((tmp_path / "a.json").read_text())
+        assert (summary["judge_calls"], summary["cache_hits"]) == (made, 0)
+
+        # The same items again into a new file: the service answers them all from its cache.
+        again = run_cli(["grade", str(source), "--out", str(tmp_path / "b.jsonl"), "--summary",
+                         str(tmp_path / "b.json"), "--server", svc.url, "--quiet"])
+        assert again.returncode == 0, again.stderr + svc.log()[-2000:]
+        assert judge_server.stats().requests == before + made
+        assert f"0 judge call(s) made by the service ({made} from its cache)" in again.stdout
+        summary = json.loads((tmp_path / "b.json").read_text())
+        assert (summary["judge_calls"], summary["cache_hits"]) == (0, made)
+
+
 def test_closing_line_counts_metric_cache_hits(tmp_path: Path) -> None:
     source = write_items(tmp_path / "in.jsonl", ITEMS)
     first = grade(tmp_path, source, "--metrics", "rouge_l")
