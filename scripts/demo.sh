@@ -6,16 +6,37 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
 step() { printf '\n[%s] %s\n' "$1" "$2"; }
-step 1/4 "installing into .venv (pinned versions; the first time takes a few minutes; log: out/setup.log)"
-# pip's own progress, a line per package, instead of minutes of silence.
-if ! BONUSJUDGE_PIP_QUIET= scripts/setup.sh \
-    > >(tee out/setup.log | { grep --line-buffered -E '^ *(Collecting|Downloading|Installing|Successfully)' || true; }) 2>&1
-then
-  sleep 1; echo "install failed; see out/setup.log"; exit 1
-fi
-sleep 1  # let the progress filter print its last lines
-export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 port=${BONUSJUDGE_PORT:-8765}
+# The port is checked before minutes of installing, and before the service starts: a port another
+# program holds would make serve exit, or, were another bonusjudge on it, the demo grade there.
+if ! [[ $port =~ ^[0-9]{1,5}$ ]] || ((10#$port < 1 || 10#$port > 65535)); then
+  echo "BONUSJUDGE_PORT must be a port number (1-65535), got '$port'" >&2
+  exit 1
+fi
+port=$((10#$port))
+port_free() {
+  "${PYTHON:-python3}" - "$port" <<'PY'
+import socket, sys
+with socket.socket() as sock:
+    # As uvicorn binds: a port left in TIME_WAIT by a stopped service is free.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", int(sys.argv[1])))
+    except OSError:
+        sys.exit(1)
+PY
+}
+port_taken() {
+  echo "port $port on 127.0.0.1 is in use; pick another: BONUSJUDGE_PORT=$((port % 65535 + 1)) scripts/demo.sh" >&2
+  exit 1
+}
+port_free || port_taken
+step 1/4 "setting up .venv"
+# setup.sh shows pip's progress, a line per package, instead of minutes of silence.
+if ! BONUSJUDGE_SETUP_LOG=out/setup.log scripts/setup.sh; then
+  echo "install failed; see out/setup.log"; exit 1
+fi
+export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 workdir=${BONUSJUDGE_DEMO_DIR:-out/demo}
 mkdir -p "$workdir"
 step 2/4 "starting bonusjudge serve on 127.0.0.1:$port (offline embedded-matcher judge; loading the encoder)"
@@ -28,7 +49,11 @@ import sys, httpx
 r = httpx.get(f"http://127.0.0.1:{sys.argv[1]}/readyz", timeout=2)
 sys.exit(0 if r.status_code == 200 else 1)
 PY
-  if ! kill -0 $server 2>/dev/null; then cat "$workdir/serve.log"; exit 1; fi
+  if ! kill -0 $server 2>/dev/null; then
+    cat "$workdir/serve.log"
+    port_free || port_taken  # taken since the check above
+    exit 1
+  fi
   sleep 1
 done
 step 3/4 "grading judge/data/examples_chartom.jsonl (English and Chinese) through the service"
