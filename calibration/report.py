@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.transforms import BboxBase
 
 from calibration.agreement import (
     JoinError,
@@ -41,7 +44,7 @@ from calibration.mapping import (
     fit_mapping_with_cv,
     reliability_bins,
 )
-from calibration.sets import CalibrationItem, LoadedSet
+from calibration.sets import ANNOTATOR_META_KEYS, CalibrationItem, LoadedSet
 from core.errors import ConfigError, InputError
 
 __all__ = [
@@ -357,9 +360,15 @@ def build_report(
         "configs": config_info,
         "metrics": metrics_json,
         "human_ceiling": (
-            to_jsonable(ceiling)
+            {**to_jsonable(ceiling), "from": _annotators_from(items)}
             if ceiling is not None
-            else {"alpha": None, "level": scale.level, "note": "no per-annotator scores in set"}
+            else {
+                "alpha": None,
+                "level": scale.level,
+                "note": "no per-annotator scores in set (annotator_scores, or meta."
+                + ", meta.".join(ANNOTATOR_META_KEYS)
+                + " or meta.rater_*)",
+            }
         ),
         "judge_vs_judge": pairs,
         "test_retest": retest_json,
@@ -367,6 +376,12 @@ def build_report(
         "plots": {},
     }
     return report
+
+
+def _annotators_from(items: Sequence[CalibrationItem]) -> str | None:
+    """Where the set's per-annotator ratings were read (``meta.rater_correctness``...)."""
+    places = sorted({i.annotator_scores_from for i in items if i.annotator_scores_from})
+    return ", ".join(places) or None
 
 
 def _fit_mapping_entry(
@@ -428,6 +443,47 @@ def _new_figure(width: float, height: float) -> Figure:
     return figure
 
 
+_MIN_WRAP = 12
+"""Fewest characters a wrapped title line keeps before its font is made smaller instead."""
+
+
+def _inside(box: BboxBase, frame: BboxBase) -> bool:
+    """Whether ``box`` lies within ``frame`` (to half a pixel: rounding is no overflow)."""
+    return bool(
+        box.x0 >= frame.x0 - 0.5 and box.x1 <= frame.x1 + 0.5
+        and box.y0 >= frame.y0 - 0.5 and box.y1 <= frame.y1 + 0.5
+    )
+
+
+def _lay_out(figure: Figure, axes: Axes) -> None:
+    """Lay out ``figure`` so that its title and axis labels lie wholly inside it.
+
+    ``tight_layout`` makes room around the axes but never shortens a text: a title wider than
+    the figure (a long metric name, as "coverage@openai/..." makes) was cut at both edges. Each
+    text still outside is wrapped onto narrower lines (always from its own words, so a break
+    never adds a space), then, once its lines are short, set smaller, until all fit.
+    """
+    texts = [text for text in (axes.title, axes.xaxis.label, axes.yaxis.label) if text.get_text()]
+    words = {text: text.get_text() for text in texts}
+    widths = {text: len(words[text]) for text in texts}
+    for _ in range(40):
+        figure.tight_layout()
+        renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+        outside = [
+            text for text in texts
+            if not _inside(text.get_window_extent(renderer), figure.bbox)
+        ]
+        if not outside:
+            return
+        for text in outside:
+            if widths[text] > _MIN_WRAP:
+                widths[text] = max(_MIN_WRAP, int(widths[text] * 0.8))
+                # break_long_words (the default): coverage@openai/NAME has no space to break at.
+                text.set_text(textwrap.fill(words[text], widths[text]))
+            else:
+                text.set_fontsize(max(5.0, float(text.get_fontsize()) - 1.0))
+
+
 def _jitter(values: np.ndarray[Any, Any], rng: np.random.Generator) -> np.ndarray[Any, Any]:
     levels = np.unique(values)
     if len(levels) > _JITTER_LEVELS or len(values) == 0:
@@ -438,7 +494,7 @@ def _jitter(values: np.ndarray[Any, Any], rng: np.random.Generator) -> np.ndarra
 
 def _scatter_png(
     path: Path, metric: str, report: CalibrationReport, rng: np.random.Generator
-) -> None:
+) -> Figure:
     _, judge, human = report.points[metric]
     x = _jitter(np.asarray(judge, dtype=float), rng)
     y = _jitter(np.asarray(human, dtype=float), rng)
@@ -457,11 +513,12 @@ def _scatter_png(
         fontsize=9,
     )
     axes.grid(alpha=0.3)
-    figure.tight_layout()
+    _lay_out(figure, axes)
     figure.savefig(path, format="png", metadata={"Software": None})
+    return figure
 
 
-def _reliability_png(path: Path, metric: str, report: CalibrationReport) -> None:
+def _reliability_png(path: Path, metric: str, report: CalibrationReport) -> Figure:
     cv = report.cv[metric]
     figure = _new_figure(4.5, 4.5)
     axes = figure.add_subplot()
@@ -491,8 +548,9 @@ def _reliability_png(path: Path, metric: str, report: CalibrationReport) -> None
     axes.set_ylim(0, 1)
     axes.legend(fontsize=8, loc="upper left")
     axes.grid(alpha=0.3)
-    figure.tight_layout()
+    _lay_out(figure, axes)
     figure.savefig(path, format="png", metadata={"Software": None})
+    return figure
 
 
 def write_report(report: CalibrationReport, out_dir: str | Path) -> ReportFiles:
@@ -695,6 +753,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             if ceiling.get("n_items")
             else ""
         )
+        + (f", ratings from {ceiling['from']}" if ceiling.get("from") else "")
         + (f" ({ceiling['note']})" if ceiling.get("note") else "")
         + ".",
     ]

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
-from core.errors import first_error
+from core.errors import InputError, first_error
 from judge.aggregate import summarize
 from judge.cache import JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
@@ -211,7 +211,7 @@ def run_calibration(
     """Grade ``dataset`` with each judge configuration and write the report to ``out_dir``.
 
     Args:
-        dataset: The loaded calibration set.
+        dataset: The loaded calibration set (at least one item).
         settings: Base settings (cache folder, default judge config).
         judges: Judge model strings; default: the settings' judge.
         metrics: Any of rouge_l, bertscore, coverage.
@@ -223,10 +223,21 @@ def run_calibration(
         n_resamples: Bootstrap resamples.
         progress: Show a progress bar on stderr for each grading and retest pass, labelled
             with its configuration (off by default: the service runs this too).
+
+    Raises:
+        InputError: (``set``) the set has no item; nothing has been created.
     """
+    items = dataset.items[:limit] if limit else list(dataset.items)
+    if not items:
+        # Refused before the folder and its grade files exist: an unreadable set (a CSV read
+        # as JSONL, say) used to leave empty grades-*.jsonl behind.
+        raise InputError(
+            f"calibration set {dataset.name} has no item to grade "
+            f"({len(dataset.problems)} line(s) could not be read)",
+            field="set",
+        )
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    items = dataset.items[:limit] if limit else list(dataset.items)
     subset = LoadedSet(
         name=dataset.name,
         path=dataset.path,

@@ -11,6 +11,14 @@ mapped onto one model, :class:`CalibrationItem`:
 * CharToM-QA items with a human score: ``question``, ``answer``, ``bonus_points``, ``response``,
   ``human_score``, ``tom_dimension``, ``book_name``, ``context_0/1000/2000``.
 
+A set may also be a CSV (or TSV) table with a header row, the form a researcher's ratings are
+most often in: columns ``question``, ``reference``, ``response`` (or ``candidate``) and
+``human_score`` are required; ``id`` (or ``item_id``), ``source``, ``score_scale``, ``context``,
+``references`` and ``bonus_points`` (a JSON list, or texts separated by ``|``),
+``annotator_scores`` (likewise), ``key_point``, ``key_point_category``, ``dimension``,
+``system`` and ``question_id`` are read as in the JSONL format, and any other column is kept in
+``meta``. Each row is then validated exactly as a JSONL line is.
+
 Loading never stops at the first bad line: every line is validated on its own, a bad line is
 reported as a :class:`core.jsonl.BadLine` with its 1-based number and the reason, and the rest
 still load. A set has one scale (``score_scale`` parsed into a :class:`Scale`); the statistics pick
@@ -19,9 +27,12 @@ their treatment from its kind (binary, graded range, or K-QA key-point verdicts)
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -42,8 +53,10 @@ from core.jsonl import BadLine, read_jsonl
 from judge.mapping import KrippendorffLevel, Scale, ScaleKind, parse_scale
 
 __all__ = [
+    "ANNOTATOR_META_KEYS",
     "CALIBRATION_DIR_ENV",
     "CHARTOM_DEFAULT_SCALE",
+    "CSV_REQUIRED_COLUMNS",
     "EXAMPLE_SETS",
     "SHARED_SETS",
     "CalibrationItem",
@@ -86,6 +99,8 @@ class CalibrationItem(BaseModel):
         human_score: The human rating as stored, on ``scale``.
         human_norm: The human rating mapped onto 0..1 (see :meth:`Scale.normalize`).
         annotator_scores: Individual annotators' raw ratings, when known (``None`` = missing).
+        annotator_scores_from: Where they were read: ``annotator_scores``, or the ``meta``
+            field that holds them (``meta.rater_correctness``).
         scale: The parsed scale.
         dimension: ToM dimension or another rated dimension, when known.
         system: The system that produced the candidate, when known.
@@ -110,6 +125,7 @@ class CalibrationItem(BaseModel):
     human_score: float
     human_norm: float = Field(ge=0.0, le=1.0)
     annotator_scores: list[float | None] | None = None
+    annotator_scores_from: str | None = None
     scale: Scale
     dimension: str | None = None
     system: str | None = None
@@ -231,19 +247,109 @@ def _is_chartom(raw: Mapping[str, Any]) -> bool:
     return "answer" in raw and "response" in raw and "candidate" not in raw
 
 
-def _annotators(
-    values: list[float | None] | None, meta: Mapping[str, Any], scale: Scale
-) -> list[float | None] | None:
-    if values is None and scale.kind == "keypoint":
-        # K-QA stores each physician's label in meta.labels; they are the annotator scores.
-        labels = meta.get("labels")
-        if isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels):
-            mapped = [_KQA_LABELS.get(x.strip().lower()) for x in labels]
-            if all(m is not None for m in mapped):
-                return [float(m) for m in mapped if m is not None]
-    if values is None:
+ANNOTATOR_META_KEYS = ("annotators", "annotator_scores", "ratings", "raters")
+"""``meta`` keys that may hold one rating per annotator when a line has no
+``annotator_scores`` (NQ-301's ``meta.annotators``); so may any ``meta.rater_*`` key
+(SQuALITY's ``meta.rater_correctness``), and K-QA's ``meta.labels`` on a key-point scale."""
+
+_RATING_KEYS = ("score", "rating", "label", "judgment", "judgement", "correct", "value")
+"""Keys of a per-annotator object (``{"annotator": "a1", "score": 1}``) that hold its rating."""
+
+_BINARY_LABELS = {
+    "1": 1.0, "0": 0.0, "true": 1.0, "false": 0.0, "yes": 1.0, "no": 0.0, "correct": 1.0,
+    "incorrect": 0.0, "right": 1.0, "wrong": 0.0,
+}
+"""Words an annotator's 0/1 verdict is stored as."""
+
+
+def _rating(value: Any, scale: Scale) -> float | None:
+    """One annotator's rating as a number on ``scale``.
+
+    Raises:
+        ValueError: ``value`` is not a rating on this scale (an annotator's name, say).
+    """
+    if isinstance(value, Mapping):
+        key = next((k for k in _RATING_KEYS if k in value), None)
+        if key is None:
+            raise ValueError("an object without a rating")
+        value = value[key]
+    if value is None:
+        return None  # this annotator did not rate the item
+    if isinstance(value, bool):
+        if scale.kind != "binary":
+            raise ValueError("a true/false rating on a graded scale")
+        return float(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if scale.kind == "keypoint" and word in _KQA_LABELS:
+            return float(_KQA_LABELS[word])
+        if scale.kind == "binary" and word in _BINARY_LABELS:
+            return _BINARY_LABELS[word]
+        value = float(word)  # a number stored as text; anything else is not a rating
+    if not isinstance(value, int | float):
+        raise ValueError(f"not a rating: {value!r}")
+    return scale.check(value, field="annotator rating")
+
+
+def _ratings(value: Any, scale: Scale) -> list[float | None] | None:
+    """A ``meta`` value as one rating per annotator, or None when it is not that."""
+    entries = list(value.values()) if isinstance(value, Mapping) else value
+    if not isinstance(entries, list) or not entries:
         return None
-    return [None if v is None else scale.check(v, field="annotator_scores") for v in values]
+    try:
+        ratings = [_rating(entry, scale) for entry in entries]
+    except ValueError:
+        return None
+    return ratings if any(r is not None for r in ratings) else None
+
+
+def _summarises(ratings: list[float | None], human_score: float) -> bool:
+    """Whether ``human_score`` is the ratings' mean, median or majority (as sets combine them)."""
+    given = sorted(r for r in ratings if r is not None)
+    middle = len(given) // 2
+    median = given[middle] if len(given) % 2 else (given[middle - 1] + given[middle]) / 2
+    majority = max(set(given), key=given.count)
+    return any(
+        abs(summary - human_score) <= 1e-6
+        for summary in (sum(given) / len(given), median, majority)
+    )
+
+
+def _annotators(
+    values: list[float | None] | None,
+    meta: Mapping[str, Any],
+    scale: Scale,
+    human_score: float,
+) -> tuple[list[float | None] | None, str | None]:
+    """The line's per-annotator ratings and where they were found, or ``(None, None)``.
+
+    ``annotator_scores`` when the line has it; else a ``meta`` field holding one rating per
+    annotator (:data:`ANNOTATOR_META_KEYS`, ``rater_*``, K-QA's ``labels``): a list, or an
+    object by annotator, of numbers, 0/1 words or objects with a ``score``. When several such
+    fields hold ratings (SQuALITY rates correctness, coverage and overall), the one the line's
+    ``human_score`` summarises (mean, median or majority) is taken, and none if that is not one.
+
+    Raises:
+        ValueError: ``annotator_scores`` holds a rating off the scale.
+    """
+    if values is not None:
+        return [
+            None if v is None else scale.check(v, field="annotator_scores") for v in values
+        ], "annotator_scores"
+    found: list[tuple[str, list[float | None]]] = []
+    for key, value in meta.items():
+        wanted = key in ANNOTATOR_META_KEYS or key.startswith("rater_") or (
+            key == "labels" and scale.kind == "keypoint"
+        )
+        ratings = _ratings(value, scale) if wanted else None
+        if ratings is not None:
+            found.append((key, ratings))
+    if len(found) > 1:
+        found = [(key, ratings) for key, ratings in found if _summarises(ratings, human_score)]
+    if len(found) != 1:
+        return None, None
+    key, ratings = found[0]
+    return ratings, f"meta.{key}"
 
 
 def _fill_question(raw: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -294,6 +400,9 @@ def _item_from_line(
         meta: dict[str, Any] = {**extra, **ch.meta}
         if ch.misleading_choices:
             meta.setdefault("misleading_choices", ch.misleading_choices)
+        annotators, annotators_from = _annotators(
+            ch.annotator_scores, meta, scale, scale.check(ch.human_score)
+        )
         return CalibrationItem(
             # Real CharToM items have no id; the line number is stable for a given file.
             id=str(ch.id) if ch.id is not None else f"line-{line}",
@@ -306,7 +415,8 @@ def _item_from_line(
             bonus_points=list(ch.bonus_points) if ch.bonus_points else None,
             human_score=scale.check(ch.human_score),
             human_norm=scale.normalize(ch.human_score),
-            annotator_scores=_annotators(ch.annotator_scores, meta, scale),
+            annotator_scores=annotators,
+            annotator_scores_from=annotators_from,
             scale=scale,
             dimension=ch.tom_dimension,
             system=_optional_str(meta.get("system")),
@@ -331,6 +441,9 @@ def _item_from_line(
         bonus = cal.key_points or None
     if scale.kind == "keypoint" and not cal.key_point:
         raise ValueError("key_point: required on a key-point scale")
+    annotators, annotators_from = _annotators(
+        cal.annotator_scores, meta, scale, scale.check(cal.human_score)
+    )
     return CalibrationItem(
         id=str(cal.id),
         source=cal.source,
@@ -344,7 +457,8 @@ def _item_from_line(
         key_point_category=cal.key_point_category,
         human_score=scale.check(cal.human_score),
         human_norm=scale.normalize(cal.human_score),
-        annotator_scores=_annotators(cal.annotator_scores, meta, scale),
+        annotator_scores=annotators,
+        annotator_scores_from=annotators_from,
         scale=scale,
         dimension=cal.dimension or _optional_str(meta.get("dimension")),
         system=cal.system or _optional_str(meta.get("system")),
@@ -412,14 +526,16 @@ def load_set(
     chartom_context: Literal[0, 1000, 2000] = 2000,
     strict: bool = False,
 ) -> LoadedSet:
-    """Load a calibration set from a JSONL file, validating every line on its own.
+    """Load a calibration set from a JSONL (or CSV/TSV) file, validating every line on its own.
 
     Blank lines are skipped. A line that is not JSON, not an object, fails validation, carries a
     duplicate id, or is on a different scale from the set's (one set has one scale) is reported
-    in :attr:`LoadedSet.problems` and left out; the other lines still load.
+    in :attr:`LoadedSet.problems` and left out; the other lines still load. A ``.csv`` or
+    ``.tsv`` file is read as a table (see the module's docstring); one without a required column
+    is refused as a whole.
 
     Args:
-        path: The JSONL file.
+        path: The JSONL, CSV or TSV file.
         name: The set's name (default: the file's stem).
         scale: Force a scale (text or :class:`Scale`) instead of each line's ``score_scale``.
         chartom_context: Which CharToM plot window (``context_0/1000/2000``) becomes ``context``.
@@ -429,7 +545,8 @@ def load_set(
         The loaded set with its items, problems, file hash and scale.
 
     Raises:
-        InputError: When the file cannot be read, or (``strict``) when a line is bad.
+        InputError: When the file cannot be read, a table lacks a required column (or, with no
+            ``score_scale`` column, a scale), or (``strict``) when a line is bad.
     """
     file = Path(path)
     try:
@@ -444,7 +561,13 @@ def load_set(
     problems: list[BadLine] = []
     first_line_of: dict[str, int] = {}
     set_scale: Scale | None = forced
-    for entry in read_jsonl(data):
+    suffix = file.suffix.lower()
+    entries = (
+        _csv_entries(data, file, scaled=forced is not None)
+        if suffix in _TABLE_SUFFIXES
+        else read_jsonl(data)
+    )
+    for entry in entries:
         problem, item = _load_line(entry, forced, chartom_context)
         if item is not None:
             if item.id in first_line_of:
@@ -503,6 +626,174 @@ def _load_line(
     except ValueError as exc:
         return BadLine(number, str(exc), id=line_id), None
     return None, item
+
+
+# --- CSV and TSV tables ------------------------------------------------------------------------
+
+CSV_REQUIRED_COLUMNS = ("question", "reference", "response", "human_score")
+"""Columns a CSV/TSV set must have (``candidate`` may stand for ``response``, ``answer`` for
+``reference``, as in the JSONL formats)."""
+
+_TABLE_SUFFIXES = {".csv": ",", ".tsv": "\t"}
+"""File suffixes read as tables, and their usual delimiter."""
+
+_COLUMN_ALIASES = {"item_id": "id", "candidate": "response", "answer": "reference"}
+"""Other names a column may have, and the calibration field it fills."""
+
+_LIST_COLUMNS = frozenset({"references", "bonus_points", "annotator_scores"})
+"""Columns holding several values: a JSON list, or values separated by ``|``."""
+
+_TEXT_COLUMNS = frozenset(
+    {"source", "score_scale", "context", "key_point", "key_point_category", "dimension",
+     "system", "question_id"}
+)
+"""Optional columns that map onto the calibration format's fields of the same name."""
+
+
+def _delimiter(header: str, suffix: str) -> str:
+    """The table's delimiter: the suffix's usual one, unless the header plainly uses another.
+
+    Spreadsheets in many locales save "CSV" with semicolons; a header of four or more columns
+    shows which of comma, semicolon and tab separates them.
+    """
+    usual = _TABLE_SUFFIXES.get(suffix, ",")
+    counts = {sep: header.count(sep) for sep in (",", ";", "\t")}
+    best = max(counts, key=lambda sep: counts[sep])
+    return best if counts[best] > counts[usual] else usual
+
+
+def _list_cell(text: str, column: str) -> list[Any]:
+    """A cell holding several values: a JSON list, else values separated by ``|``.
+
+    Raises:
+        ValueError: A cell starting with ``[`` is not a JSON list.
+    """
+    if text.startswith("["):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, list):
+            raise ValueError(f"{column}: not a JSON list: {text[:60]!r}")
+        return value
+    parts = [part.strip() for part in text.split("|")]
+    values: list[Any] = [part for part in parts if part]
+    if column == "annotator_scores":
+        # Empty slots are missing ratings (an annotator who skipped the item).
+        values = [None if not part else _number(part) for part in parts]
+    return values
+
+
+def _number(text: str) -> float | str:
+    """A numeric cell as a float; text that is not a number is left for validation to name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _row_to_line(
+    row: Mapping[str, str], *, source: str, line: int, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """One table row as a line of the calibration format (validated like any JSONL line).
+
+    ``row`` is keyed by the columns' calibration names; ``labels`` gives a column's header as
+    written, which names it in ``meta``.
+
+    Raises:
+        ValueError: A list cell is malformed.
+    """
+    raw: dict[str, Any] = {"id": f"line-{line}", "source": source}
+    meta: dict[str, Any] = {}
+    for column, cell in row.items():
+        text = cell.strip()
+        if not text:
+            continue  # an empty cell is a field left out (required ones are then named)
+        if column in ("question", "reference"):
+            raw[column] = text
+        elif column == "response":
+            raw["candidate"] = cell  # as given: validation treats an empty answer like JSONL
+        elif column == "id":
+            raw["id"] = text
+        elif column == "human_score":
+            raw["human_score"] = _number(text)
+        elif column in _LIST_COLUMNS:
+            values = _list_cell(text, column)
+            raw["key_points" if column == "bonus_points" else column] = values
+        elif column in _TEXT_COLUMNS:
+            raw[column] = text
+        else:
+            meta[labels.get(column, column)] = text
+    raw.setdefault("candidate", row.get("response", ""))
+    raw["meta"] = meta
+    return raw
+
+
+def _csv_entries(
+    data: bytes, file: Path, *, scaled: bool
+) -> Iterator[tuple[int, Any] | BadLine]:
+    """The rows of a CSV/TSV set as calibration-format lines, numbered by their first line.
+
+    Raises:
+        InputError: The file is not UTF-8 text, has no header, lacks a required column, or
+            (``scaled`` False) has no ``score_scale`` column; nothing is read then.
+    """
+    try:
+        text = data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is no column name
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})",
+                         field="path") from exc
+    header = text.split("\n", 1)[0]
+    reader = csv.reader(
+        io.StringIO(text, newline=""), delimiter=_delimiter(header, file.suffix.lower())
+    )
+    try:
+        columns = next(reader)
+    except StopIteration:
+        raise InputError(f"{file}: empty table (no header row)", field="path") from None
+    except csv.Error as exc:
+        raise InputError(f"{file}: header row: {exc}", field="path") from exc
+    names = [_COLUMN_ALIASES.get(name.strip().lower(), name.strip().lower()) for name in columns]
+    labels = {name: label.strip() for name, label in zip(names, columns, strict=True)}
+    missing = [name for name in CSV_REQUIRED_COLUMNS if name not in names]
+    if missing:
+        raise InputError(
+            f"{file}: missing column(s) {', '.join(missing)}; a CSV set needs "
+            f"{', '.join(CSV_REQUIRED_COLUMNS)} (found: {', '.join(columns) or 'none'})",
+            field="columns",
+        )
+    if not scaled and "score_scale" not in names:
+        raise InputError(
+            f"{file}: no score_scale column: give the human scores' scale (--scale, e.g. 1-5, "
+            "0/1 or 0.2-1.0)",
+            field="scale",
+        )
+    doubled = sorted({name for name in names if names.count(name) > 1})
+    if doubled:
+        raise InputError(
+            f"{file}: column(s) given twice: {', '.join(doubled)}", field="columns"
+        )
+    line = reader.line_num + 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield BadLine(line, f"unreadable row: {exc}")
+            line = reader.line_num + 1
+            continue
+        number, line = line, reader.line_num + 1
+        if not any(cell.strip() for cell in cells):
+            continue  # a blank row, as a blank JSONL line
+        if len(cells) > len(names):
+            yield BadLine(number, f"{len(cells)} cells, but the header has {len(names)} columns")
+            continue
+        row = dict(zip(names, [*cells, *[""] * (len(names) - len(cells))], strict=True))
+        try:
+            yield number, _row_to_line(row, source=file.stem, line=number, labels=labels)
+        except ValueError as exc:
+            yield BadLine(number, str(exc))
 
 
 # --- where the shared sets live ----------------------------------------------------------------

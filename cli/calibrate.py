@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cli.common import add_judge_options, pct, settings_from_args
+from cli.common import add_judge_options, check_outputs, pct, settings_from_args
+from core.errors import ConfigError, InputError
 from judge.types import CALIBRATION_METRICS
 
 
@@ -20,7 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "calibrate", help="correlate judges and metrics with human ratings"
     )
     parser.add_argument(
-        "set", help="calibration JSONL, or a shared set's name (e.g. kpqa/nrqa_mhpgm, evouna_tq)"
+        "set",
+        help="calibration JSONL, a CSV/TSV table (columns question, reference, response, "
+        "human_score; optional id, score_scale, bonus_points...), or a shared set's name "
+        "(e.g. kpqa/nrqa_mhpgm, evouna_tq)",
+    )
+    parser.add_argument(
+        "--scale",
+        help="the human scores' scale (e.g. 1-5, 0/1, 0.2-1.0), over the set's score_scale; "
+        "needed for a CSV without a score_scale column",
     )
     parser.add_argument(
         "--judge",
@@ -62,8 +71,26 @@ def run(args: argparse.Namespace) -> int:
     from calibration.sets import load_set, load_shared_set
 
     settings = settings_from_args(args)
+    # Before anything is read, created or judged (one rule with grade and mcq).
+    check_outputs({}, {"out": args.out})
     path = Path(args.set)
-    dataset = load_set(path) if path.exists() else load_shared_set(args.set)
+    if path.exists():
+        dataset = load_set(path, scale=args.scale)
+    elif args.scale is not None:
+        raise ConfigError(
+            f"scale: --scale is for a set file; {args.set!r} is not a file (a shared set "
+            "declares its scale)",
+            field="scale",
+        )
+    else:
+        dataset = load_shared_set(args.set)
+    if not dataset.items:
+        # Refused before the report folder or any grade file exists: nothing to calibrate on.
+        first = "; ".join(str(p) for p in dataset.problems[:3]) or "the file is empty"
+        raise InputError(
+            f"set: no line of {dataset.path} loaded ({len(dataset.problems)} bad: {first})",
+            field="set",
+        )
     for problem in dataset.problems:
         print(f"{dataset.path}: {problem}", file=sys.stderr)
     metrics = [m.strip() for m in args.calibration_metrics.split(",") if m.strip()]

@@ -76,6 +76,50 @@ def configure_logging(*, verbose: bool) -> None:
         warnings.filterwarnings("ignore")
 
 
+def check_outputs(
+    files: Mapping[str, Path | None], folders: Mapping[str, Path | None] | None = None
+) -> None:
+    """Check every output path of a subcommand before anything is created or judged.
+
+    The one rule of ``grade``, ``calibrate`` and ``mcq``: a missing folder on the way is
+    created when the output is written (:func:`write_output`, ``ResultWriter``), so only the
+    nearest existing folder must be writable; anything else is refused here, naming the option,
+    before the first judge call spends money on results that could not be saved.
+
+    Args:
+        files: Option name (``out``, ``summary``) -> output file, None when not given.
+        folders: Option name -> output folder (``calibrate --out``).
+
+    Raises:
+        ConfigError: (the option) a path cannot be written.
+    """
+    from judge.io import check_output_path
+
+    for field, path in files.items():
+        if path is not None:
+            check_output_path(path, field)
+    for field, path in (folders or {}).items():
+        if path is not None:
+            check_output_path(path, field, folder=True)
+
+
+def write_output(path: Path, text: str, field: str) -> None:
+    """Write a whole output file, creating its missing folders as ``--out`` has them created.
+
+    Raises:
+        ConfigError: (``field``) the file cannot be written; the message names the option.
+    """
+    from core.errors import ConfigError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{field}: cannot write {path}: {exc.strerror or exc}", field=field
+        ) from exc
+
+
 def pct(value: float | None) -> str:
     """A rate as a percentage with one decimal, ``-`` when there is none."""
     return "-" if value is None else f"{100 * value:.1f}%"

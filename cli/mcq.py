@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import judge
-from cli.common import add_api_key_env_option, add_model_options, api_key_from_env, pct
+from cli.common import (
+    add_api_key_env_option,
+    add_model_options,
+    api_key_from_env,
+    check_outputs,
+    pct,
+)
 from core.errors import JudgeError
 from judge.config import JudgeConfig, Settings, load_settings
 from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
@@ -253,14 +259,13 @@ def run(
         if args.group_by
         else None
     )
-    from judge.io import check_input_file, check_output_path
+    from judge.io import check_input_file
     from judge.mcq.runner import score_file
 
     try:
-        # Checked before anything is created: a mistake leaves no output file behind.
+        # Checked before anything is created or judged: a mistake leaves no output file behind.
         check_input_file(input_path, "input")
-        check_output_path(out, "out")
-        check_output_path(summary_path, "summary")
+        check_outputs({"out": out, "summary": summary_path})
         summary = score_file(
             input_path,
             out,

@@ -19,6 +19,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from core.errors import ConfigError, InputError, JudgeError
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore
-from judge.types import CoverageResult
+from judge.types import CalibratedMetric, CoverageResult, MetricName
 
 __all__ = [
     "MAPPED_METRICS",
@@ -44,6 +45,7 @@ __all__ = [
     "MappingKind",
     "Scale",
     "ScaleKind",
+    "calibrated_metric",
     "calibrated_score",
     "load_mapping",
     "mapped_metric",
@@ -135,7 +137,10 @@ class Scale(BaseModel):
             return 1.0 if value == 1.0 else 0.0
         if self.kind == "binary":
             return value
-        return min(1.0, max(0.0, (value - self.lo) / (self.hi - self.lo)))
+        # Exactly, on the numbers as written: in floats (0.6 - 0.2) / (1.0 - 0.2) is
+        # 0.49999999999999994, which a >= 0.5 cut puts below the midpoint.
+        lo, hi = _exact(self.lo), _exact(self.hi)
+        return min(1.0, max(0.0, float((_exact(value) - lo) / (hi - lo))))
 
     def denormalize(self, value: float) -> float:
         """Map a 0..1 value back onto the raw scale (the inverse of :meth:`normalize` for ranges).
@@ -144,12 +149,21 @@ class Scale(BaseModel):
         and is returned unchanged.
         """
         if self.kind == "range":
-            return self.lo + value * (self.hi - self.lo)
+            lo, hi = _exact(self.lo), _exact(self.hi)
+            return float(lo + _exact(value) * (hi - lo))
         return value
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description (kind, bounds, level, text)."""
         return self.model_dump()
+
+
+def _exact(value: float) -> Fraction:
+    """A float as the decimal it prints as (0.6 is 3/5, not the binary 0.59999999999999997...).
+
+    Scores and bounds are written in decimal in the sets; their shortest repr is that decimal.
+    """
+    return Fraction(repr(float(value)))
 
 
 @lru_cache(maxsize=256)
@@ -265,7 +279,10 @@ class CalibratedMapping(BaseModel):
     Attributes:
         format_version: Saved-format version.
         kind: ``isotonic`` or ``logistic``.
-        judge_config_hash: Hash of the judge configuration the mapping belongs to.
+        judge_config_hash: Hash of the judge configuration the mapping belongs to (it covers
+            the embedded matcher's version and parameter digest).
+        judge_version: The judge's own version (the embedded matcher's, e.g. ``matcher-v5``),
+            or None for an LLM judge; shown so a person sees which judge it was fitted on.
         metric: The metric whose scores it maps (e.g. ``coverage``), when named.
         set_name: The calibration set it was fitted on.
         set_hash: SHA-256 of that set's file.
@@ -283,6 +300,7 @@ class CalibratedMapping(BaseModel):
     format_version: int = MAPPING_FORMAT_VERSION
     kind: MappingKind
     judge_config_hash: str = Field(min_length=1)
+    judge_version: str | None = None
     metric: str | None = None
     set_name: str
     set_hash: str
@@ -321,10 +339,11 @@ class CalibratedMapping(BaseModel):
             MappingConfigMismatch: When the hashes differ.
         """
         if judge_config_hash != self.judge_config_hash:
+            fitted = f" ({self.judge_version})" if self.judge_version else ""
             raise MappingConfigMismatch(
                 f"this calibrated mapping was fitted for judge configuration "
-                f"{self.judge_config_hash} (set {self.set_name}), not {judge_config_hash}: "
-                "refit it on the new configuration's scores",
+                f"{self.judge_config_hash}{fitted} (set {self.set_name}), not "
+                f"{judge_config_hash}: refit it on the new configuration's scores",
                 expected=self.judge_config_hash,
                 got=judge_config_hash,
             )
@@ -419,7 +438,7 @@ def load_mapping(path: str | Path, *, judge_config_hash: str | None) -> Calibrat
 
 # --- applying a mapping while grading -----------------------------------------------------------
 
-MAPPED_METRICS = {
+MAPPED_METRICS: dict[CalibratedMetric, MetricName] = {
     "coverage": "coverage",
     "expected_coverage": "coverage",
     "rouge_l": "rouge_l",
@@ -449,14 +468,8 @@ def mapping_for_config(config: JudgeConfig) -> CalibratedMapping | None:
         mapping = load_mapping(config.calibration, judge_config_hash=config.config_hash())
     except JudgeError as exc:
         raise ConfigError(f"calibration: {exc}", field="calibration") from exc
-    metric = mapped_metric(mapping.metric)
-    needs = MAPPED_METRICS.get(metric)
-    if needs is None:
-        raise ConfigError(
-            f"calibration: the mapping maps {mapping.metric!r}, which grading does not "
-            f"compute (one of {', '.join(MAPPED_METRICS)})",
-            field="calibration",
-        )
+    metric = calibrated_metric(mapping)
+    needs = MAPPED_METRICS[metric]
     # Only the embedded matcher reports an expected coverage; an LLM judge's is always null.
     if needs not in config.metrics or (metric == "expected_coverage" and not config.is_embedded):
         raise ConfigError(
@@ -467,14 +480,34 @@ def mapping_for_config(config: JudgeConfig) -> CalibratedMapping | None:
     return mapping
 
 
+def calibrated_metric(mapping: CalibratedMapping) -> CalibratedMetric:
+    """The metric ``mapping`` maps, as results name it (``calibrated_metric``).
+
+    Raises:
+        ConfigError: the mapping maps a metric grading does not compute.
+    """
+    metric = mapped_metric(mapping.metric)
+    for known in MAPPED_METRICS:
+        if known == metric:
+            return known
+    raise ConfigError(
+        f"calibration: the mapping maps {mapping.metric!r}, which grading does not "
+        f"compute (one of {', '.join(MAPPED_METRICS)})",
+        field="calibration",
+    )
+
+
 def calibrated_score(
     mapping: CalibratedMapping,
     coverage: CoverageResult | None,
     rouge: RougeScore | None,
     bert: BertScore | None,
 ) -> float | None:
-    """``mapping`` applied to the metric it maps, rounded; None when that metric has no value."""
-    metric = mapped_metric(mapping.metric)
+    """``mapping`` applied to the metric it maps, rounded; None when that metric has no value.
+
+    The metric is :func:`calibrated_metric`; results carry its name beside the score.
+    """
+    metric = calibrated_metric(mapping)
     raw: float | None
     if metric == "coverage":
         raw = coverage.coverage if coverage is not None else None

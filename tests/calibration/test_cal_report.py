@@ -209,3 +209,67 @@ def test_degenerate_metrics_do_not_crash(tmp_path: Path) -> None:
     assert "no mapping" in empty["mapping"]["note"]
     assert data["judge_vs_judge"][0]["n"] == 0
     assert "provider_error (16)" in files.markdown.read_text()
+
+
+# --- issue 28: the human ceiling from meta, titles that fit ------------------------------------
+
+
+def test_the_human_ceiling_reads_ratings_kept_in_meta(tmp_path: Path) -> None:
+    from calibration.sets import load_set
+
+    rng = np.random.default_rng(3)
+    lines = []
+    for n in range(40):
+        ratings = [int(v) for v in rng.integers(0, 2, size=2)]
+        lines.append(json.dumps({
+            "id": f"nq-{n}", "source": "nq301", "question": f"Question {n}?",
+            "reference": "Paris", "candidate": f"Answer {n}", "human_score": ratings[0],
+            "score_scale": "binary: 1=correct, 0=incorrect",
+            # Agreement on every item but a few: alpha is high, and defined.
+            "meta": {"annotators": [ratings[0], ratings[0] if n % 8 else 1 - ratings[0]]},
+        }))
+    path = tmp_path / "nq301.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dataset = load_set(path)
+    scores = {i.id: i.human_norm for i in dataset.items}
+    report = build_report(dataset, configs={"coverage": {"m": 1}},
+                          scores={"coverage": scores}, n_resamples=50, n_folds=3)
+    ceiling = report.data["human_ceiling"]
+    assert ceiling["alpha"] is not None and ceiling["alpha"] > 0.5
+    assert ceiling["n_items"] == 40 and ceiling["from"] == "meta.annotators"
+    assert "ratings from meta.annotators" in render_markdown(report.data)
+
+
+LONG_METRIC = "coverage@openai/gpt-4o-2024-08-06-through-a-long-deployment-name-of-our-proxy"
+
+
+@pytest.mark.parametrize("metric", [LONG_METRIC, "bertscore_f1_microsoft_deberta-xlarge-mnli_l40"])
+def test_every_plot_title_fits_its_figure(tmp_path: Path, metric: str) -> None:
+    from calibration.report import _reliability_png, _scatter_png
+
+    dataset = load_example_set()
+    report = build_report(
+        dataset,
+        configs={metric: CONFIGS["coverage"]},
+        scores={metric: _scores(dataset.items, 0, 0.15)},
+        n_resamples=50,
+        n_folds=3,
+    )
+    figures = [
+        _scatter_png(tmp_path / "s.png", metric, report, np.random.default_rng(0)),
+        _reliability_png(tmp_path / "r.png", metric, report),
+    ]
+    for figure in figures:
+        figure.canvas.draw()
+        frame = figure.bbox
+        (axes,) = figure.axes
+        title = axes.title
+        for text in (title, axes.xaxis.label, axes.yaxis.label):
+            box = text.get_window_extent()
+            assert frame.x0 <= box.x0 and box.x1 <= frame.x1, (text.get_text(), box, frame)
+            assert frame.y0 <= box.y0 and box.y1 <= frame.y1, (text.get_text(), box, frame)
+        # Nothing of the title is dropped: wrapping only breaks lines.
+        squeezed = "".join(title.get_text().split())
+        assert squeezed.startswith(metric + ":") and squeezed.endswith(")")
+    scatter_title = "".join(figures[0].axes[0].title.get_text().split())
+    assert scatter_title.endswith("(n=16,unscored=0)")

@@ -3,6 +3,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from calibration.sets import (
     CALIBRATION_DIR_ENV,
@@ -304,3 +306,143 @@ def test_example_sets_load_cleanly(name: str, kind: str) -> None:
         assert {item.system for item in loaded.items} == {"sys_a", "sys_b"}
     if name == "example_keypoints":
         assert any(item.is_contradicted for item in loaded.items)
+
+
+# --- issue 28: exact normalisation, CSV sets, annotators kept in meta ---------------------------
+
+
+def test_normalize_is_exact_on_the_scale_as_written() -> None:
+    kpqa = parse_scale("0.2-1.0 (Chen et al. 2019 1-5 judgments /5, averaged)")
+    # In floats (0.6 - 0.2) / 0.8 is 0.49999999999999994: below a >= 0.5 cut.
+    assert kpqa.normalize(0.6) == 0.5
+    assert [kpqa.normalize(v) for v in (0.2, 0.36, 0.28, 0.52, 0.84, 1.0)] == [
+        0.0, 0.2, 0.1, 0.4, 0.8, 1.0
+    ]
+    assert kpqa.denormalize(0.5) == 0.6
+    assert parse_scale("1-5").normalize(4.4444444444444455) == pytest.approx(0.861111, abs=1e-6)
+
+
+@given(st.integers(min_value=0, max_value=80))
+def test_every_kpqa_step_normalises_to_its_exact_share(step: int) -> None:
+    kpqa = parse_scale("0.2-1.0")
+    raw = float(f"{0.2 + step / 100:.2f}")  # 0.20, 0.21, ..., 1.00 as a set stores them
+    assert kpqa.normalize(raw) == step / 80
+    assert kpqa.denormalize(kpqa.normalize(raw)) == raw
+
+
+def _csv(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_csv_set_is_read_like_jsonl(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path / "mine.csv",
+        "\ufeffItem_ID,Question,Reference,Response,human_score,bonus_points,annotator_scores,"
+        "Rater Notes\n"
+        'q1,Why did he leave?,He was afraid.,"Because he feared them, clearly.",4,'
+        'He was afraid|He left,4|5|,first pass\n'
+        'q2,Who won?,"Anna,\nin the end",Anna,5,"[""Anna won""]",,\n'
+        "\n"
+        "q3,What colour?,Red,Blue,six,,,\n"
+        "q4,Again?,Yes,No,9,,,\n",
+    )
+    loaded = load_set(path, scale="1-5")
+    assert [item.id for item in loaded.items] == ["q1", "q2"]
+    first, second = loaded.items
+    assert first.candidate == "Because he feared them, clearly."
+    assert first.bonus_points == ["He was afraid", "He left"]
+    assert first.annotator_scores == [4.0, 5.0, None]
+    assert first.meta == {"Rater Notes": "first pass"}
+    assert first.source == "mine" and first.human_norm == 0.75
+    assert second.reference == "Anna,\nin the end" and second.bonus_points == ["Anna won"]
+    # Rows are numbered by the line they start on (q2's reference spans lines 3-4).
+    assert [(p.line, p.id) for p in loaded.problems] == [(6, "q3"), (7, "q4")]
+    assert "human_score must be a number" in loaded.problems[0].message
+    assert "outside the scale" in loaded.problems[1].message
+
+
+def test_a_csv_takes_its_scale_from_a_column_and_tsv_and_semicolons_are_read(
+    tmp_path: Path,
+) -> None:
+    tsv = _csv(
+        tmp_path / "mine.tsv",
+        "question\treference\tcandidate\thuman_score\tscore_scale\n"
+        "Why?\tBecause.\tBecause so.\t1\t0/1\n",
+    )
+    loaded = load_set(tsv)
+    assert loaded.scale is not None and loaded.scale.kind == "binary"
+    assert loaded.items[0].id == "line-2" and loaded.items[0].candidate == "Because so."
+    semicolons = _csv(
+        tmp_path / "excel.csv",
+        "question;answer;response;human_score\nWhy?;Because, so.;Because.;3\n",
+    )
+    item = load_set(semicolons, scale="1-5").items[0]
+    assert item.reference == "Because, so." and item.human_norm == 0.5
+
+
+def test_a_csv_without_a_required_column_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "mine.csv", "question,answer,score\nWhy?,Because.,1\n")
+    with pytest.raises(InputError) as caught:
+        load_set(path, scale="0/1")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "missing column(s) response, human_score" in message
+    assert caught.value.field == "columns"
+
+
+def test_a_csv_without_a_scale_asks_for_one(tmp_path: Path) -> None:
+    path = _csv(tmp_path / "mine.csv", "question,reference,response,human_score\nA?,B,C,1\n")
+    with pytest.raises(InputError, match=r"no score_scale column.*--scale") as caught:
+        load_set(path)
+    assert caught.value.field == "scale"
+
+
+def _nq301_line(**meta: Any) -> str:
+    return _line(score_scale="0/1", human_score=1, meta=meta)
+
+
+def test_annotators_in_meta_are_the_annotator_scores(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "held_out.jsonl",
+        [
+            # NQ-301: one verdict per annotator in meta.annotators, in the shapes sets use.
+            _line(id="a", score_scale="0/1", human_score=1, meta={"annotators": [1, 1]}),
+            _line(id="b", score_scale="0/1", human_score=0,
+                  meta={"annotators": [{"annotator": "x", "judgment": "incorrect"},
+                                       {"annotator": "y", "judgment": True}]}),
+            _line(id="c", score_scale="0/1", human_score=1,
+                  meta={"annotators": {"x": "correct", "y": None}}),
+            # Names are not ratings: nothing is read from them.
+            _line(id="d", score_scale="0/1", human_score=1, meta={"annotators": ["x", "y"]}),
+        ],
+    )
+    items = load_set(path).by_id()
+    assert items["a"].annotator_scores == [1.0, 1.0]
+    assert items["a"].annotator_scores_from == "meta.annotators"
+    assert items["b"].annotator_scores == [0.0, 1.0]
+    assert items["c"].annotator_scores == [1.0, None]
+    assert items["d"].annotator_scores is None and items["d"].annotator_scores_from is None
+
+
+def test_the_rater_field_the_human_score_summarises_is_taken(tmp_path: Path) -> None:
+    squality = {
+        "rater_correctness": [60, 70, 80],
+        "rater_coverage": [20, 30, 40],
+        "rater_ids": ["r1", "r2", "r3"],
+    }
+    path = _write(
+        tmp_path / "squality.jsonl",
+        [
+            _line(id="s1", score_scale="1-100", human_score=70, meta=squality),
+            # Neither field averages to the score: which one it is cannot be told.
+            _line(id="s2", score_scale="1-100", human_score=50, meta=squality),
+            _line(id="s3", score_scale="1-100", human_score=30,
+                  meta={"rater_correctness": [101, 20]}),  # off the scale: not ratings
+        ],
+    )
+    items = load_set(path).by_id()
+    assert items["s1"].annotator_scores == [60.0, 70.0, 80.0]
+    assert items["s1"].annotator_scores_from == "meta.rater_correctness"
+    assert items["s2"].annotator_scores is None
+    assert items["s3"].annotator_scores is None

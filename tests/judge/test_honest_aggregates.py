@@ -166,3 +166,54 @@ def test_calibration_refuses_a_metric_that_is_not_computed(tmp_path) -> None:
     path = _mapping(tmp_path, "expected_coverage@embedded-matcher", CFG)
     with pytest.raises(ConfigError, match="expected_coverage"):
         Grader(CFG.model_copy(update={"calibration": path}), provider=FakeProvider(outputs=[]))
+
+
+# --- issue 28: the mapped metric is named next to calibrated_score ------------------------------
+
+
+async def test_results_and_summaries_name_the_metric_a_mapping_maps(tmp_path) -> None:
+    base = JudgeConfig(metrics=("coverage", "rouge_l"))
+    results = []
+    for metric, name in (("rouge_l", "rouge_l"), (None, "coverage")):
+        g = Grader(base.model_copy(update={"calibration": _mapping(tmp_path, metric, base)}))
+        result = await g.grade(request(1, "He feels humiliated and wants to return home."))
+        await g.aclose()
+        assert result.calibrated_score is not None
+        assert result.calibrated_metric == name
+        assert result.model_dump(mode="json")["calibrated_metric"] == name
+        results.append(result)
+    rouge_only = summarize([results[0], results[0].model_copy(update={"id": "q2"})])
+    assert rouge_only.calibrated_metric == "rouge_l" and rouge_only.calibrated_n == 2
+    assert rouge_only.calibrated_score == pytest.approx(results[0].calibrated_score)
+    assert "calibrated score (rouge_l mapped onto the human scale" in format_table(rouge_only)
+    # Two mappings' scores are not averaged into one figure, and the summary says why.
+    mixed = summarize(results)
+    assert mixed.calibrated_metric == "coverage,rouge_l" and mixed.calibrated_score is None
+    assert any("map different metrics" in w for w in mixed.warnings)
+    plain = summarize([results[0].model_copy(update={"calibrated_score": None,
+                                                     "calibrated_metric": None})])
+    assert plain.calibrated_metric is None and "calibrated" not in format_table(plain)
+
+
+def test_a_calibrated_score_without_its_metric_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from judge.types import GradeResult
+
+    data = {
+        "id": "q1", "status": "scored", "language": "en", "calibrated_score": 0.4,
+        "provenance": {"judge": "embedded-matcher", "config_hash": "x",
+                       "bonusjudge_version": "0"},
+    }
+    with pytest.raises(ValidationError, match="calibrated_metric"):
+        GradeResult.model_validate(data)
+    named = GradeResult.model_validate({**data, "calibrated_metric": "rouge_l"})
+    assert named.calibrated_metric == "rouge_l"
+    with pytest.raises(ValidationError, match="calibrated_metric"):
+        GradeResult.model_validate({**data, "calibrated_metric": "defects"})
+
+
+def test_the_calibration_option_says_what_it_maps() -> None:
+    description = JudgeConfig.model_fields["calibration"].description or ""
+    assert "the coverage mapped" not in description
+    assert "calibrated_metric" in description and "rouge_l" in description
