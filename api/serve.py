@@ -214,7 +214,8 @@ def serve(
         if local_llm:
             from judge.local_llm import start_local_llm
 
-            local = start_local_llm()
+            # Its log beside the service's cache (``--cache-dir``), not in the user's default one.
+            local = start_local_llm(log_dir=settings.cache_dir / "logs")
             children.append(local)
             settings = local_llm_settings(settings, local)
         kill_children = [child.kill for child in children]

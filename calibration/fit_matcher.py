@@ -69,6 +69,7 @@ from calibration.fit_matcher_eval import (
 from calibration.fit_multilingual import multilingual_examples, parallel_texts, similarity_scale
 from core.errors import ConfigError, InputError
 from core.jsonl import read_rows
+from judge.config import default_cache_dir
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -100,7 +101,9 @@ FloatArray = npt.NDArray[np.float64]
 
 DEFAULT_DATA_DIR = Path("/work/shared/calibration")
 CALIBRATION_DIR_ENV = "BONUSJUDGE_CALIBRATION_DIR"
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "bonusjudge" / "fit_matcher"
+# The user cache folder as everything else finds it ($XDG_CACHE_HOME honoured, so a test run's
+# redirect holds too).
+DEFAULT_CACHE_DIR = default_cache_dir() / "fit_matcher"
 SEED = 20250101
 N_FOLDS = 5
 # L2 strength of the logistic regression (sklearn's C); the weights are few and the sets are

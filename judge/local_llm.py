@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError
+from judge.config import default_cache_dir
 from judge.testing.processes import free_port, wait_until_answers
 
 LOCAL_MODEL_ALIAS = "gemma3-270m"
@@ -65,9 +66,7 @@ def gguf_path(cache_dir: Path | None = None) -> Path:
             '(builds llama-cpp-python; set CMAKE_ARGS="-DGGML_NATIVE=OFF")',
             field="local_llm",
         ) from exc
-    base = (
-        cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bonusjudge"
-    )
+    base = cache_dir or default_cache_dir()
     return Path(assemble(base / "models" / MODEL_NAME))
 
 
@@ -220,15 +219,20 @@ def start_local_llm(
 ) -> LocalLLM:
     """Start the local judge server on loopback and wait until it answers.
 
+    Args:
+        port: The loopback port; default ``PREFERRED_PORT`` when free, else any free one.
+        n_ctx: The server's context window, in tokens.
+        startup_timeout: Seconds to wait for it to answer.
+        log_dir: Folder of its log, ``llama-server-<port>.log``; default ``logs`` in the user
+            cache folder (``bonusjudge serve`` passes its own cache folder's).
+
     Raises:
         ConfigError: the extra is missing, or the server did not come up in time (the message
             carries the end of its log).
     """
     port = port or (PREFERRED_PORT if _port_free(PREFERRED_PORT) else free_port())
     command = server_command(port, n_ctx)
-    log_dir = log_dir or (
-        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bonusjudge" / "logs"
-    )
+    log_dir = log_dir or default_cache_dir() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"llama-server-{port}.log"
     log = open(log_path, "wb")  # noqa: SIM115 - handed to the child, closed right after

@@ -16,6 +16,53 @@ import pytest
 
 _SHARED_SKIP_WORDS = ("absent", "not present")
 
+# --- the user's home: never written --------------------------------------------------------------
+
+_USER_FOLDERS = ("XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+"""The variables the session points at a throwaway folder: the user cache folder (bonusjudge's
+``default_cache_dir``: its cache, the service's data, the local LLM's model and logs; matplotlib's
+font cache) and the config folder (matplotlib's)."""
+
+_saved_environ: dict[str, str | None] = {}
+_session_home: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the user cache and config folders at a throwaway one before any test is collected.
+
+    Set here, not in a fixture, because some defaults are read when a module is imported
+    (collection), and in ``os.environ`` so that every CLI and service a test starts inherits it.
+    Tests that need a folder of their own still use ``tmp_path``; this catches whatever default
+    a test or the code under it falls back to (a ``llama-server-<port>.log`` once landed in
+    ``~/.cache/bonusjudge/logs``). The Hugging Face and torch caches keep their own places:
+    they are only read (offline), and moving them would hide the encoders installed there.
+    """
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="bonusjudge-tests-home-")
+    _session_home.append(home)
+    for name, default in (("HF_HOME", "huggingface"), ("TORCH_HOME", "torch")):
+        if name not in os.environ:
+            user_cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+            _saved_environ[name] = None
+            os.environ[name] = os.path.join(user_cache, default)
+    for name in _USER_FOLDERS:
+        _saved_environ[name] = os.environ.get(name)
+        os.environ[name] = os.path.join(home, name.lower())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Give the environment back and delete the session's folder."""
+    import shutil
+
+    for name, value in _saved_environ.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for home in _session_home:
+        shutil.rmtree(home, ignore_errors=True)
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, None]:
