@@ -7,10 +7,11 @@ starting uvicorn belong to the service, which never imports this package.
 from __future__ import annotations
 
 import argparse
+import sys
 
-from api.serve import GRACE_SECONDS, check_port_free, serve
+from api.serve import GRACE_SECONDS, check_bind, check_port_free, serve
 from cli.common import add_judge_options, add_model_options, settings_from_args
-from judge.config import Settings
+from judge.config import JudgeConfig, Settings
 
 
 def _whole_number(value: str, low: int, high: int | None = None) -> int:
@@ -68,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="on SIGTERM or SIGINT, seconds in-flight requests and job items have to finish "
         f"(default {GRACE_SECONDS:g}; a second signal exits at once)",
     )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the one-token call that checks an LLM judge answers before the service "
+        "starts (credentials and the model name are still checked)",
+    )
     add_judge_options(parser)
     service = parser.add_argument_group("service")
     add_model_options(service, Settings, ["jobs_url"])
@@ -79,11 +86,38 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         ConfigError: an invalid option or setting, a port in use, a non-loopback host
-            without API keys, or a service that failed to start.
+            without API keys, an LLM judge that cannot work, or a service that failed to
+            start.
     """
     settings = settings_from_args(args)
     check_port_free(args.host, args.port)
+    # Before the preflight: an exposed service is refused without sending the key anywhere.
+    check_bind(settings, args.host)
+    if not args.local_llm:  # the packaged local LLM replaces the judge, and is checked as it starts
+        preflight_judge(settings.judge, call=not args.no_preflight)
     return serve(
         settings, host=args.host, port=args.port, workers=args.workers,
         local_llm=args.local_llm, grace=args.grace,
     )
+
+
+def preflight_judge(config: JudgeConfig, *, call: bool) -> None:
+    """Find out before the service listens whether its default LLM judge can work at all.
+
+    ``grade``'s preflight (``judge.provider.preflight``): the provider is known, its credentials
+    are set and, with ``call``, one one-token request is answered. Otherwise every grade would end
+    unscored ``provider_error`` behind a ``/readyz`` that says ready. Any LLM judge is checked,
+    whatever the default metrics: a request may ask for the LLM metrics. A busy (429) or failing
+    (5xx) provider passes with a warning on stderr.
+
+    Raises:
+        ConfigError: the judge cannot work (``unknown model``, ``missing credentials``,
+            ``unreachable``, ``refused``), naming the model and where it was asked.
+    """
+    if config.is_embedded or not config.model.strip():
+        return  # the embedded matcher needs no provider; no model is reported by /readyz
+    from judge.provider import preflight
+
+    warning = preflight(config, call=call)
+    if warning:
+        print(warning, file=sys.stderr)

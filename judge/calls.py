@@ -35,7 +35,7 @@ from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.text import Language
 from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
-from judge.provider import Completion, Provider
+from judge.provider import PROBE_MESSAGES, Completion, Provider, probe_config
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.types import CallRecord, RubricRef
@@ -257,6 +257,7 @@ class Caller:
                 threshold=template.threshold,
                 cooldown=template.cooldown,
                 max_cooldown=template.max_cooldown,
+                recheck=template.recheck,
             )
             self.breakers[key] = breaker
         return breaker
@@ -264,6 +265,37 @@ class Caller:
     def set_breaker(self, config: JudgeConfig, breaker: CircuitBreaker) -> None:
         """Use ``breaker`` for ``config``'s judge from now on."""
         self.breakers[breaker_key(config)] = breaker
+
+    async def probe(self, config: JudgeConfig) -> None:
+        """Send one probe request to ``config``'s provider and tell its breaker the outcome.
+
+        For a caller that makes no judge call while the provider is in an outage or refuses the
+        credentials (the service's readiness, with no traffic coming): only an answer can tell
+        the breaker the provider is back. Claim the probe first (``CircuitBreaker.claim_probe``).
+        The request is the preflight's (one token), fed to the breaker as a judge call's attempt
+        would be; it is counted as a judge call. Never raises but ``CancelledError``: the
+        outcome is the breaker's state.
+        """
+        breaker = self.breaker_for(config)
+        self.stats.provider_calls += 1
+        try:
+            await self.provider.complete(list(PROBE_MESSAGES), None, probe_config(config))
+        except asyncio.CancelledError:
+            breaker.release_probe()
+            raise
+        except JudgeOutputError:
+            breaker.record_success()  # an answer, even a cut-off one: the provider is up
+        except ProviderError as exc:
+            if exc.retryable:
+                breaker.record_failure()
+            else:
+                _answered(breaker, exc)
+            log.info("probe of %s: %s", config.model, exc)
+        except Exception as exc:
+            breaker.record_failure()
+            log.warning("probe of %s: unexpected %s: %s", config.model, type(exc).__name__, exc)
+        else:
+            breaker.record_success()
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -419,8 +451,7 @@ class Caller:
             except ProviderError as exc:
                 state.attempts += max(0, exc.attempts - 1)  # re-asks sent before the failure
                 if not exc.retryable:
-                    # A 4xx is this request's own problem, and the provider answered: it is up.
-                    breaker.record_success()
+                    _answered(breaker, exc)
                     raise
                 breaker.record_failure()
                 if breaker.state != "closed":
@@ -462,6 +493,18 @@ class Caller:
             # Real time, not the injectable backoff sleep: the breaker's clock is monotonic.
             await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in())))
         return True
+
+
+def _answered(breaker: CircuitBreaker, exc: ProviderError) -> None:
+    """Tell ``breaker`` of a request the provider answered with a 4xx (``exc``).
+
+    A 4xx is this request's own problem, and the provider answered: it is up. A 401 or 403 is
+    kept apart, as a refusal of the credentials, which no other request gets past either.
+    """
+    if exc.status in (401, 403):
+        breaker.record_refusal(exc.status)
+    else:
+        breaker.record_success()
 
 
 def _failure(retry_state: RetryCallState) -> BaseException | None:

@@ -60,7 +60,13 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError, JudgeOutputError, ProviderError, unset_variable
 from judge.config import JudgeConfig
-from judge.provider import Completion, provider_error, retry_after_seconds
+from judge.provider import (
+    PROBE_MESSAGES,
+    Completion,
+    probe_config,
+    provider_error,
+    retry_after_seconds,
+)
 from judge.wire import (
     Plan,
     ReplyError,
@@ -644,13 +650,13 @@ def preflight_direct(config: JudgeConfig, *, call: bool = True) -> str | None:
         )
     if not call:
         return None
-    probe = config.model_copy(update={"max_tokens": 1, "timeout": min(config.timeout, 30.0)})
+    probe = probe_config(config)
     where = config.api_base or endpoint.url.rsplit("/chat/completions", 1)[0]
 
     async def ask() -> None:
         provider = DirectProvider()
         try:
-            await provider.complete([{"role": "user", "content": "Reply with OK."}], None, probe)
+            await provider.complete(list(PROBE_MESSAGES), None, probe)
         except JudgeOutputError:
             pass  # an answer, even a cut-off one (max_tokens=1): the judge works
         finally:

@@ -490,6 +490,23 @@ class LiteLLMProvider:
 
 _CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "CREDENTIAL", "PASSWORD")
 
+PROBE_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with OK."},)
+"""The messages of a probe request (the preflight's, and the service's during an outage)."""
+
+PROBE_TIMEOUT = 30.0
+"""Most seconds a probe request waits for its answer (less when the judge's timeout is less)."""
+
+
+def probe_config(config: JudgeConfig) -> JudgeConfig:
+    """``config`` for a probe request: one token (``max_tokens=1``), at most ``PROBE_TIMEOUT``.
+
+    Built without validation: ``max_tokens`` is at least 16 for judge calls, which need room to
+    answer; a probe needs only an answer.
+    """
+    return config.model_copy(
+        update={"max_tokens": 1, "timeout": min(config.timeout, PROBE_TIMEOUT)}
+    )
+
 
 def preflight(config: JudgeConfig, *, call: bool = True) -> str | None:
     """Find out before a run whether ``config``'s judge can work at all.
@@ -539,11 +556,10 @@ def preflight(config: JudgeConfig, *, call: bool = True) -> str | None:
             )
     if not call:
         return None
-    params = LiteLLMProvider()._params(config)
-    params.update({"max_tokens": 1, "timeout": min(config.timeout, 30.0)})
+    params = LiteLLMProvider()._params(probe_config(config))
     where = config.api_base or model.split("/", 1)[0]
     try:
-        litellm.completion(messages=[{"role": "user", "content": "Reply with OK."}], **params)
+        litellm.completion(messages=list(PROBE_MESSAGES), **params)
     except (lx.AuthenticationError, lx.PermissionDeniedError) as exc:
         raise ConfigError(
             f"refused: {where} rejected the credentials for {model} ({_short(exc)})",

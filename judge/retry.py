@@ -8,7 +8,9 @@
 * ``CircuitBreaker``: after ``threshold`` consecutive failures it opens and calls *wait* for
   ``cooldown`` seconds; then one probe call is let through (half-open) and its outcome closes the
   breaker (the waiting calls go on) or re-opens it with a longer cool-down. ``judge.calls.Caller``
-  keeps one per (model, base URL), so one failing judge never pauses another.
+  keeps one per (model, base URL), so one failing judge never pauses another. It also remembers
+  a provider that refused the credentials (401/403), which is up but cannot grade, so the
+  service's ``/readyz`` can say so.
 
 This is the one retry policy: ``judge.calls.Caller`` applies it to every judge call (the retry
 loop itself runs on tenacity, with ``backoff_delay`` as its wait).
@@ -75,34 +77,67 @@ class CircuitBreaker:
     cool-down doubled (up to ``max_cooldown``), so a long outage is probed ever more gently.
     An outage is a pause, never a verdict: callers decide how long they wait (``open_for``).
 
+    A provider that answers 401/403 is up (the breaker closes) but refuses the credentials: no
+    call can succeed until it accepts them again. ``refused_status`` keeps that status until a
+    call is answered otherwise.
+
     Args:
         threshold: Consecutive failures that open the breaker.
         cooldown: Seconds the breaker first stays open before a probe is allowed.
         max_cooldown: Upper bound of the doubled cool-down.
+        recheck: Seconds between probes (``claim_probe``) of a provider that refused the
+            credentials.
     """
 
     threshold: int = 20
     cooldown: float = 5.0
     max_cooldown: float = 60.0
+    recheck: float = 30.0
     state: str = "closed"
     consecutive_failures: int = 0
     opened_count: int = 0
+    refused_status: int | None = None
     _opened_at: float = 0.0
     _outage_started: float | None = None
     _current_cooldown: float = 0.0
     _probing: bool = False
+    _refused_at: float = 0.0
+    _rechecking: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def allow(self) -> bool:
         """Whether a call may go ahead now (False while open, and while a probe is out)."""
         with self._lock:
-            if self.state == "closed":
-                return True
-            if self.state == "open" and self._remaining() <= 0:
-                self.state = "half_open"
-                self._probing = False
-            if self.state == "half_open" and not self._probing:
-                self._probing = True
+            return self.state == "closed" or self._take_probe()
+
+    def _take_probe(self) -> bool:
+        """An open breaker's half-open probe, if one is due and not out (lock held)."""
+        if self.state == "open" and self._remaining() <= 0:
+            self.state = "half_open"
+            self._probing = False
+        if self.state == "half_open" and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def claim_probe(self) -> bool:
+        """Claim a probe call of a provider in trouble, when one is due (one at a time).
+
+        For a caller that makes no judge call of its own (the service's readiness, while no
+        traffic comes): only an answer can tell the breaker the provider is back. Due when the
+        breaker is open and its cool-down has passed (the half-open probe ``allow`` would let
+        through), or when the provider refused the credentials ``recheck`` seconds ago or more.
+        The probe's outcome must be recorded (``record_*``, or ``release_probe`` if cancelled).
+        """
+        with self._lock:
+            if self.state != "closed":
+                return self._take_probe()
+            if (
+                self.refused_status is not None
+                and not self._rechecking
+                and time.monotonic() - self._refused_at >= self.recheck
+            ):
+                self._rechecking = True
                 return True
             return False
 
@@ -130,19 +165,38 @@ class CircuitBreaker:
         """A probe ended without an answer (cancelled): let another call probe."""
         with self._lock:
             self._probing = False
+            self._rechecking = False
 
     def record_success(self) -> None:
-        """A call succeeded: close the breaker and end the outage."""
+        """A call was answered: close the breaker, end the outage and forget a refusal."""
         with self._lock:
-            self.consecutive_failures = 0
-            self.state = "closed"
-            self._probing = False
-            self._outage_started = None
-            self._current_cooldown = 0.0
+            self._answered()
+            self.refused_status = None
+
+    def record_refusal(self, status: int) -> None:
+        """The provider refused the credentials (``status`` 401 or 403).
+
+        It answered, so an outage ends as on a success; the refusal is kept until a call is
+        answered otherwise.
+        """
+        with self._lock:
+            self._answered()
+            self.refused_status = status
+            self._refused_at = time.monotonic()
+
+    def _answered(self) -> None:
+        """Close the breaker (lock held)."""
+        self.consecutive_failures = 0
+        self.state = "closed"
+        self._probing = False
+        self._rechecking = False
+        self._outage_started = None
+        self._current_cooldown = 0.0
 
     def record_failure(self) -> None:
         """A call failed (after its own retries): count it, and open at the threshold."""
         with self._lock:
+            self._rechecking = False
             self.consecutive_failures += 1
             if self.state == "half_open" or (
                 self.state == "closed" and self.consecutive_failures >= self.threshold
@@ -165,4 +219,5 @@ class CircuitBreaker:
                 "state": self.state,
                 "consecutive_failures": self.consecutive_failures,
                 "opened_count": self.opened_count,
+                "refused_status": self.refused_status,
             }

@@ -27,7 +27,11 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "Not ready; see the failing checks."}},
 )
 async def readyz(warmup: WarmupDep, grader: GraderDep) -> JSONResponse:
-    """Encoder loaded (when the default judge needs it), judge configured; cache degradation."""
+    """Encoder loaded (when the default judge needs it), judge answering; cache degradation.
+
+    The judge answers when it is configured, its circuit breaker is closed and its last answer
+    was no refusal of the credentials.
+    """
     body = await readiness(warmup, grader)
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 

@@ -237,11 +237,12 @@ def test_a_second_signal_exits_at_once_and_still_hands_the_job_back(
 ) -> None:
     batch = items(8, "a")
     # Calls of 12 s: the graceful stop would wait for them; the second signal must not.
-    with OpenAIStandIn(latency=12.0, record_requests=5000) as judge:
+    with OpenAIStandIn(record_requests=5000) as judge:
         options = ["--model", "openai/standin", "--api-base", judge.base_url]
         service = Service(tmp_path, options, "--concurrency", "4")
         services.append(service)
         service.start()
+        judge.latency = 12.0  # once the start-up's preflight call is answered
         job_id = submit(service, batch, started=0)
         deadline = time.monotonic() + 60
         while judge.stats().in_flight == 0:  # the job's first judge calls are under way
@@ -337,11 +338,12 @@ def test_workers_get_the_signal_and_none_is_left(
 ) -> None:
     batch = items(24, "w")
     latency = 0.5 if second is None else 12.0
-    with OpenAIStandIn(latency=latency, record_requests=5000) as judge:
+    with OpenAIStandIn(record_requests=5000) as judge:
         options = ["--model", "openai/standin", "--api-base", judge.base_url]
         service = Service(tmp_path, options, "--workers", "2", "--concurrency", "4")
         services.append(service)
         service.start()
+        judge.latency = latency  # once the start-up's preflight call is answered
         job_id = submit(service, batch, started=0 if second else 3)
         deadline = time.monotonic() + 60
         while judge.stats().in_flight == 0 and second is not None:

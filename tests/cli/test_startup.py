@@ -182,7 +182,8 @@ def test_a_service_that_cannot_start_exits_2_with_one_line(tmp_path: Path) -> No
     done = subprocess.run(
         [sys.executable, "-m", "cli", "serve", "--port", str(free_port()), "--model",
          "openai/standin", "--api-base", "http://127.0.0.1:9/v1", "--metrics",
-         "coverage,defects", "--cache-dir", str(tmp_path / "cache")],
+         "coverage,defects", "--cache-dir", str(tmp_path / "cache"),
+         "--no-preflight"],  # the judge at port 9 would stop it before the app is built
         capture_output=True, text=True, timeout=120, check=False,
         env=cli_env({"BONUSJUDGE_DATA_DIR": str(tmp_path / "a-file" / "data")}),
     )
