@@ -83,6 +83,14 @@ def _redact(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _configuration_cell(entry: Mapping[str, Any]) -> str:
+    """The report table's configuration cell: name, judge version when there is one, hash."""
+    if not entry["config"]:
+        return "—"
+    version = entry.get("judge_version")
+    return f"{entry['config']}{f' {version}' if version else ''} (`{entry['config_hash']}`)"
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
     """The hash of a judge configuration.
 
@@ -268,7 +276,12 @@ def build_report(
         raise InputError("no metric scores given", field="scores")
     scale = items[0].scale
     config_info = {
-        cname: {"hash": config_hash(cfg), "config": _redact(cfg)} for cname, cfg in configs.items()
+        cname: {
+            "hash": config_hash(cfg),
+            "judge_version": cfg.get("judge_version"),
+            "config": _redact(cfg),
+        }
+        for cname, cfg in configs.items()
     }
     fields = _auto_groups(items, group_fields)
     common: dict[str, Any] = {"n_resamples": n_resamples, "seed": seed}
@@ -311,6 +324,7 @@ def build_report(
         entry: dict[str, Any] = {
             "config": cname,
             "config_hash": config_info[cname]["hash"] if cname else None,
+            "judge_version": config_info[cname]["judge_version"] if cname else None,
             "agreement": _agreement_json(result),
             "by_group": groups,
             "left_out": [to_jsonable(x) for x in result.left_out],
@@ -411,6 +425,7 @@ def _fit_mapping_entry(
             items,
             per_item,
             judge_config_hash=str(config_info[cname]["hash"]),
+            judge_version=config_info[cname]["judge_version"],
             set_name=set_name,
             set_hash=set_hash,
             metric=metric,
@@ -695,7 +710,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     def add(label: str, cell: Any) -> None:
         detail.append([label] + [cell(data["metrics"][m]) for m in metrics])
 
-    add("Configuration", lambda e: f"{e['config']} (`{e['config_hash']}`)" if e["config"] else "—")
+    add("Configuration", _configuration_cell)
     add("n (paired)", lambda e: str(e["agreement"]["n"]))
     add("Unscored", lambda e: str(e["agreement"]["n_unscored"]))
     add("Missing", lambda e: str(e["agreement"]["n_missing"]))

@@ -15,8 +15,10 @@ and its defect flag with "contradicted".
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,7 @@ from judge.cache import JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
+from judge.resume import JudgeStamp, stale_reason
 from judge.types import CALIBRATION_METRICS, MAX_REFERENCES, GradeRequest, GradeResult, MetricName
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
@@ -115,12 +118,16 @@ async def _grade_all(
 ) -> dict[str, GradeResult | str]:
     """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason.
 
-    A stored grade of an item whose content has changed since (an edited set) is graded again.
-    ``bar`` counts every item: invalid and already graded ones at once, the rest as they finish.
+    A stored grade stands only for the same content graded by the same judge
+    (:func:`judge.resume.stale_reason`): an edited item, or a grade of another judge version or
+    configuration, is graded again and the reason is said on stderr. ``bar`` counts every item:
+    invalid and already graded ones at once, the rest as they finish.
     """
     out: dict[str, GradeResult | str] = {}
     todo: list[tuple[str, GradeRequest]] = []
     stale: list[dict[str, Any]] = []
+    reasons: Counter[str] = Counter()
+    stamp = JudgeStamp(config.config_hash(), config.judge_version, list(config.metrics))
     for item in items:
         try:
             request = item_request(item)
@@ -128,15 +135,19 @@ async def _grade_all(
             out[item.id] = f"invalid_item: {first_error(exc)[1]}"
             continue
         done = writer.done.get(item.id)
-        if done is not None and done.get("input_hash") == request.content_hash():
+        reason = None if done is None else stale_reason(done, request.content_hash(), stamp)
+        if done is not None and reason is None:
             out[item.id] = GradeResult.model_validate(done)
             continue
         if done is not None:
             stale.append(done)
+            reasons[str(reason)] += 1
         todo.append((item.id, request))
     if stale:
         dropped = {id(obj) for obj in stale}
         writer.rewrite([obj for obj in writer.done.values() if id(obj) not in dropped])
+        detail = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items()))
+        print(f"{writer.path}: grading {len(stale)} item(s) again: {detail}", file=sys.stderr)
     if bar is not None:
         bar.update(len(out))
     async for result in grader.grade_many(todo, config=config):
@@ -145,6 +156,30 @@ async def _grade_all(
         if bar is not None:
             bar.update(1)
     return out
+
+
+def _say_not_reused(grades: Path, config: JudgeConfig) -> None:
+    """Name the grade files of other judge configurations (an older matcher...) left unused.
+
+    A grade file is named by its configuration's hash, which covers the matcher's version and
+    parameter digest: after an upgrade the old file is not read, and the run says so instead
+    of silently grading everything again.
+    """
+    suffix = grades.name.split("-", 2)[2]
+    for other in sorted(grades.parent.glob(f"grades-*-{suffix}")):
+        if other == grades:
+            continue
+        try:
+            with other.open(encoding="utf-8") as handle:
+                first = json.loads(handle.readline() or "{}")
+        except (OSError, ValueError):
+            first = {}
+        was = (first.get("provenance") or {}).get("judge_version") or "another configuration"
+        print(
+            f"{other}: not reused: graded by {was}, this run's judge is "
+            f"{config.judge_version or config.model} ({config.config_hash()})",
+            file=sys.stderr,
+        )
 
 
 def _metric_scores(
@@ -276,6 +311,7 @@ def run_calibration(
         # The metrics are part of the name: a metrics-only plan and a judge plan may share a
         # config hash (it leaves metrics out), and must not read each other's results as done.
         grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
+        _say_not_reused(grades, cfg)
         # The results are kept once, in `_grade_all`'s answer; the writer only streams them.
         writer = ResultWriter(grades, keep=False).open()
         started = time.monotonic()
@@ -306,6 +342,7 @@ def run_calibration(
         configs[label] = {
             **cfg.model_dump(mode="json", exclude={"api_key"}),
             "config_hash": cfg.config_hash(),
+            "judge_version": cfg.judge_version,
         }
         if retest and label != "metrics":
             fresh = cfg.model_copy(update={"cache": False})

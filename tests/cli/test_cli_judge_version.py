@@ -60,7 +60,9 @@ def test_grade_regrades_lines_of_another_matcher_version(tmp_path: Path) -> None
 
     again = run_cli(args)
     assert again.returncode == 0, again.stderr
-    assert f"grading 3 item(s) again: 3 graded by matcher-v2, now {MATCHER_VERSION}" in again.stderr
+    assert (
+        f"grading 3 item(s) again: 3 graded by matcher-v2, now {MATCHER_VERSION}" in again.stderr
+    )
     rows = lines(out)
     assert {r["provenance"]["judge_version"] for r in rows} == {MATCHER_VERSION}
     assert all(r["coverage"]["expected_coverage"] != 0.5 for r in rows)
@@ -72,7 +74,7 @@ def test_grade_regrades_lines_of_another_matcher_version(tmp_path: Path) -> None
 def test_calibrate_regrades_a_grade_file_of_another_matcher(tmp_path: Path) -> None:
     out = tmp_path / "report"
     args = ["calibrate", "calibration/data/example.jsonl", "--metrics", "coverage", "--out",
-            str(out), "--resamples", "50", "--quiet", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+            str(out), "--resamples", "50", "--quiet", "--cache-dir", str(tmp_path / "cache")]
     first = run_cli(args)
     assert first.returncode == 0, first.stderr
     report = json.loads((out / "report.json").read_text())
@@ -83,9 +85,13 @@ def test_calibrate_regrades_a_grade_file_of_another_matcher(tmp_path: Path) -> N
 
     (grades,) = out.glob("grades-*-coverage.jsonl")
     as_old_matcher(grades)
+    # The file an older matcher's run left under its own (older) configuration hash.
+    older = out / "grades-0213e3616871c1c1-coverage.jsonl"
+    older.write_text(grades.read_text())
     again = run_cli(args)
     assert again.returncode == 0, again.stderr
     assert f"graded by matcher-v2, now {MATCHER_VERSION}" in again.stderr
+    assert f"{older}: not reused: graded by matcher-v2" in again.stderr
     assert {r["provenance"]["judge_version"] for r in lines(grades)} == {MATCHER_VERSION}
     redone = json.loads((out / "report.json").read_text())
     assert redone["metrics"][METRIC]["agreement"] == report["metrics"][METRIC]["agreement"]
