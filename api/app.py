@@ -28,9 +28,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, open_store
+from api.jobs.schema import GRADE
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
 from api.services import calibration as calibration_service
+from api.services import grade_jobs
 from api.services import mcq as mcq_service
 from judge.cache import open_cache
 from judge.config import JudgeConfig, Settings, load_settings
@@ -192,7 +194,7 @@ def create_app(
         poll_seconds: How often the job runner renews leases and looks for unclaimed jobs.
         drain_timeout: On shutdown, how long in-flight job items may take to finish.
         warm_up: What the start-up warm-up runs on the default judge config (default:
-            ``judge.metrics.warm_up``, the loader ``Grader.prepare`` uses). Tests inject a slow
+            ``judge.loading.warm_up``, the loader ``Grader.prepare`` uses). Tests inject a slow
             one to hold the service in its warm-up.
 
     Returns:
@@ -209,7 +211,9 @@ def create_app(
         poll_seconds=poll_seconds,
         drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
     )
-    # Other job kinds share the store and the leases; this process runs them too.
+    # Every job kind shares the store and the leases; this process runs them all. Grading jobs
+    # stop feeding items when halted, so they can make room for other keys.
+    manager.register(GRADE, grade_jobs.grade_job, yields=True)
     manager.register(mcq_service.MCQ, mcq_service.run_mcq_job)
     manager.register(
         calibration_service.CALIBRATE, calibration_service.make_runner(settings),

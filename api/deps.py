@@ -21,7 +21,7 @@ from api.jobs import JobManager
 from api.observability import EncoderWarmup, Observability
 from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
-from judge.metrics import needs_encoder
+from judge.loading import needs_encoder
 
 _T = TypeVar("_T")
 

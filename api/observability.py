@@ -27,7 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.schemas import ReadyCheck
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.metrics import DEFAULT_ENCODER, needs_encoder, warm_up
+from judge.loading import needs_encoder, warm_up
+from judge.metrics import DEFAULT_ENCODER
 
 log = logging.getLogger("bonusjudge.api")
 
@@ -197,14 +198,14 @@ class EncoderWarmup:
 
     Loading takes seconds, so ``/readyz`` never loads anything itself: it reports this object's
     state, and the grading routes answer 503 (``Retry-After``) while a request would need an
-    encoder that is still loading. The thread runs :func:`judge.metrics.warm_up`, the function
+    encoder that is still loading. The thread runs :func:`judge.loading.warm_up`, the function
     ``Grader.prepare`` runs too: one serialized warm-up path, so requests, job workers and this
     thread never make first imports concurrently. ROUGE-L's import is warmed as well (seconds,
     and the engine calls it on the event loop) but is not part of readiness.
 
     Args:
         config: The default judge configuration.
-        loader: The warm-up function (default :func:`judge.metrics.warm_up`; tests inject a slow
+        loader: The warm-up function (default :func:`judge.loading.warm_up`; tests inject a slow
             one to hold the service in its warm-up).
     """
 

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     import uvicorn
 
     from api.launcher import ASGIApp, GracefulServer
-    from judge.local_llm import LocalLLM
+    from judge.providers.local_llm import LocalLLM
 
 log = logging.getLogger("bonusjudge.api")
 
@@ -192,7 +192,8 @@ def serve(
         port: TCP port.
         workers: Worker processes (each runs jobs; leases keep them apart).
         log_level: uvicorn's log level.
-        local_llm: Start the packaged local LLM (``judge.local_llm``) as the judge, a child
+        local_llm: Start the packaged local LLM (``judge.providers.local_llm``) as the judge, a
+        child
             process stopped with the service.
         grace: Seconds in-flight requests and job items have to finish once a stop signal
             arrives.
@@ -212,7 +213,7 @@ def serve(
     children: list[LocalLLM] = []
     try:
         if local_llm:
-            from judge.local_llm import start_local_llm
+            from judge.providers.local_llm import start_local_llm
 
             # Its log beside the service's cache (``--cache-dir``), not in the user's default one.
             local = start_local_llm(log_dir=settings.cache_dir / "logs")
@@ -253,7 +254,7 @@ def _serve_here(
         return create_app(settings, drain_timeout=grace)  # type: ignore[return-value]
 
     def preload() -> None:
-        from judge.metrics import warm_up
+        from judge.loading import warm_up
 
         warm_up(settings.judge)
 
@@ -380,7 +381,7 @@ def _worker_main(sock: socket.socket, options: dict[str, Any]) -> None:
     """One worker process: serve the app from the environment's settings on ``sock``."""
     import sys
 
-    from judge.local_llm import die_with_parent
+    from judge.providers.local_llm import die_with_parent
 
     # Its own process group: a Ctrl-C reaches the supervisor only, which passes it on once.
     os.setpgid(0, 0)
@@ -396,7 +397,7 @@ def _worker_main(sock: socket.socket, options: dict[str, Any]) -> None:
 
     def preload() -> None:
         from judge.config import load_settings
-        from judge.metrics import warm_up
+        from judge.loading import warm_up
 
         warm_up(load_settings().judge)
 

@@ -11,7 +11,8 @@ concurrency 16 against a zero-latency stand-in, and reports CPU ms per call of t
 2. ``openai``: ``AsyncOpenAI.chat.completions.create`` (request transform, response parsing);
 3. ``litellm``: ``litellm.acompletion`` (parameter mapping, logging, cost, ``ModelResponse``);
 4. ``instructor``: ``from_litellm(acompletion, TOOLS)`` with the coverage response model;
-5. ``provider``: ``judge.provider.LiteLLMProvider.complete`` (adds our cost and usage reading);
+5. ``provider``: ``judge.providers.litellm.LiteLLMProvider.complete`` (adds our cost and usage
+reading);
 6. ``engine``: ``Grader.grade`` of coverage-only items with a fresh cache (rendering, cache
    key, cache write, result assembly), per judge call.
 """
@@ -63,7 +64,7 @@ async def _layers(base_url: str, count: int) -> list[dict[str, Any]]:
 
     from judge.config import JudgeConfig
     from judge.engine import Grader
-    from judge.provider import LiteLLMProvider
+    from judge.providers.litellm import LiteLLMProvider
     from judge.verdicts import coverage_model
     from rubrics.loader import load_library
 

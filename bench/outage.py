@@ -31,7 +31,7 @@ def _outage(server: Any, seconds: float) -> threading.Event:
     Timed from the first request, not from the start: a fresh process spends seconds importing
     before it calls the judge, and the outage must hit the run, not its start-up.
     """
-    from judge.testing.openai_server import FaultPlan
+    from standins.openai_server import FaultPlan
 
     server.faults = FaultPlan({"server_error": 1.0})
     stop = threading.Event()
@@ -56,7 +56,7 @@ def run_service(
 ) -> dict[str, Any]:
     """One service job over ``items`` with the outage at its start."""
     from api.client import JudgeClient
-    from judge.testing.processes import ServiceProcess
+    from standins.processes import ServiceProcess
 
     args = ["--model", "openai/standin", "--api-base", server.base_url,
             "--metrics", "coverage,defects", "--cache-dir", str(tmp / "service-cache")]
@@ -79,7 +79,7 @@ def run_service(
 
 def run_cli(server: Any, source: Path, outage: float, tmp: Path) -> dict[str, Any]:
     """One ``bonusjudge grade`` run over ``source`` with the outage at its start."""
-    from judge.testing.processes import run_cli as cli
+    from standins.processes import run_cli as cli
 
     out, summary_path = tmp / "cli.jsonl", tmp / "cli-summary.json"
     server.reset_stats()
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.1, help="stand-in latency (s)")
     parser.add_argument("--limit", type=int, help="first N items of the workload")
     args = parse_section_args(parser, argv)
-    from judge.testing.openai_server import OpenAIStandIn
+    from standins.openai_server import OpenAIStandIn
 
     source = workload_path()
     lines = source.read_text(encoding="utf-8").splitlines()[: args.limit]

@@ -59,7 +59,7 @@ from bench.common import (
 )
 from bench.memory import bonusjudge_command
 from bench.standin import StandInProcess
-from judge.testing.processes import free_port
+from core.processes import free_port
 
 __all__ = [
     "GOALS", "main", "measure_help", "measure_overhead", "measure_serve", "summary_rows",
@@ -295,8 +295,8 @@ def judge_bodies(item: dict[str, Any]) -> list[dict[str, Any]]:
     """
     from judge.config import JudgeConfig
     from judge.engine import Grader
-    from judge.testing.openai_server import OpenAIStandIn
     from judge.types import GradeRequest
+    from standins.openai_server import OpenAIStandIn
 
     async def capture(base_url: str) -> None:
         config = JudgeConfig(model="openai/standin", api_base=base_url,

@@ -36,7 +36,7 @@ from bench.common import (
     write_json,
 )
 from bench.memory import bonusjudge_command
-from judge.testing.processes import free_port, wait_until_answers
+from core.processes import free_port, wait_until_answers
 
 __all__ = ["main"]
 
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrency", type=int, default=16, help="batch requests in flight")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved")
     args = parse_section_args(parser, argv)
-    from judge.testing.redis_server import redis_server
+    from standins.redis_server import redis_server
 
     # The head of the workload is measured; a few items past it warm each replica up.
     loaded = [request for _, request in load_requests(limit=args.items + 32)]

@@ -41,7 +41,7 @@ from bench.common import (
 )
 from bench.memory import bonusjudge_command
 from bench.standin import StandInProcess
-from judge.testing.processes import free_port, wait_until_answers
+from core.processes import free_port, wait_until_answers
 
 __all__ = ["load", "main", "start_service"]
 

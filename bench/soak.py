@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, cast
 from bench.common import log, parse_section_args, peak_rss_mb, section_parser, write_json
 
 if TYPE_CHECKING:
-    from judge.testing.faults import Task
-    from judge.testing.openai_server import FaultKind
+    from standins.faults import Task
+    from standins.openai_server import FaultKind
 
 MIX: dict[FaultKind, float] = {
     "malformed_json": 0.30,
@@ -68,10 +68,10 @@ async def _round(
 ) -> dict[str, Any]:
     from judge.config import JudgeConfig
     from judge.engine import Grader
-    from judge.provider import LiteLLMProvider
+    from judge.providers.litellm import LiteLLMProvider
     from judge.retry import CircuitBreaker, RetryBudget
-    from judge.testing.faults import RecordingSleep, check_results, ledger_from_standin
-    from judge.testing.openai_server import FaultPlan
+    from standins.faults import RecordingSleep, check_results, ledger_from_standin
+    from standins.openai_server import FaultPlan
 
     plan = FaultPlan(MIX, seed=args.seed + number, retry_after=1.0)
     server.faults = plan  # restarts the fault draws, so the replay starts at request 0
@@ -155,8 +155,8 @@ async def _round(
 
 
 async def _soak(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from judge.testing.faults import default_workload, load_workload
-    from judge.testing.openai_server import OpenAIStandIn
+    from standins.faults import default_workload, load_workload
+    from standins.openai_server import OpenAIStandIn
 
     path = default_workload()
     if path is None:

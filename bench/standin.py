@@ -1,4 +1,4 @@
-"""The benchmarks' judge: :class:`judge.testing.openai_server.OpenAIStandIn` in its own process.
+"""The benchmarks' judge: :class:`standins.openai_server.OpenAIStandIn` in its own process.
 
 The stand-in can run in a thread of the measuring process (``with OpenAIStandIn(...)``), but then
 its JSON work and schema-instance generation share the measuring process's GIL and are charged
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, Self
 
-from judge.testing.openai_server import OpenAIStandIn, StandInStats
-from judge.testing.openai_server import main as _standin_main
-from judge.testing.processes import StartStop
+from standins.openai_server import OpenAIStandIn, StandInStats
+from standins.openai_server import main as _standin_main
+from standins.processes import StartStop
 
 __all__ = ["StandInProcess", "main"]
 
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve the stand-in from the command line (``python -m bench.standin --latency 0.2``).
 
     Args:
-        argv: Arguments without the program name; see ``python -m judge.testing.openai_server -h``.
+        argv: Arguments without the program name; see ``python -m standins.openai_server -h``.
 
     Returns:
         The process exit status.

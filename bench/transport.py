@@ -2,7 +2,8 @@
 
 One run, one stand-in judge (:class:`bench.standin.StandInProcess`, a fixed latency per call, in
 its own process), the whole workload, coverage + defects, a fresh cache per run. For each
-concurrency it grades the workload through ``transport="direct"`` (``judge.direct``) and through
+concurrency it grades the workload through ``transport="direct"`` (``judge.providers.direct``) and
+through
 ``transport="litellm"`` (instructor over litellm), then runs the public scorer's sequential loop
 (``bench.throughput.public_scorer_run``) against the same stand-in, so every figure of the table
 was taken on the same machine under the same load.

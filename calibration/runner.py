@@ -36,8 +36,9 @@ from judge.cache import JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
+from judge.names import CALIBRATION_METRICS, MetricName
 from judge.resume import JudgeStamp, stale_reason
-from judge.types import CALIBRATION_METRICS, MAX_REFERENCES, GradeRequest, GradeResult, MetricName
+from judge.types import MAX_REFERENCES, GradeRequest, GradeResult
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli.common import add_judge_options, check_outputs, pct, settings_from_args
 from core.errors import ConfigError, InputError
-from judge.types import CALIBRATION_METRICS
+from judge.names import CALIBRATION_METRICS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"bonusjudge: error: unknown metric(s) {unknown} [metrics]", file=sys.stderr)
         return 2
     if "coverage" in metrics:
-        from judge.provider import preflight
+        from judge.providers.routing import preflight
 
         # Every LLM judge is checked before the first pass: a missing key or a mistyped
         # model would otherwise cost a whole pass of unscored items.

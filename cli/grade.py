@@ -253,7 +253,7 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
         return
     if not {"coverage", "defects"} & set(config.metrics):
         return  # ROUGE-L and BERTScore only: the judge is never called
-    from judge.provider import preflight
+    from judge.providers.routing import preflight
 
     warning = preflight(config, call=not args.no_preflight)
     if warning:

@@ -226,7 +226,7 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     from judge.cache import open_cache
     from judge.engine import Grader
     from judge.mcq.llm import JudgeExtractor
-    from judge.provider import preflight
+    from judge.providers.routing import preflight
 
     given = {
         "api_base": args.api_base,

@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
 def preflight_judge(config: JudgeConfig, *, call: bool) -> None:
     """Find out before the service listens whether its default LLM judge can work at all.
 
-    ``grade``'s preflight (``judge.provider.preflight``): the provider is known, its credentials
+    ``grade``'s preflight (``judge.providers.routing.preflight``): the provider is known, its
+    credentials
     are set and, with ``call``, one one-token request is answered. Otherwise every grade would end
     unscored ``provider_error`` behind a ``/readyz`` that says ready. Any LLM judge is checked,
     whatever the default metrics: a request may ask for the LLM metrics. A busy (429) or failing
@@ -116,7 +117,7 @@ def preflight_judge(config: JudgeConfig, *, call: bool) -> None:
     """
     if config.is_embedded or not config.model.strip():
         return  # the embedded matcher needs no provider; no model is reported by /readyz
-    from judge.provider import preflight
+    from judge.providers.routing import preflight
 
     warning = preflight(config, call=call)
     if warning:

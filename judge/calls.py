@@ -35,7 +35,7 @@ from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.text import Language
 from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
-from judge.provider import PROBE_MESSAGES, Completion, Provider, probe_config
+from judge.providers.base import PROBE_MESSAGES, Completion, Provider, probe_config
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.types import CallRecord, RubricRef

@@ -33,7 +33,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.errors import ConfigError, first_error
 from judge.identity import matcher_identity
-from judge.types import ALL_METRICS, MetricName
+from judge.names import ALL_METRICS, MetricName
 
 EMBEDDED_JUDGE = "embedded-matcher"
 """Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""

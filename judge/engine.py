@@ -8,7 +8,7 @@ request has none), defects and BERTScore concurrently, computes ROUGE-L, applies
 mapping when one is configured, and assembles a ``GradeResult``.
 
 Judge calls go through ``judge.calls.Caller`` (cache, provider, retries with backoff, the run's
-retry budget, a circuit breaker per judge); metric values through ``judge.metrics_runner``. Each
+retry budget, a circuit breaker per judge); metric values through ``judge.metrics.runner``. Each
 judge task returns its own call records, and the provenance lists them in a fixed order:
 extraction, coverage, defects. Any judge failure ends as *unscored* with its reason; nothing is
 silently zero, and nothing unscored counts as coverage.
@@ -46,8 +46,8 @@ from judge.judges import (
     TaskRun,
 )
 from judge.metrics import BertScore, RougeScore
-from judge.metrics_runner import MetricsRunner
-from judge.provider import Provider
+from judge.metrics.runner import MetricsRunner
+from judge.providers.base import Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.types import (
@@ -73,12 +73,17 @@ Entry = GradeRequest | tuple[str, GradeRequest]
 """What ``grade_many`` takes: a request, or an ``(item_id, request)`` pair."""
 
 
+_MAX_JUDGES = 256
+"""Judges a grader keeps (one per configuration seen: the default and requests' overrides)."""
+
+
 class Grader:
     """Grades requests with one default judge configuration; requests may override parts of it.
 
     Args:
         config: The default judge configuration.
-        provider: The judge backend (default: ``judge.direct.RoutingProvider``, which sends
+        provider: The judge backend (default: ``judge.providers.routing.RoutingProvider``, which
+        sends
             each call on the transport its config picks; unused by the embedded judge).
         cache: The judge-call cache, on disk or in Redis (default: none; the CLI and service
             pass the one ``judge.cache.open_cache`` chooses).
@@ -117,7 +122,7 @@ class Grader:
         # belongs to the caller, who may share it.
         self._owns_provider = provider is None
         if provider is None:
-            from judge.direct import RoutingProvider
+            from judge.providers.routing import RoutingProvider
 
             provider = RoutingProvider()
         self.library = library or load_library()
@@ -141,6 +146,7 @@ class Grader:
         self.metrics = MetricsRunner(self.caller.cache, self.stats, load=self._ensure_loaded)
         self._matcher = SharedMatcher(self.caller.cache, self.stats, load=self._ensure_loaded)
         self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        self._judges: dict[JudgeConfig, Judge] = {}
         self._mappings: dict[tuple[str, str], CalibratedMapping | None] = {}
         # Validate the default rubric family and mapping now: a bad setting fails at start.
         self._rubrics_for(self.config)
@@ -331,7 +337,7 @@ class Grader:
         Raises:
             ConfigError: an encoder or the matcher's parameters are not available offline.
         """
-        from judge.metrics import check_loadable
+        from judge.loading import check_loadable
 
         check_loadable(config or self.config)
 
@@ -343,7 +349,7 @@ class Grader:
         )  # fmt: skip
         if key in self._loaded:
             return
-        from judge.metrics import warm_up
+        from judge.loading import warm_up
 
         # warm_up is once per process and serialized: concurrent first misses wait for one load.
         await asyncio.to_thread(warm_up, config)
@@ -358,11 +364,22 @@ class Grader:
         }
 
     def _judge_for(self, config: JudgeConfig) -> Judge:
-        """The judge of ``config``: the one place the judge kind is decided."""
-        rubrics = self._rubrics_for(config)  # validates the rubric family for every judge
-        if config.is_embedded:
-            return EmbeddedJudge(config, self._matcher)
-        return LLMJudge(config, rubrics, self.library, self.caller)
+        """The judge of ``config``: the one place the judge kind is decided, once per config.
+
+        Configurations are frozen (hashable), so a run's items share one judge and its rubric
+        look-ups instead of making them per item.
+        """
+        judge = self._judges.get(config)
+        if judge is None:
+            rubrics = self._rubrics_for(config)  # validates the rubric family for every judge
+            if config.is_embedded:
+                judge = EmbeddedJudge(config, self._matcher)
+            else:
+                judge = LLMJudge(config, rubrics, self.library, self.caller)
+            if len(self._judges) >= _MAX_JUDGES:
+                self._judges.clear()  # per-request overrides: bounded, never a leak
+            self._judges[config] = judge
+        return judge
 
     def _mapping_for(self, config: JudgeConfig) -> CalibratedMapping | None:
         """The calibrated mapping of ``config`` (loaded once), or None when none is configured.

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from core.errors import ConfigError, InputError, JudgeError
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore
-from judge.types import CalibratedMetric, CoverageResult, MetricName
+from judge.names import MetricName
+from judge.types import CalibratedMetric, CoverageResult
 
 __all__ = [
     "MAPPED_METRICS",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -30,15 +30,6 @@ TaskStatus = Literal["scored", "unscored", "not_assessed"]
 
 JudgeTask = Literal["coverage", "defects", "extract_points"]
 """The three judge tasks of the CharToM protocol (protocol.md section 2)."""
-
-MetricName = Literal["coverage", "defects", "rouge_l", "bertscore"]
-"""What a caller can ask to be computed for an item."""
-
-ALL_METRICS: tuple[MetricName, ...] = get_args(MetricName)
-"""Every metric, in the order results and tables show them."""
-
-CALIBRATION_METRICS: tuple[MetricName, ...] = ("rouge_l", "bertscore", "coverage")
-"""What a calibration run computes by default: the paper's comparison (defects are not a score)."""
 
 CalibratedMetric = Literal["coverage", "expected_coverage", "rouge_l", "bertscore"]
 """What a calibrated mapping can map onto the human scale (``GradeResult.calibrated_metric``):

@@ -4,8 +4,8 @@ Run by ``scripts/cluster-demo.sh`` (``.venv/bin/python scripts/cluster_demo.py``
 listens on loopback ports and lives in a temporary folder; everything is stopped at the end,
 whatever happens. The steps:
 
-1. start Redis (``judge.testing.redis_server``), PostgreSQL (``judge.testing.postgres_server``)
-   and the OpenAI-compatible stand-in judge (``judge.testing.openai_server``, a fixed latency);
+1. start Redis (``standins.redis_server``), PostgreSQL (``standins.postgres_server``)
+   and the OpenAI-compatible stand-in judge (``standins.openai_server``, a fixed latency);
 2. start two ``bonusjudge serve`` replicas, A and B, both with ``--cache-url`` on the Redis and
    ``--jobs-url`` on the Postgres;
 3. submit a job of ``--items`` items through A and wait until part of it is graded;
@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from judge.testing.processes import free_port, wait_until_answers
+from core.processes import free_port, wait_until_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -175,13 +175,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         redis_port, pg_port, judge_port = free_port(), free_port(), free_port()
         _log(f"starting Redis on 127.0.0.1:{redis_port}")
-        processes.start("redis", [PYTHON, "-m", "judge.testing.redis_server",
+        processes.start("redis", [PYTHON, "-m", "standins.redis_server",
                                   "--port", str(redis_port)])
         _log(f"starting PostgreSQL on 127.0.0.1:{pg_port}")
-        processes.start("postgres", [PYTHON, "-m", "judge.testing.postgres_server",
+        processes.start("postgres", [PYTHON, "-m", "standins.postgres_server",
                                      "--port", str(pg_port), "--data", str(work / "pgdata")])
         _log(f"starting the stand-in judge on 127.0.0.1:{judge_port} ({args.latency} s/call)")
-        processes.start("judge", [PYTHON, "-m", "judge.testing.openai_server",
+        processes.start("judge", [PYTHON, "-m", "standins.openai_server",
                                   "--port", str(judge_port), "--latency", str(args.latency)])
         cache_url = _printed_url(processes, "redis")
         jobs_url = _printed_url(processes, "postgres")

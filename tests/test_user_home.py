@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from judge.config import default_cache_dir
-from judge.local_llm import COMMAND_ENV
-from judge.testing.processes import ServiceProcess
+from judge.providers.local_llm import COMMAND_ENV
+from standins.processes import ServiceProcess
 
 
 def test_the_session_points_the_user_folders_at_a_throwaway_one() -> None:
@@ -30,7 +30,7 @@ def test_the_session_points_the_user_folders_at_a_throwaway_one() -> None:
 
 def test_the_local_llm_log_goes_beside_the_service_cache(tmp_path: Path) -> None:
     # The llama.cpp server's place is taken by the stand-in judge, started by the same code.
-    stand_in = shlex.join([sys.executable, "-m", "judge.testing.openai_server", "--port",
+    stand_in = shlex.join([sys.executable, "-m", "standins.openai_server", "--port",
                            "{port}"]).replace("'{port}'", "{port}")
     home, xdg, cache = tmp_path / "home", tmp_path / "xdg", tmp_path / "cache"
     home.mkdir()

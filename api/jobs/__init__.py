@@ -24,7 +24,7 @@ from api.jobs.codec import pack, unpack
 from api.jobs.database import STORE_ERRORS
 from api.jobs.items import JobItem
 from api.jobs.manager import JobManager, JobRunner
-from api.jobs.policy import Quota, Usage
+from api.jobs.policy import Quota, Usage, check_request
 from api.jobs.schema import GRADE, SCHEMA_REVISION, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JOBS_DB, JobStore, open_store
@@ -34,7 +34,6 @@ from api.jobs.uploads import (
     RawItem,
     Upload,
     build_items,
-    check_request,
     jsonl_items,
     media_type,
     read_job_upload,

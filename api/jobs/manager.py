@@ -1,9 +1,10 @@
 """The job manager: submit, watch, stream, summarise and cancel jobs of one service process.
 
-Job kinds share the store, the leases and the result stream: ``grade`` (run by
-``api.jobs.grading``, registered here), ``mcq`` (multiple-choice scoring) and ``calibrate`` (a
-calibration run writing a report folder; it has no item rows). The runners of other kinds are
-registered by the app (``JobManager.register``); the manager's ``Worker`` claims and runs them.
+Job kinds share the store, the leases and the result stream: ``grade`` (answers graded item by
+item), ``mcq`` (multiple-choice scoring) and ``calibrate`` (a calibration run writing a report
+folder; it has no item rows). Their runners live in the service layer (``api.services``) and the
+app registers them (``JobManager.register``); the manager's ``Worker`` claims and runs them, so
+the job store never imports what runs its jobs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from api.errors import NotFound
-from api.jobs.grading import grade_job
 from api.jobs.items import JobItem
 from api.jobs.policy import Quota
 from api.jobs.schema import GRADE, JobRow
@@ -74,8 +74,6 @@ class JobManager:
             drain_timeout=drain_timeout, max_running=max_running,
             retention_seconds=retention_seconds, purge_seconds=purge_seconds,
         )
-        # Grading jobs stop feeding items when halted, so they can make room for other keys.
-        self.register(GRADE, JobManager._run_grade, yields=True)
 
     def register(
         self, kind: str, runner: JobRunner, *, purge: Callable[[str], None] | None = None,
@@ -254,13 +252,3 @@ class JobManager:
         """
         await self.status(job_id, owner)
         return await asyncio.to_thread(grading_summary, self.store, job_id)
-
-    # -- the grading runner ------------------------------------------------------------------
-
-    @staticmethod
-    async def _run_grade(manager: JobManager, job_id: str, row: JobRow) -> None:
-        # Through the instance, so a test can stand in for the grading of one manager.
-        await manager._grade_job(job_id, row)
-
-    async def _grade_job(self, job_id: str, row: JobRow) -> None:
-        await grade_job(self, job_id, row)

@@ -9,6 +9,7 @@ stores a job, for the quotas) and the worker applies the answers:
   holds across processes).
 * ``make_room``: a full process hands a slot of the busiest owner over to a waiting one.
 * ``share``: each running job has at most its share of the grader's concurrency in flight.
+* ``check_request``: the service's own limits on one request (bonus points per item).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from api.errors import QuotaExceeded
+from core.errors import InputError
 from judge.config import Settings
+from judge.types import GradeRequest
 
 
 @dataclass(frozen=True)
@@ -130,3 +133,19 @@ def make_room(
         if held.get(owner, 0) >= fewest + 2
     ]
     return max(choices)[1] if choices else None
+
+
+def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:
+    """Apply the service's own limits to a valid request.
+
+    Raises:
+        InputError: (field ``bonus_points``) more points than ``settings.max_bonus_points``.
+    """
+    points = request.bonus_points
+    if points is not None and len(points) > settings.max_bonus_points:
+        raise InputError(
+            f"bonus_points: {len(points)} points exceed the limit of "
+            f"{settings.max_bonus_points} per item",
+            field="bonus_points",
+        )
+    return request

@@ -19,6 +19,7 @@ from starlette.datastructures import FormData
 
 from api.errors import UnsupportedMediaType
 from api.jobs.items import JobItem
+from api.jobs.policy import check_request
 from api.schemas import ItemError, JobBody
 from core.errors import InputError, first_error
 from core.jsonl import BadLine, read_jsonl
@@ -246,19 +247,3 @@ def build_items(
 def with_line(message: str, line: int | None) -> str:
     """Prefix ``message`` with its 1-based line number when it came from an uploaded file."""
     return message if line is None or message.startswith("line ") else f"line {line}: {message}"
-
-
-def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:
-    """Apply the service's own limits to a valid request.
-
-    Raises:
-        InputError: (field ``bonus_points``) more points than ``settings.max_bonus_points``.
-    """
-    points = request.bonus_points
-    if points is not None and len(points) > settings.max_bonus_points:
-        raise InputError(
-            f"bonus_points: {len(points)} points exceed the limit of "
-            f"{settings.max_bonus_points} per item",
-            field="bonus_points",
-        )
-    return request

@@ -30,13 +30,10 @@ listed in the status.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import shutil
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -47,6 +44,7 @@ from api.errors import JudgeNotConfigured
 from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
 from api.jobs.files import MAX_FILE_BYTES
 from api.schemas import CalibrateBody, CalibrationJob, SetProblem
+from api.services.calibration_runs import in_daemon_thread, scratch_folder, try_lock
 from api.services.judges import allowed_models
 from core.errors import ConfigError, InputError, JudgeError
 from judge.config import Settings
@@ -79,7 +77,6 @@ SERVED = {
 }
 """Files of a run kept in the store and served (``/files/{name}``), by suffix: their media types."""
 
-_LOCK_FILE = ".lock"
 _MAX_PROBLEMS = 100
 
 _T = TypeVar("_T")
@@ -395,66 +392,14 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 # -- the runner ----------------------------------------------------------------------------------
 
 
-def _in_daemon_thread(work: Callable[[], _T], name: str) -> asyncio.Future[_T]:
-    """Run ``work`` in a daemon thread; its outcome arrives as an asyncio future."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[_T] = loop.create_future()
-
-    def deliver(setter: Callable[[], None]) -> None:
-        if not future.done():
-            setter()
-
-    def target() -> None:
-        try:
-            value = work()
-        except BaseException as exc:  # delivered to the awaiting task, which decides
-            error = exc
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
-                loop.call_soon_threadsafe(deliver, lambda: future.set_exception(error))
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(deliver, lambda: future.set_result(value))
-
-    threading.Thread(target=target, name=name, daemon=True).start()
-    return future
-
-
-def _try_lock(folder: Path) -> int | None:
-    """An exclusive lock on the report folder (fd), or None when another run holds it."""
-    fd = os.open(folder / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _scratch_folder(store: JobStore, job_id: str, folder: Path, options: dict[str, Any]) -> None:
-    """Create a run's scratch folder, with its uploaded set (from the store when not there).
-
-    Raises:
-        JudgeError: the run's uploaded set is not in the store (the job cannot run).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    if options["source"] != "upload" or (folder / INPUT_FILE).is_file():
-        return
-    upload = store.read_file(job_id, INPUT_FILE)
-    if upload is None:
-        raise JudgeError("the uploaded set of this calibration run is missing from the job store")
-    partial = folder / f".{INPUT_FILE}.part"
-    partial.write_bytes(upload)
-    partial.replace(folder / INPUT_FILE)  # whole or absent, should this process die meanwhile
-
-
 def make_runner(settings: Settings) -> JobRunner:
     """The ``calibrate`` job runner for a service with these settings."""
 
     async def run(manager: JobManager, job_id: str, row: JobRow) -> None:
         options = json.loads(row["options"])
         folder = reports_dir(settings) / job_id
-        await asyncio.to_thread(_scratch_folder, manager.store, job_id, folder, options)
-        fd = _try_lock(folder)
+        await asyncio.to_thread(scratch_folder, manager.store, job_id, folder, options, INPUT_FILE)
+        fd = try_lock(folder)
         if fd is None:
             # An earlier run of this report is still going in this or another process (its
             # thread outlived a lost lease): leave the job queued and try again later.
@@ -486,7 +431,7 @@ def make_runner(settings: Settings) -> JobRunner:
             finally:
                 os.close(fd)  # releases the lock
 
-        pending = _in_daemon_thread(work, f"bonusjudge-calibrate-{job_id[:8]}")
+        pending = in_daemon_thread(work, f"bonusjudge-calibrate-{job_id[:8]}")
         stopping: asyncio.Future[Any] = asyncio.ensure_future(manager.stopping.wait())
         try:
             await asyncio.wait([pending, stopping], return_when=asyncio.FIRST_COMPLETED)

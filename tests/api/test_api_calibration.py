@@ -22,7 +22,7 @@ from api.jobs import JobStore
 from api.services.calibration import CALIBRATE, REPORTS
 from calibration.sets import example_set_path
 from judge.engine import Grader
-from judge.fake import FakeProvider
+from judge.providers.fake import FakeProvider
 
 KEY = "calibration-key"
 OTHER_KEY = "calibration-other-key"

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from core.errors import ConfigError
 from judge.engine import Grader
-from judge.fake import FakeProvider
+from judge.providers.fake import FakeProvider
 
 ITEM = {
     "question": "How does Levin feel?",

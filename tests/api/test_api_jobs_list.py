@@ -20,8 +20,8 @@ from pydantic import BaseModel
 from api.client import AsyncJudgeClient, ClientHTTPError, JudgeClient, RetryPolicy
 from api.jobs import GRADE, JobStore
 from judge.config import JudgeConfig
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Completion
+from judge.providers.base import Completion
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"

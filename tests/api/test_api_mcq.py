@@ -21,8 +21,8 @@ from api.services.mcq import MCQ, RULES
 from cli.mcq import main as mcq_cli
 from judge.config import EMBEDDED_JUDGE
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider
 from judge.mcq.types import McqItem
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"
 CHARTOM = DATA / "mcq_example_chartom.jsonl"

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.client import JudgeClient
-from judge.fake import FakeCall, FakeOutput, FakeProvider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 from judge.types import GradeRequest
 
 ITEM = {

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from api.client import ClientHTTPError, JudgeClient
 from core.errors import JudgeOutputError, ProviderError
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement
 

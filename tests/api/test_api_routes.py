@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeResult
 from judge.verdicts import BonusPointsExtraction, DefectJudgement
 

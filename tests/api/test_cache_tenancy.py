@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 
 ITEM = {
     "question": "How does Levin feel?",

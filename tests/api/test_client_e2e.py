@@ -24,7 +24,7 @@ from api.client import (
     RetryPolicy,
 )
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 
 KEY = "client-test-key"
 OTHER_KEY = "someone-else"

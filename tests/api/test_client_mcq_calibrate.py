@@ -27,8 +27,8 @@ from api.client import (
     RetryPolicy,
 )
 from judge.engine import Grader
-from judge.fake import FakeProvider
 from judge.mcq.types import McqItem, McqSummary
+from judge.providers.fake import FakeProvider
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"
 TOMBENCH = DATA / "mcq_example_tombench.jsonl"

@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeProvider
-from judge.metrics import warm_up
+from judge.loading import warm_up
+from judge.providers.fake import FakeProvider
 
 ITEM = {
     "id": "item-1",

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from api.app import DOCS_STATIC
 from judge.config import EMBEDDED_JUDGE
 from judge.engine import Grader
-from judge.fake import FakeProvider
+from judge.providers.fake import FakeProvider
 
 KEY = "docs-key-0123456789"
 # Every URL a page loads: src/href attributes and the spec URL handed to the JS.

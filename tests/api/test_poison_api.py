@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from judge.fake import FakeCall, FakeOutput, FakeProvider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 
 DEEP = "[" * 5000 + "]" * 5000
 """JSON nested far past the parser's recursion limit."""

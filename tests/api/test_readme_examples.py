@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import ServiceProcess, run_python
+from standins.openai_server import OpenAIStandIn
+from standins.processes import ServiceProcess, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

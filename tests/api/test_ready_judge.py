@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from core.errors import ProviderError
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement
 

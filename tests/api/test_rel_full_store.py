@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 
-from judge.testing.processes import cli_env, free_port
+from core.processes import free_port
+from standins.processes import cli_env
 
 
 def _small_files() -> None:

@@ -30,7 +30,7 @@ from api.serve import KEEP_ALIVE_SECONDS, MAX_HEADER_BYTES, uvicorn_options, wri
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.testing.processes import ServiceProcess
+from standins.processes import ServiceProcess
 
 KEY = "hostile-test-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -24,10 +24,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import JOBS_DB
+from core.processes import free_port
 from judge.config import Settings
 from judge.engine import Grader
-from judge.provider import LiteLLMProvider
-from judge.testing.openai_server import FaultPlan, OpenAIStandIn
+from judge.providers.litellm import LiteLLMProvider
+from standins.openai_server import FaultPlan, OpenAIStandIn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -234,14 +235,8 @@ def test_one_key_cannot_read_or_cancel_another_keys_job(make_app: Callable[..., 
 # -- binding --------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_serve_refuses_a_public_address_without_a_key(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),

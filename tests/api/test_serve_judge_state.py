@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import ServiceProcess, free_port, run_cli
+from core.processes import free_port
+from standins.openai_server import OpenAIStandIn
+from standins.processes import ServiceProcess, run_cli
 
 
 def assert_one_line_error(done: Any, *needles: str) -> str:

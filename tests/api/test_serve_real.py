@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +23,12 @@ import pytest
 
 from api.client import JudgeClient
 from core.jsonl import BadLine
+from core.processes import free_port
 from judge.io import read_items
-from judge.testing.openai_server import OpenAIStandIn
+from standins.openai_server import OpenAIStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(

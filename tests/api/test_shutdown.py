@@ -29,9 +29,10 @@ import pytest
 
 from api.client import JudgeClient
 from api.jobs import JOBS_DB, JobStore
-from judge.local_llm import COMMAND_ENV
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import cli_env, free_port
+from core.processes import free_port
+from judge.providers.local_llm import COMMAND_ENV
+from standins.openai_server import OpenAIStandIn
+from standins.processes import cli_env
 
 GRACE = 15.0
 """The ``--grace`` of these services: longer than any stand-in latency used here."""
@@ -269,7 +270,7 @@ def test_a_second_signal_exits_at_once_and_still_hands_the_job_back(
 
 def stand_in_command(latency: float) -> str:
     """A local LLM server command that starts the stand-in judge instead of llama.cpp."""
-    return shlex.join([sys.executable, "-m", "judge.testing.openai_server", "--port", "{port}",
+    return shlex.join([sys.executable, "-m", "standins.openai_server", "--port", "{port}",
                        "--latency", str(latency)]).replace("'{port}'", "{port}")
 
 
@@ -285,7 +286,7 @@ def test_the_local_llm_server_is_stopped_with_the_service(
     services.append(service)
     service.start()
     children = service.descendants()
-    server = [p for p in children if "judge.testing.openai_server" in " ".join(p.cmdline())]
+    server = [p for p in children if "standins.openai_server" in " ".join(p.cmdline())]
     assert len(server) == 1, [p.cmdline() for p in children]
     # Its own session: a Ctrl-C at the terminal reaches the service, not the judge it drains on.
     assert os.getsid(server[0].pid) == server[0].pid

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.build_lexicon import (
+from calibration.fit.lexicon import (
     build,
     build_chinese,
     default_cilin_file,
@@ -16,7 +16,7 @@ from calibration.build_lexicon import (
     read_cilin,
     read_wordnet,
 )
-from judge.matcher_lexicon import LEXICON_PATH, LEXICON_ZH_PATH
+from judge.matcher.lexicon import LEXICON_PATH, LEXICON_ZH_PATH
 
 
 def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(

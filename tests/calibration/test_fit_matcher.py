@@ -10,23 +10,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from calibration.fit_matcher import (
+from calibration.fit.evaluate import (
+    balanced_accuracy,
+    format_verdicts,
+    long_threshold,
+    verdict_figures,
+)
+from calibration.fit.matcher import (
     SETS,
-    Example,
-    FittedModel,
-    SetSpec,
     _routed_scores,
     choose_threshold,
     fit_logistic,
     load_examples,
     main,
 )
-from calibration.fit_matcher_eval import (
-    balanced_accuracy,
-    format_verdicts,
-    long_threshold,
-    verdict_figures,
-)
+from calibration.fit.types import Example, FittedModel, SetSpec
 from judge.matcher import EmbeddedMatcher, MatchInput, PointFeatures, load_params
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

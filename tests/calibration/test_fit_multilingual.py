@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.fit_multilingual import parallel_texts, similarity_scale
+from calibration.fit.multilingual import parallel_texts, similarity_scale
 from core.errors import InputError
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import run_cli
+from standins.openai_server import OpenAIStandIn
+from standins.processes import run_cli
 
 
 def item(n: int, respondent: str, response: Any) -> dict[str, Any]:

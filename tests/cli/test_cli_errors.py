@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from judge.testing.openai_server import FaultPlan, OpenAIStandIn
-from judge.testing.processes import cli_env, free_port, run_cli
+from core.processes import free_port
+from standins.openai_server import FaultPlan, OpenAIStandIn
+from standins.processes import cli_env, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import ServiceProcess, run_cli
+from standins.openai_server import OpenAIStandIn
+from standins.processes import ServiceProcess, run_cli
 
 ITEMS = [
     {

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from judge.testing.processes import run_cli
+from standins.processes import run_cli
 
 
 def _item(n: int, response: str | None = None) -> dict[str, Any]:

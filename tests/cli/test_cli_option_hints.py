@@ -37,13 +37,13 @@ SHOWN_BY: dict[str, tuple[str, ...]] = {
     # The judge options' group and the settings: the subcommands built on add_judge_options.
     "cli/common.py": ("grade", "serve", "calibrate"),
     # Preflight and the transports: every command that checks a judge before using it.
-    "judge/provider.py": JUDGING,
-    "judge/direct.py": JUDGING,
+    "judge/providers/base.py": JUDGING,
+    "judge/providers/direct.py": JUDGING,
     "calibration/sets.py": ("calibrate",),
 }
 """Which commands show a module's messages (``""``: the top-level ``bonusjudge``). A module not
 listed must name only options some subcommand has, unless it is a script with its own parser
-(``python -m calibration.build_lexicon``), whose own flags it must name."""
+(``python -m calibration.fit.lexicon``), whose own flags it must name."""
 
 
 def parsers() -> dict[str, argparse.ArgumentParser]:
@@ -102,9 +102,9 @@ def named_options() -> list[tuple[str, int, str]]:
 
 def test_the_scan_finds_the_messages_it_is_about() -> None:
     found = {(module, flag) for module, _, flag in named_options()}
-    assert ("judge/provider.py", "--api-key-env") in found
-    assert ("judge/direct.py", "--api-key-env") in found
-    assert ("judge/direct.py", "--transport") in found
+    assert ("judge/providers/base.py", "--api-key-env") in found
+    assert ("judge/providers/direct.py", "--api-key-env") in found
+    assert ("judge/providers/direct.py", "--transport") in found
     assert ("cli/grade.py", "--server") in found
     assert {command.name for command in SUBCOMMANDS} <= set(parsers())
 

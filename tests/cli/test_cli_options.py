@@ -15,8 +15,8 @@ from pydantic import BaseModel, SecretStr
 from cli.common import JUDGE_FIELDS, Parser, add_judge_options, add_model_options
 from cli.main import build_parser
 from judge.config import JudgeConfig, JudgeOverrides, StructuredMode
-from judge.testing.processes import cli_env, run_cli
-from judge.types import MetricName
+from judge.names import MetricName
+from standins.processes import cli_env, run_cli
 
 SUBCOMMANDS = ("grade", "serve", "calibrate", "mcq", "rubrics", "hash-key")
 

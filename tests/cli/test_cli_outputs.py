@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import run_cli
+from standins.openai_server import OpenAIStandIn
+from standins.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from cli.main import SUBCOMMANDS, build_parser, chosen_subcommand
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import cli_env, free_port
+from core.processes import free_port
+from standins.openai_server import OpenAIStandIn
+from standins.processes import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from api.launcher import GracefulServer, Launcher
 from core.errors import ConfigError
-from judge.testing.processes import free_port
+from core.processes import free_port
 
 
 @dataclass

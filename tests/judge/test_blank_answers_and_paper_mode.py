@@ -12,8 +12,8 @@ from core.jsonl import BadLine
 from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeProvider, covering, defects
 from judge.io import read_items
+from judge.providers.fake import FakeProvider, covering, defects
 from judge.types import (
     PROMPT_LANGUAGE_FLAG,
     CoverageResult,

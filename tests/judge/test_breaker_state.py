@@ -16,7 +16,7 @@ from core.errors import JudgeOutputError, ProviderError
 from judge.cache import JudgeCache
 from judge.calls import Caller, CallSpec
 from judge.config import JudgeConfig
-from judge.fake import FakeCall, FakeProvider, defects
+from judge.providers.fake import FakeCall, FakeProvider, defects
 from judge.retry import CircuitBreaker
 from judge.stats import EngineStats
 from judge.verdicts import DefectJudgement

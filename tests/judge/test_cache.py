@@ -15,7 +15,7 @@ import diskcache
 from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.types import GradeRequest
 from judge.verdicts import DefectJudgement, coverage_model
 from rubrics.loader import load_library

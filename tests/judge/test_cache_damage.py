@@ -20,10 +20,10 @@ import pytest
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import run_cli
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeRequest
+from standins.openai_server import OpenAIStandIn
+from standins.processes import run_cli
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
 

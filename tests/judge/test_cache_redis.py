@@ -26,13 +26,13 @@ import pytest
 import redis
 
 from core.errors import ConfigError
+from core.processes import free_port
 from judge.cache import JudgeCache, RedisCache, open_cache, redact_url
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.testing.processes import free_port
-from judge.testing.redis_server import RedisServer
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeRequest
+from standins.redis_server import RedisServer
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
 
@@ -436,7 +436,7 @@ def test_close_from_another_thread_closes_a_running_loops_connections(url: str) 
 def test_the_launcher_runs_a_server_in_the_foreground_until_sigterm() -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "judge.testing.redis_server", "--port", str(port)],
+        [sys.executable, "-m", "standins.redis_server", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import redis
 
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import free_port, run_cli
+from core.processes import free_port
+from standins.openai_server import OpenAIStandIn
+from standins.processes import run_cli
 
 ITEMS = [
     {

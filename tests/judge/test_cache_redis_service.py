@@ -17,10 +17,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from core.processes import free_port
 from judge.cache import RedisCache
 from judge.config import JudgeConfig, Settings
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import free_port
+from standins.openai_server import OpenAIStandIn
 
 ITEM = {
     "id": "levin-1",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.testing.processes import cli_env, run_python
+from standins.processes import cli_env, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

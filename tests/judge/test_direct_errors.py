@@ -21,10 +21,11 @@ import pytest
 
 from core.errors import ConfigError, JudgeOutputError, ProviderError
 from judge.config import JudgeConfig
-from judge.direct import DirectProvider, preflight_direct
-from judge.provider import LiteLLMProvider, preflight
-from judge.testing import FaultPlan, OpenAIStandIn
+from judge.providers.direct import DirectProvider, preflight_direct
+from judge.providers.litellm import LiteLLMProvider
+from judge.providers.routing import preflight
 from judge.verdicts import coverage_model
+from standins import FaultPlan, OpenAIStandIn
 
 litellm.suppress_debug_info = True
 MESSAGES = [{"role": "user", "content": "Judge."}]

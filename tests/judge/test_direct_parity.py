@@ -33,14 +33,14 @@ import pytest
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.testing import OpenAIStandIn, Reply, ToolCall, find_embedded_schema
-from judge.testing.faults import (
+from judge.types import GradeRequest, GradeResult
+from standins import OpenAIStandIn, Reply, ToolCall, find_embedded_schema
+from standins.faults import (
     default_workload,
     item_of_text,
     load_workload,
     task_of_request,
 )
-from judge.types import GradeRequest, GradeResult
 
 litellm.suppress_debug_info = True
 EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"

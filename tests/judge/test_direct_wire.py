@@ -29,12 +29,14 @@ from pydantic import BaseModel, ValidationInfo, field_validator
 
 from core.errors import JudgeOutputError, ProviderError
 from judge.config import JudgeConfig
-from judge.direct import DirectProvider, RoutingProvider, transport_for
 from judge.mcq.llm import reading_model
-from judge.provider import Completion, LiteLLMProvider
-from judge.testing import OPENAI_CHAT_PARAMS, OpenAIStandIn, Reply, ToolCall
+from judge.providers.base import Completion
+from judge.providers.direct import DirectProvider
+from judge.providers.litellm import LiteLLMProvider
+from judge.providers.routing import RoutingProvider, transport_for
+from judge.providers.wire import as_rendered, json_instruction, tool_function
 from judge.verdicts import BonusPointsExtraction, DefectJudgement, coverage_model
-from judge.wire import as_rendered, json_instruction, tool_function
+from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, Reply, ToolCall
 
 litellm.suppress_debug_info = True
 

@@ -17,9 +17,9 @@ import pytest
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.provider import LiteLLMProvider
-from judge.testing.openai_server import FaultPlan, OpenAIStandIn
+from judge.providers.litellm import LiteLLMProvider
 from judge.types import GradeRequest
+from standins.openai_server import FaultPlan, OpenAIStandIn
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"
 

@@ -17,8 +17,8 @@ from core.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from judge.provider import Completion
+from judge.providers.base import Completion
+from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
 from judge.types import ExtractRequest, GradeRequest
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))

@@ -12,7 +12,7 @@ from core.errors import ConfigError, JudgeOutputError
 from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, covering
+from judge.providers.fake import FakeCall, FakeProvider, covering
 from judge.types import GradeRequest
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))

@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from judge import matcher_lexicon
+from judge.matcher import lexicon as matcher_lexicon
 from judge.matcher import EmbeddedMatcher, MatchInput, get_matcher
-from judge.matcher_lexicon import Lexicon
+from judge.matcher.lexicon import Lexicon
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.errors import ConfigError
-from judge.matcher_encoder import (
+from judge.matcher.encoder import (
     MultilingualEncoder,
     get_multilingual_encoder,
     multilingual_available,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from judge.matcher_lexicon import (
+from judge.matcher.lexicon import (
     LEXICON_VERSION,
     align_chinese,
     base_forms,
@@ -20,8 +20,8 @@ from judge.matcher_lexicon import (
     opposed,
     related,
 )
-from judge.matcher_polarity import polarity_flip
-from judge.matcher_text import fuzzy_recall, split_sentences, synonym_recall
+from judge.matcher.polarity import polarity_flip
+from judge.matcher.text import fuzzy_recall, split_sentences, synonym_recall
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_a_synonym_of_two_point_words_goes_to_the_first_in_every_process() -> No
     # 一世 is a Cilin synonym of both 一生 and 一代: the point's first word claims it, whatever
     # the hash seed (a set of the point's words once decided, differently per process).
     script = (
-        "from judge.matcher_lexicon import align_chinese as a; "
+        "from judge.matcher.lexicon import align_chinese as a; "
         "print(a('他一生都记得那一代人', '他一世不忘'), a('一点一对', '一些'))"
     )
     outputs = {
@@ -146,7 +146,7 @@ def test_the_shipped_tables_load_with_their_provenance() -> None:
 def test_a_table_of_another_version_is_refused_with_the_rebuild_command(tmp_path: Path) -> None:
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps({"version": "old", "groups": {}, "antonyms": {}, "forms": {}}))
-    with pytest.raises(ConfigError, match=r"python -m calibration\.build_lexicon"):
+    with pytest.raises(ConfigError, match=r"python -m calibration\.fit\.lexicon"):
         load_lexicon(stale)
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"version": LEXICON_VERSION, "groups": {"a": 3}}))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from judge.matcher_polarity import negated_words, negation_count, polarity_flip
-from judge.matcher_text import neutralise_names, split_clauses
+from judge.matcher.polarity import negated_words, negation_count, polarity_flip
+from judge.matcher.text import neutralise_names, split_clauses
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_neutralise_names_needs_a_pronoun_to_stand_for_the_name() -> None:
 
 def test_response_polarity_reads_the_clause_that_states_the_point() -> None:
     from judge.matcher import response_polarity
-    from judge.matcher_text import split_sentences
+    from judge.matcher.text import split_sentences
 
     # The "not" belongs to another clause: no flip.
     cue = response_polarity(

@@ -36,7 +36,7 @@ from litellm.exceptions import (
 from pydantic import BaseModel, Field
 
 from core.errors import ConfigError
-from judge.testing import (
+from standins import (
     FAULT_KINDS,
     OPENAI_CHAT_PARAMS,
     FaultKind,
@@ -637,7 +637,7 @@ def test_every_fault_kind_is_counted() -> None:
 def test_cli_prints_its_url_and_stops_on_sigint() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "judge.testing.openai_server", "--port", "0", "--fault", "empty=1"],
+        [sys.executable, "-m", "standins.openai_server", "--port", "0", "--fault", "empty=1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -665,7 +665,7 @@ def test_cli_prints_its_url_and_stops_on_sigint() -> None:
 def test_cli_lenient_accepts_unknown_fields() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "judge.testing.openai_server", "--port", "0", "--lenient"],
+        [sys.executable, "-m", "standins.openai_server", "--port", "0", "--lenient"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -692,7 +692,7 @@ def test_cli_rejects_bad_options() -> None:
         (["--fault", "boom=0.1"], "unknown kind"),
     ]:
         done = subprocess.run(
-            [sys.executable, "-m", "judge.testing.openai_server", "--port", "0", *args],
+            [sys.executable, "-m", "standins.openai_server", "--port", "0", *args],
             capture_output=True,
             text=True,
             env=env,
@@ -703,14 +703,14 @@ def test_cli_rejects_bad_options() -> None:
 
 
 def test_public_names_are_sorted_and_resolve() -> None:
-    import judge.testing
+    import standins
 
     def isort_style(name: str) -> tuple[int, str]:
         # ruff's RUF022 order: CONSTANTS, then Classes, then functions, each alphabetical.
         kind = 0 if name.isupper() else 1 if name[0].isupper() else 2
         return kind, name
 
-    assert judge.testing.__all__ == sorted(judge.testing.__all__, key=isort_style)
-    for name in judge.testing.__all__:
-        value = getattr(judge.testing, name)
-        assert not isinstance(value, type(judge.testing)), name  # a name, not a submodule
+    assert standins.__all__ == sorted(standins.__all__, key=isort_style)
+    for name in standins.__all__:
+        value = getattr(standins, name)
+        assert not isinstance(value, type(standins)), name  # a name, not a submodule

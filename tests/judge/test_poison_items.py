@@ -15,7 +15,6 @@ from core.jsonl import BadLine, parse_line
 from judge.io import read_items
 from judge.mcq.runner import read_items as read_mcq_items
 from judge.mcq.types import McqItem
-from judge.testing.processes import run_cli
 from judge.types import (
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
@@ -23,6 +22,7 @@ from judge.types import (
     GradeRequest,
     check_json_value,
 )
+from standins.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MCQ_EXAMPLES = ROOT / "judge" / "data" / "mcq_example_tombench.jsonl"

@@ -17,8 +17,8 @@ import openai
 import pytest
 from litellm import exceptions as lx
 
-from judge.direct import error_for_answer
-from judge.provider import map_provider_exception, retry_after_seconds
+from judge.providers.base import map_provider_exception, retry_after_seconds
+from judge.providers.direct import error_for_answer
 
 REQUEST = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
 KW: dict[str, str] = {"model": "openai/gpt-4o-mini", "llm_provider": "openai"}
@@ -158,7 +158,8 @@ def test_the_message_is_bounded() -> None:
     assert len(str(error)) < 600
 
 
-# -- the direct transport: HTTP answers (judge.direct.error_for_answer) --------------------------
+# -- the direct transport: HTTP answers (judge.providers.direct.error_for_answer)
+# --------------------------
 # The same table over what the direct transport sees: a status, OpenAI's error body and the
 # Retry-After header. Each row's expectation is its litellm row's above (tests/judge/
 # test_direct_errors.py checks the pairs over HTTP against the stand-in).

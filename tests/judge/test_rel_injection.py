@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, covering, defects
-from judge.testing.faults import Injection, injection_corpus, task_of_call
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.types import GradeRequest
 from rubrics.loader import fence_tag, load_library
 from rubrics.schema import TASK_VARIABLES
+from standins.faults import Injection, injection_corpus, task_of_call
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -228,7 +228,7 @@ def test_embedded_matcher_does_not_cover_points_for_injections() -> None:
 
     try:
         matcher = get_matcher()
-    except ConfigError as exc:  # the parameter file is fitted by calibration.fit_matcher
+    except ConfigError as exc:  # the parameter file is fitted by calibration.fit.matcher
         pytest.skip(f"embedded matcher unavailable: {exc}")
     inputs, names = [], []
     for injection in CORPUS:

@@ -259,7 +259,7 @@ def test_cli_reports_bad_lines_with_numbers_and_grades_the_rest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from cli.main import main
-    from judge.testing.openai_server import OpenAIStandIn
+    from standins.openai_server import OpenAIStandIn
 
     good = {"question": "Why?", "answer": "Out of pride.", "response": "Pride.",
             "bonus_points": ["pride"]}  # fmt: skip

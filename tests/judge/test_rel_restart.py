@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from judge.cache import JudgeCache
-from judge.testing.faults import item_of_text, tag_response
-from judge.testing.openai_server import OpenAIStandIn
 from judge.types import GradeResult
+from standins.faults import item_of_text, tag_response
+from standins.openai_server import OpenAIStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 N_ITEMS = 80
@@ -131,7 +131,7 @@ import json, os, random, sys, asyncio
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeProvider, covering, defects
+from judge.providers.fake import FakeProvider, covering, defects
 from judge.types import GradeRequest
 
 folder, tag, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])

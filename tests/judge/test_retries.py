@@ -23,8 +23,8 @@ from judge.cache import JudgeCache
 from judge.calls import Caller, CallSpec
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from judge.provider import Completion
+from judge.providers.base import Completion
+from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.types import GradeRequest

@@ -38,10 +38,10 @@ from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.types import McqItem
-from judge.provider import LiteLLMProvider
-from judge.testing import OPENAI_CHAT_PARAMS, OpenAIStandIn, find_embedded_schema
+from judge.providers.litellm import LiteLLMProvider
 from judge.types import GradeRequest
 from judge.verdicts import coverage_model
+from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, find_embedded_schema
 
 litellm.suppress_debug_info = True
 EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"

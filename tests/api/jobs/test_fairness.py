@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from api.jobs import JobItem, JobStore
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 from judge.types import GradeRequest
 
 KEY_A = "key-a-0123456789"

@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from api.jobs import JobItem, JobStore
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Completion, Provider
+from judge.providers.base import Completion, Provider
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeRequest
 from judge.verdicts import DefectJudgement
 

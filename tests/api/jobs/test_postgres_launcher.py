@@ -1,4 +1,4 @@
-"""The PostgreSQL the job-store tests and the cluster demo run (judge/testing/postgres_server.py):
+"""The PostgreSQL the job-store tests and the cluster demo run (standins/postgres_server.py):
 foreground mode until SIGTERM, a kept cluster reused, and a clear error when it cannot start."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from judge.testing.postgres_server import postgres_server
-from judge.testing.processes import free_port
+from core.processes import free_port
+from standins.postgres_server import postgres_server
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,7 +33,7 @@ def folder() -> Iterator[Path]:
 
 def serve(port: int, data: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "judge.testing.postgres_server", "--port", str(port),
+        [sys.executable, "-m", "standins.postgres_server", "--port", str(port),
          "--data", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )

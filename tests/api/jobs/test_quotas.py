@@ -22,8 +22,8 @@ from pydantic import BaseModel
 
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.provider import Completion
+from judge.providers.base import Completion
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
 
 KEY_A = "key-a-0123456789"

@@ -11,8 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 from api.client import JudgeClient
-from judge.testing.openai_server import OpenAIStandIn
-from judge.testing.processes import ServiceProcess
+from standins.openai_server import OpenAIStandIn
+from standins.processes import ServiceProcess
 
 LEASE_SECONDS = 3
 

@@ -23,6 +23,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 import api.jobs.worker
 from api.jobs import JobStore
+from api.jobs.schema import GRADE
+from api.services import grade_jobs
 from judge.engine import Grader
 
 
@@ -88,18 +90,19 @@ def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> No
         real_release = JobStore.release
         monkeypatch.setattr(JobStore, "release", lambda self, job_id, token: (_ for _ in ()).throw(
             disk_full()))
-        monkeypatch.setattr(manager, "_grade_job", _fail_store)
+        manager.register(GRADE, _fail_store, yields=True)
         job = client.post("/v1/jobs", json={"items": [item(1)]}).json()
         time.sleep(0.3)
         row = manager.store.get(job["id"])
         assert row["status"] in ("queued", "running") and row["lease_owner"] == manager.token
         monkeypatch.setattr(JobStore, "release", real_release)
-        monkeypatch.undo()  # the store and the runner work again
+        monkeypatch.undo()  # the store works again
+        manager.register(GRADE, grade_jobs.grade_job, yields=True)  # and the runner
         status = wait_status(client, job["id"], "done", timeout=30)
     assert status["scored"] == 1
 
 
-async def _fail_store(job_id: str, row: Any) -> None:
+async def _fail_store(manager: Any, job_id: str, row: Any) -> None:
     raise disk_full()
 
 

@@ -7,10 +7,10 @@ import pytest
 from core.errors import JudgeOutputError
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.fake import FakeProvider
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import score_items
 from judge.mcq.types import McqItem
+from judge.providers.fake import FakeProvider
 
 ITEM = McqItem(
     id="1",

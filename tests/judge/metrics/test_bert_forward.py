@@ -21,7 +21,7 @@ import pytest
 from judge.metrics import bert_forward, get_encoder, resolve_encoder
 from judge.metrics.bert_forward import BertFolder, inspect_folder, unsupported_reason
 from judge.metrics.encoders import BERT_LAYERS
-from judge.testing.processes import run_python
+from standins.processes import run_python
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -415,7 +415,8 @@ def test_default_warm_up_imports_neither_transformers_nor_bert_score() -> None:
         import sys
         from judge.config import JudgeConfig
         from judge.matcher import MatchInput, get_matcher
-        from judge.metrics import bertscore, get_encoder, warm_up
+        from judge.metrics import bertscore, get_encoder
+        from judge.loading import warm_up
 
         warm_up(JudgeConfig(model="embedded-matcher"))  # the service's default configuration
         item = MatchInput("Why?", "He was hurt.", ["He felt hurt"], "He felt hurt.", "en")

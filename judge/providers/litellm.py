@@ -1,0 +1,310 @@
+"""The litellm transport: any litellm model through instructor (structured output, re-asks).
+
+What reaches the wire is pinned by ``tests/judge/test_wire_contract.py`` (see
+:mod:`judge.providers.base`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, cast
+
+from pydantic import BaseModel
+
+from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from judge.config import JudgeConfig
+from judge.providers.base import (
+    Completion,
+    _is_transport_error,
+    failure_reason_of,
+    map_provider_exception,
+)
+
+_MODES = {
+    "tools": "TOOLS",
+    "json_schema": "JSON_SCHEMA",
+    "json": "JSON",
+    "md_json": "MD_JSON",
+    # llama.cpp: instructor's JSON mode, with the schema added to response_format (see below).
+    "json_object_schema": "JSON",
+}
+
+
+
+def _literal_for_jinja(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Messages that instructor's templating renders back to exactly themselves.
+
+    Given a validation context, instructor renders every message as a Jinja template with that
+    context. The messages hold the graded response and the story, untrusted text: a response
+    with ``{{ 7*7 }}`` reached the judge as ``49``, and an unbalanced ``{%`` failed the call as a
+    retryable provider error. Every ``{`` becomes the expression ``{{ '{' }}``, which renders
+    to ``{``; with no ``{`` left in the text, nothing else in it can open a tag.
+    """
+    return [
+        {**message, "content": message["content"].replace("{", "{{ '{' }}")}
+        if isinstance(message.get("content"), str)
+        else message
+        for message in messages
+    ]
+
+
+
+def _message_of(completion: Any) -> Any:
+    try:
+        return completion.choices[0].message
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def _raw_text(completion: Any) -> str | None:
+    message = _message_of(completion)
+    if message is None:
+        return None
+    tool_calls = getattr(message, "tool_calls", None)
+    if tool_calls:
+        try:
+            return str(tool_calls[0].function.arguments)
+        except (AttributeError, IndexError):
+            pass
+    content = getattr(message, "content", None)
+    return content if isinstance(content, str) else None
+
+
+def _finish_reason(completion: Any) -> str | None:
+    try:
+        return str(completion.choices[0].finish_reason)
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def output_failure_reason(completion: Any) -> UnscoredReason:
+    """Classify why a judge's answer was unusable, from its last raw completion."""
+    if completion is None:
+        return "parse_failure"
+    return failure_reason_of(
+        refused=bool(_refusal(completion)),
+        finish_reason=_finish_reason(completion),
+        raw=_raw_text(completion),
+    )
+
+
+
+def _refusal(completion: Any) -> str | None:
+    """The refusal text of a completion, if the judge refused.
+
+    litellm's ``Message`` has no ``refusal`` attribute: it keeps OpenAI's refusal in
+    ``provider_specific_fields``.
+    """
+    message = _message_of(completion)
+    if message is None:
+        return None
+    refusal = getattr(message, "refusal", None)
+    if not refusal:
+        fields = getattr(message, "provider_specific_fields", None) or {}
+        refusal = fields.get("refusal") if isinstance(fields, dict) else None
+    return str(refusal) if refusal else None
+
+
+def _usage(completion: Any) -> tuple[int | None, int | None]:
+    usage = getattr(completion, "usage", None)
+    if usage is None:
+        return None, None
+    return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+
+
+@functools.lru_cache(maxsize=256)
+def _instructor_model(response_model: type[BaseModel]) -> type[BaseModel]:
+    """The response model wrapped once as instructor's ``OpenAISchema`` subclass.
+
+    instructor wraps a plain model in a new subclass on every call, which defeats its own
+    ``lru_cache`` of the tool schema: each call regenerated the JSON schema and built a class
+    (~3 ms of CPU per judge call, a quarter of the client stack's cost). instructor uses a
+    model that already is an ``OpenAISchema`` as given, so wrapping once here keeps the class,
+    and with it the schema cache entry, the same across calls. The wrapper subclasses
+    ``response_model``, so the parsed output is still an instance of it.
+    """
+    import instructor
+
+    return cast(type[BaseModel], instructor.openai_schema(response_model))
+
+
+def _cost(completion: Any) -> float | None:
+    # litellm already priced the response when it knows the model; pricing it again costs ~2 ms
+    # per call, and for an unknown model it only raises.
+    hidden = getattr(completion, "_hidden_params", None) or {}
+    if isinstance(hidden, dict) and "response_cost" in hidden:
+        value = hidden.get("response_cost")
+        return float(value) if value else None
+    import litellm
+
+    try:
+        value = litellm.completion_cost(completion_response=completion)
+    except Exception:  # unknown model price: cost is simply not known
+        return None
+    return float(value) if value else None
+
+
+class LiteLLMProvider:
+    """Any litellm model, with structured output through instructor.
+
+    litellm's own retries are off (``num_retries=0``): retries belong to ``judge.calls.Caller``,
+    which applies backoff with jitter, ``Retry-After`` and a per-run budget.
+
+    Args:
+        extra_params: Extra keywords for ``litellm.acompletion``. litellm sends the ones it does
+            not consume in the request body, so they must be fields the provider documents
+            (OpenAI answers any other with HTTP 400).
+    """
+
+    def __init__(self, *, extra_params: dict[str, Any] | None = None) -> None:
+        self.extra_params = extra_params or {}
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, mode: str) -> Any:
+        if mode not in self._clients:
+            import instructor
+            import litellm
+
+            litellm.suppress_debug_info = True
+            self._clients[mode] = instructor.from_litellm(
+                litellm.acompletion, mode=getattr(instructor.Mode, _MODES[mode])
+            )
+        return self._clients[mode]
+
+    def _params(self, config: JudgeConfig) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": config.model,
+            "timeout": config.timeout,
+            "num_retries": 0,
+            **config.sampling(),
+            **self.extra_params,
+        }
+        if config.api_base:
+            params["api_base"] = config.api_base
+        if config.api_key is not None:
+            params["api_key"] = config.api_key.get_secret_value()
+        elif config.api_base and config.model.startswith(("openai/", "hosted_vllm/")):
+            # OpenAI-compatible local servers ignore the key but the client insists on one.
+            params["api_key"] = os.environ.get("OPENAI_API_KEY", "sk-no-key")
+        return params
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        response_model: type[BaseModel] | None,
+        config: JudgeConfig,
+        *,
+        validation_context: dict[str, Any] | None = None,
+    ) -> Completion:
+        """Send one judge call; see ``Provider.complete``."""
+        if response_model is None:
+            return await self._complete_text(messages, config)
+        from instructor.core import IncompleteOutputException, InstructorRetryException
+        from instructor.core.hooks import Hooks
+
+        # instructor reports its attempt count only when it gives up; count the requests it
+        # sends (per call, so concurrent calls do not mix), so that a re-ask that then succeeds
+        # shows in ``attempts`` too.
+        sent = 0
+
+        def count_attempt(*args: Any, **kwargs: Any) -> None:
+            nonlocal sent
+            sent += 1
+
+        hooks = Hooks()
+        hooks.on("completion:kwargs", count_attempt)
+        params = self._params(config)
+        if config.mode == "json_object_schema":
+            # The OpenAI client merges extra_body over the body instructor built, so the server
+            # sees the schema and constrains decoding with a grammar. The top-level fields stay
+            # documented ones; the nested ``response_format.schema`` is llama.cpp's dialect, which
+            # OpenAI does not document: this mode is for lenient local servers only.
+            params["extra_body"] = {
+                "response_format": {
+                    "type": "json_object",
+                    "schema": response_model.model_json_schema(),
+                }
+            }
+        try:
+            output, raw = await self._client(config.mode).chat.completions.create_with_completion(
+                messages=_literal_for_jinja(messages) if validation_context else messages,
+                response_model=_instructor_model(response_model),
+                max_retries=config.reasks,
+                # ``context=`` is instructor's parameter for the validators' context. The old
+                # ``validation_context=`` is no parameter of instructor 1.17's
+                # ``create_with_completion``: it fell into ``**kwargs``, litellm sent it in the
+                # request body, OpenAI rejected every call with HTTP 400, and the validators
+                # never saw it.
+                context=validation_context,
+                hooks=hooks,
+                **params,
+            )
+        except IncompleteOutputException as exc:
+            raise JudgeOutputError(
+                "the judge's output was cut off (finish_reason=length)",
+                reason="truncated_output",
+                raw=_raw_text(getattr(exc, "last_completion", None)),
+                # A cut-off re-ask still cost the requests before it.
+                attempts=max(1, sent),
+            ) from exc
+        except InstructorRetryException as exc:
+            cause = exc.__cause__
+            if cause is not None and _is_transport_error(cause):
+                # instructor wraps transport/HTTP errors too (with the litellm exception as the
+                # cause); those are provider failures, retried by the engine.
+                error = map_provider_exception(cause)
+                error.attempts = max(1, sent)
+                raise error from exc
+            last = getattr(exc, "last_completion", None)
+            raise JudgeOutputError(
+                f"no valid answer after {exc.n_attempts} attempt(s): {str(exc)[:300]}",
+                reason=output_failure_reason(last),
+                raw=_raw_text(last),
+                attempts=int(exc.n_attempts or 1),
+            ) from exc
+        except (JudgeOutputError, ProviderError):
+            raise
+        except Exception as exc:
+            raise map_provider_exception(exc) from exc
+        prompt, completion_tokens = _usage(raw)
+        return Completion(
+            output=output,
+            raw_text=_raw_text(raw),
+            prompt_tokens=prompt,
+            completion_tokens=completion_tokens,
+            cost_usd=_cost(raw),
+            attempts=max(1, sent),
+        )
+
+    async def _complete_text(
+        self, messages: list[dict[str, str]], config: JudgeConfig
+    ) -> Completion:
+        import litellm
+
+        try:
+            raw = await litellm.acompletion(messages=messages, **self._params(config))
+        except Exception as exc:
+            raise map_provider_exception(exc) from exc
+        refusal = _refusal(raw)
+        if refusal:
+            raise JudgeOutputError("the judge refused", reason="refusal", raw=refusal)
+        if _finish_reason(raw) == "length":
+            raise JudgeOutputError(
+                "the judge's output was cut off (finish_reason=length)",
+                reason="truncated_output",
+                raw=_raw_text(raw),
+            )
+        text = _raw_text(raw)
+        if text is None or not text.strip():
+            raise JudgeOutputError("the judge returned no text", reason="empty_output")
+        prompt, completion_tokens = _usage(raw)
+        return Completion(
+            output=text,
+            raw_text=text,
+            prompt_tokens=prompt,
+            completion_tokens=completion_tokens,
+            cost_usd=_cost(raw),
+        )
+
+

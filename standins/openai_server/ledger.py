@@ -1,0 +1,156 @@
+"""The stand-in's books: counters, the request record and rejection messages, thread-safe.
+
+Requests are answered on the server's event loop while tests read the books from their own
+thread, so every read and write holds one lock, and :meth:`Ledger.stats` is a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from standins.openai_server.plan import FAULT_KINDS
+
+
+@dataclass(frozen=True)
+class StandInStats:
+    """A consistent snapshot of the server's counters.
+
+    Attributes:
+        requests: Chat-completion requests received (including rejected and faulted ones).
+        in_flight: Requests being handled at the time of the snapshot.
+        max_in_flight: The most requests handled at once since start (or the last reset).
+        outcomes: Requests by outcome: ``ok``, each :data:`FaultKind`, ``bad_request`` (a body
+            the server rejected with 400: not JSON, malformed, or, when strict, carrying an
+            undocumented field) and ``handler_error`` (the handler raised or ran out).
+        prompt_tokens: Sum of ``usage.prompt_tokens`` sent.
+        completion_tokens: Sum of ``usage.completion_tokens`` sent.
+    """
+
+    requests: int
+    in_flight: int
+    max_in_flight: int
+    outcomes: dict[str, int]
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def ok(self) -> int:
+        """Requests answered normally."""
+        return self.outcomes.get("ok", 0)
+
+    @property
+    def faults(self) -> int:
+        """Requests that got an injected fault."""
+        return sum(count for kind, count in self.outcomes.items() if kind in FAULT_KINDS)
+
+
+class Ledger:
+    """What the stand-in counts and records, for :class:`OpenAIStandIn`'s public accessors.
+
+    Args:
+        record_requests: How many of the latest request bodies to keep (0: none).
+    """
+
+    def __init__(self, record_requests: int) -> None:
+        self._lock = threading.Lock()
+        self._recorded: deque[dict[str, Any]] = deque(maxlen=record_requests or None)
+        self._record = record_requests > 0
+        self._handler_errors: list[str] = []
+        self._rejections: list[str] = []
+        self._reset_counters()
+
+    def _reset_counters(self) -> None:
+        self._requests = 0
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._outcomes: dict[str, int] = {}
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+
+    def stats(self) -> StandInStats:
+        """A consistent snapshot of the counters."""
+        with self._lock:
+            return StandInStats(
+                requests=self._requests,
+                in_flight=self._in_flight,
+                max_in_flight=self._max_in_flight,
+                outcomes=dict(self._outcomes),
+                prompt_tokens=self._prompt_tokens,
+                completion_tokens=self._completion_tokens,
+            )
+
+    def reset_stats(self) -> None:
+        """Zero the counters (requests in flight stay counted as in flight)."""
+        with self._lock:
+            in_flight = self._in_flight
+            self._reset_counters()
+            self._in_flight = in_flight
+            self._max_in_flight = in_flight
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The recorded request bodies, oldest first (a copy)."""
+        with self._lock:
+            return list(self._recorded)
+
+    def clear_requests(self) -> None:
+        """Forget the recorded request bodies and the rejection messages."""
+        with self._lock:
+            self._recorded.clear()
+            self._rejections.clear()
+
+    def rejections(self) -> list[str]:
+        """The messages of the HTTP 400 answers, oldest first (a copy)."""
+        with self._lock:
+            return list(self._rejections)
+
+    def handler_errors(self) -> list[str]:
+        """Messages of the exceptions the handler raised, oldest first (a copy)."""
+        with self._lock:
+            return list(self._handler_errors)
+
+    @contextmanager
+    def handling(self) -> Iterator[None]:
+        """Count one chat-completion request, in flight for as long as the block runs."""
+        with self._lock:
+            self._requests += 1
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def record(self, body: Any) -> None:
+        """Keep a request body (when recording, and when it is a JSON object)."""
+        if self._record and isinstance(body, dict):
+            with self._lock:
+                self._recorded.append(body)
+
+    def count(self, outcome: str) -> None:
+        """Count one request's outcome (``ok``, a fault kind, ``bad_request``...)."""
+        with self._lock:
+            self._outcomes[outcome] = self._outcomes.get(outcome, 0) + 1
+
+    def reject(self, message: str) -> None:
+        """Note an HTTP 400 answer and its message."""
+        with self._lock:
+            self._rejections.append(message)
+        self.count("bad_request")
+
+    def handler_failed(self, message: str) -> None:
+        """Note an exception the handler raised (the request got a 500)."""
+        with self._lock:
+            self._handler_errors.append(message)
+        self.count("handler_error")
+
+    def add_tokens(self, prompt: int, completion: int) -> None:
+        """Add one answer's ``usage`` to the token totals."""
+        with self._lock:
+            self._prompt_tokens += prompt
+            self._completion_tokens += completion
