@@ -526,7 +526,7 @@ class SharedMatcher:
         from judge.matcher import PointMatch
 
         store = self._cache if config.cache and self._cache is not None else None
-        key = matcher_key(item) if store is not None else ""
+        key = matcher_key(dataclasses.asdict(item)) if store is not None else ""
         if store is not None:
             hit = await store.aget(key)
             if isinstance(hit, list):

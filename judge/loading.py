@@ -9,7 +9,8 @@ one thread at a time.
 from __future__ import annotations
 
 from judge.config import JudgeConfig
-from judge.metrics.encoders import get_encoder, import_serialized, resolve_encoder, warm_rouge
+from judge.metrics.encoders import get_encoder, import_serialized, resolve_encoder
+from judge.metrics.rouge import warm_rouge
 
 __all__ = ["check_loadable", "needs_encoder", "warm_up"]
 

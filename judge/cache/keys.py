@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from judge.config import CACHE_FORMAT_VERSION
 from judge.identity import matcher_identity
-
-if TYPE_CHECKING:
-    from judge.matcher import MatchInput
 
 
 def stable_hash(payload: Any) -> str:
@@ -86,24 +84,19 @@ def metric_key(metric: str, params: dict[str, Any], response: str, reference: st
 
 
 
-def matcher_key(item: MatchInput) -> str:
+def matcher_key(item: Mapping[str, Any]) -> str:
     """The cache key of the embedded matcher's verdicts on one input.
 
     It covers the matcher's identity (version and digest of its parameters, lexicons and
-    encoders) and every field of the input (question, reference, points, response, language),
-    so a new matcher or an edited point never reads an old verdict.
+    encoders) and every field of the input (``judge.matcher.MatchInput`` as a mapping: question,
+    reference, points, response, language), so a new matcher or an edited point never reads an
+    old verdict. A mapping, not the dataclass, so the cache never imports the matcher.
     """
     return stable_hash(
         {
             "kind": "matcher",
             "format": CACHE_FORMAT_VERSION,
             "judge": dict(matcher_identity()),
-            "input": {
-                "question": item.question,
-                "reference": item.reference,
-                "points": list(item.points),
-                "response": item.response,
-                "language": item.language,
-            },
+            "input": dict(item),
         }
     )

