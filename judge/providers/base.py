@@ -19,7 +19,7 @@ instructor adds: ``tools``/``tool_choice`` or ``response_format``), options lite
 consumes (``api_base``, ``api_key``, ``timeout``, ``num_retries``, ``extra_body``), and the
 caller's ``extra_params``. instructor's own options (``context``, ``max_retries``, ``hooks``) are
 named parameters of ``create_with_completion``, which consumes them. The wire contract is pinned
-by ``tests/judge/test_wire_contract.py`` against the strict ``standins.OpenAIStandIn``.
+by ``tests/judge/providers/test_wire_contract.py`` against the strict ``standins.OpenAIStandIn``.
 """
 
 from __future__ import annotations

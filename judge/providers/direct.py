@@ -17,8 +17,8 @@ alike (``judge.providers.wire`` holds that wire format): the same tool definitio
 ``generate_openai_schema``) or ``response_format``, the same system text and merged messages of the
 JSON modes, the same sampling fields, the same re-ask messages (instructor's ``reask_tools`` and
 ``reask_md_json``) up to ``config.reasks``, with pydantic's own error text.
-``tests/judge/test_direct_wire.py`` pins the bodies against the litellm path's on the strict
-stand-in. Replies are read as instructor and ``LiteLLMProvider`` read them: ``finish_reason:
+``tests/judge/providers/test_direct_wire.py`` pins the bodies against the litellm path's on the
+strict stand-in. Replies are read as instructor and ``LiteLLMProvider`` read them: ``finish_reason:
 "length"`` ends the call ``truncated_output`` at once; a missing tool call, an empty or refused
 answer is re-asked like a parse failure and classified from the last reply (``refusal``,
 ``empty_output``, ``validation_failure``); HTTP failures become the ``ProviderError`` that

@@ -1,6 +1,6 @@
 """The litellm transport: any litellm model through instructor (structured output, re-asks).
 
-What reaches the wire is pinned by ``tests/judge/test_wire_contract.py`` (see
+What reaches the wire is pinned by ``tests/judge/providers/test_wire_contract.py`` (see
 :mod:`judge.providers.base`).
 """
 

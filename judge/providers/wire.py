@@ -6,8 +6,9 @@ litellm) sends, field for field; this module holds that knowledge, free of any t
 request's fixed part for a structured-output mode (``request_plan``, serialised once per model,
 schema, mode and sampling), the messages as instructor prepares them (its JSON-mode instruction,
 merged turns, the effect of its Jinja rendering), and a reply read as instructor's handler for the
-mode reads it, with the re-ask turns it appends after a failure. ``tests/judge/test_direct_wire.py``
-pins the bodies against the litellm path's on the strict stand-in.
+mode reads it, with the re-ask turns it appends after a failure.
+``tests/judge/providers/test_direct_wire.py`` pins the bodies against the litellm path's on the
+strict stand-in.
 """
 
 from __future__ import annotations

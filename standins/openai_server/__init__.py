@@ -68,7 +68,7 @@ deterministic estimate (``max(words, chars / 4)`` per text, CJK-aware via :mod:`
 
 How the client stack reacts
 ---------------------------
-Observed with litellm 1.106.2, instructor 1.17.0, openai 2.54 (``tests/judge/
+Observed with litellm 1.106.2, instructor 1.17.0, openai 2.54 (``tests/standins/
 test_openai_standin.py`` pins the modes, exceptions, re-asks, refusal and usage lines; the
 litellm-retry and cost lines were checked by hand), calling
 ``instructor.from_litellm(litellm.acompletion, mode=...)`` and

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import httpx
@@ -68,10 +70,8 @@ ROWS: list[Row] = [
     ("litellm 429, no Retry-After", lambda: lx.RateLimitError("busy", **KW),
      "rate_limited", True, 429, None),
     (
-        "litellm 429, a Retry-After that is not a number (an HTTP date)",
-        lambda: with_litellm_headers(
-            lx.RateLimitError("busy", **KW), {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}
-        ),
+        "litellm 429, a Retry-After that is neither a number nor an HTTP date",
+        lambda: with_litellm_headers(lx.RateLimitError("busy", **KW), {"retry-after": "soon"}),
         "rate_limited", True, 429, None,
     ),
     (
@@ -230,7 +230,16 @@ def test_direct_answer_mapping(
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("7", 7.0), ("1.5", 1.5), ("-5", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", None), (None, None)],
+    [("7", 7.0), ("1.5", 1.5), ("-5", 0.0), ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("soon", None),
+     (None, None)],
 )
 def test_retry_after_header(value: str | None, seconds: float | None) -> None:
     assert retry_after_seconds(value) == seconds
+
+
+def test_retry_after_http_date_is_the_wait_until_then() -> None:
+    """The engine reads the header's date form as the client does (one parser, core.retry)."""
+    when = datetime.now(UTC) + timedelta(seconds=90)
+    seconds = retry_after_seconds(format_datetime(when, usegmt=True))
+    assert seconds is not None
+    assert 80.0 <= seconds <= 90.0

@@ -21,7 +21,7 @@ from judge.providers.litellm import LiteLLMProvider
 from judge.types import GradeRequest
 from standins.openai_server import FaultPlan, OpenAIStandIn
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
 
 
 async def no_sleep(_: float) -> None:

@@ -43,7 +43,7 @@ from standins.faults import (
 )
 
 litellm.suppress_debug_info = True
-EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
 WORKLOAD_SLICE = 40
 MODES = ["tools", "json_schema", "json", "md_json", "json_object_schema"]
 TIMING = {"elapsed_s", "latency_s"}

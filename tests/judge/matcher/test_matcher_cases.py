@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from judge.matcher import lexicon as matcher_lexicon
 from judge.matcher import EmbeddedMatcher, MatchInput, get_matcher
+from judge.matcher import lexicon as matcher_lexicon
 from judge.matcher.lexicon import Lexicon
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -159,7 +159,7 @@ def _point_probabilities(
 def test_the_multilingual_encoder_tells_chinese_paraphrases_from_wrong_answers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import judge.matcher
+    import judge.matcher.embedded
 
     cases = _group("zh")
     # A wrong answer on the same kind of question: another case's reference answer.
@@ -167,7 +167,7 @@ def test_the_multilingual_encoder_tells_chinese_paraphrases_from_wrong_answers(
     paraphrases = [c["paraphrase"] for c in cases]
     separation = {}
     for available in (True, False):
-        monkeypatch.setattr(judge.matcher, "multilingual_available", lambda a=available: a)
+        monkeypatch.setattr(judge.matcher.embedded, "multilingual_available", lambda a=available: a)
         matcher = EmbeddedMatcher(get_matcher().params)
         separation[available] = _auroc(
             _point_probabilities(matcher, cases, paraphrases),

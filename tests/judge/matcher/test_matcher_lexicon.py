@@ -113,7 +113,7 @@ def test_a_synonym_of_two_point_words_goes_to_the_first_in_every_process() -> No
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[3],
         ).stdout.strip()
         for seed in range(4)
     }
@@ -135,11 +135,11 @@ def test_the_shipped_tables_load_with_their_provenance() -> None:
     assert len(english.groups) > 10_000 and len(english.antonyms) > 3_000
     assert len(chinese.groups) > 30_000 and not chinese.antonyms
     for path in ("lexicon_en.json", "lexicon_zh.json"):
-        data = json.loads((Path(__file__).parents[2] / "judge" / "data" / path).read_text())
+        data = json.loads((Path(__file__).parents[3] / "judge" / "data" / path).read_text())
         assert data["version"] == LEXICON_VERSION
         assert "PyPI package" in data["source"]
     assert "Princeton University" in json.loads(
-        (Path(__file__).parents[2] / "judge" / "data" / "lexicon_en.json").read_text()
+        (Path(__file__).parents[3] / "judge" / "data" / "lexicon_en.json").read_text()
     )["license"]
 
 

@@ -44,7 +44,7 @@ from judge.verdicts import coverage_model
 from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, find_embedded_schema
 
 litellm.suppress_debug_info = True
-EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
 STRUCTURED_MODES = ["tools", "json_schema", "json", "md_json"]
 EXTRACTED = ["She wants revenge on men", "She raised Estella to break hearts", "Pip is her tool"]
 PAPER_COVERED = 1  # the faithful-mode reply below marks point 1 only

@@ -19,7 +19,7 @@ import pytest
 from core.processes import free_port
 from standins.postgres_server import postgres_server
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

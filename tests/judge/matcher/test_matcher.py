@@ -354,9 +354,9 @@ def test_chinese_uses_the_multilingual_encoder_not_the_english_one() -> None:
 def test_chinese_without_the_multilingual_encoder_is_lexical_and_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import judge.matcher
+    import judge.matcher.embedded
 
-    monkeypatch.setattr(judge.matcher, "multilingual_available", lambda: False)
+    monkeypatch.setattr(judge.matcher.embedded, "multilingual_available", lambda: False)
     zh_matcher = EmbeddedMatcher(load_params(), encoder=_NoEncoder())  # type: ignore[arg-type]
     covered, missed = zh_matcher.match(_ANNA_ZH)
     assert all(r.covered for r in covered), covered

@@ -4,7 +4,7 @@ Each case makes the strict stand-in (or a closed port) fail a request the way a 
 sends the same call through ``LiteLLMProvider`` and ``DirectProvider`` and compares the error's
 reason, retryability, status, ``Retry-After`` and attempt count (the engine's retries and circuit
 breaker decide on exactly these). The status table of the direct path alone is in
-``tests/judge/test_provider_errors.py``.
+``tests/judge/providers/test_provider_errors.py``.
 """
 
 from __future__ import annotations
