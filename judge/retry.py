@@ -23,6 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from core.retry import CircuitBreaker as _Breaker
+from core.retry import full_jitter
+
 
 def backoff_delay(
     attempt: int,
@@ -34,11 +37,11 @@ def backoff_delay(
 ) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based).
 
-    Full jitter: uniform in ``[0, min(cap, base * 2**(attempt-1))]``, floored at ``retry_after``
-    when the provider gave one (but never beyond ``cap`` plus that floor).
+    Full jitter (``core.retry.full_jitter``): uniform in ``[0, min(cap, base * 2**(attempt-1))]``,
+    floored at ``retry_after`` when the provider gave one (but never beyond ``cap`` plus that
+    floor).
     """
-    bound = min(cap, base * (2 ** max(0, attempt - 1)))
-    delay = (rng or random).uniform(0, bound)
+    delay = full_jitter(attempt, base=base, cap=cap, rng=rng)
     if retry_after is not None:
         delay = max(delay, min(retry_after, cap))
     return delay
@@ -68,14 +71,15 @@ class RetryBudget:
 
 
 @dataclass
-class CircuitBreaker:
+class CircuitBreaker(_Breaker):
     """Pauses calls to a provider that keeps failing, and lets them resume when it recovers.
 
-    After ``threshold`` consecutive failures it opens: calls wait (see ``retry_in``) instead of
-    reaching the provider. After the cool-down one probe call is let through (half-open); its
-    success closes the breaker and every waiting call goes on, its failure re-opens it with the
-    cool-down doubled (up to ``max_cooldown``), so a long outage is probed ever more gently.
-    An outage is a pause, never a verdict: callers decide how long they wait (``open_for``).
+    The shared machine (``core.retry.CircuitBreaker``): after ``threshold`` consecutive failures
+    it opens and calls wait (see ``retry_in``) instead of reaching the provider; after the
+    cool-down one probe call is let through (half-open); its success closes the breaker and
+    every waiting call goes on, its failure re-opens it with the cool-down doubled (up to
+    ``max_cooldown``). An outage is a pause, never a verdict: callers decide how long they wait
+    (``open_for``).
 
     A provider that answers 401/403 is up (the breaker closes) but refuses the credentials: no
     call can succeed until it accepts them again. ``refused_status`` keeps that status until a
@@ -89,36 +93,10 @@ class CircuitBreaker:
             credentials.
     """
 
-    threshold: int = 20
-    cooldown: float = 5.0
-    max_cooldown: float = 60.0
     recheck: float = 30.0
-    state: str = "closed"
-    consecutive_failures: int = 0
-    opened_count: int = 0
     refused_status: int | None = None
-    _opened_at: float = 0.0
-    _outage_started: float | None = None
-    _current_cooldown: float = 0.0
-    _probing: bool = False
     _refused_at: float = 0.0
     _rechecking: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def allow(self) -> bool:
-        """Whether a call may go ahead now (False while open, and while a probe is out)."""
-        with self._lock:
-            return self.state == "closed" or self._take_probe()
-
-    def _take_probe(self) -> bool:
-        """An open breaker's half-open probe, if one is due and not out (lock held)."""
-        if self.state == "open" and self._remaining() <= 0:
-            self.state = "half_open"
-            self._probing = False
-        if self.state == "half_open" and not self._probing:
-            self._probing = True
-            return True
-        return False
 
     def claim_probe(self) -> bool:
         """Claim a probe call of a provider in trouble, when one is due (one at a time).
@@ -140,26 +118,6 @@ class CircuitBreaker:
                 self._rechecking = True
                 return True
             return False
-
-    def retry_in(self) -> float:
-        """Seconds until a call may be tried again (0 when closed or a probe is due)."""
-        with self._lock:
-            if self.state == "closed":
-                return 0.0
-            if self.state == "half_open":
-                # A probe is out: its answer decides; look again soon.
-                return 0.0 if not self._probing else min(1.0, self._current_cooldown)
-            return max(0.0, self._remaining())
-
-    def open_for(self) -> float:
-        """Seconds since the current outage began (0 when the breaker is closed)."""
-        with self._lock:
-            if self._outage_started is None:
-                return 0.0
-            return time.monotonic() - self._outage_started
-
-    def _remaining(self) -> float:
-        return self._current_cooldown - (time.monotonic() - self._opened_at)
 
     def release_probe(self) -> None:
         """A probe ended without an answer (cancelled): let another call probe."""
@@ -185,39 +143,16 @@ class CircuitBreaker:
             self._refused_at = time.monotonic()
 
     def _answered(self) -> None:
-        """Close the breaker (lock held)."""
-        self.consecutive_failures = 0
-        self.state = "closed"
-        self._probing = False
+        """Close the breaker and end a re-check (lock held)."""
+        super()._answered()
         self._rechecking = False
-        self._outage_started = None
-        self._current_cooldown = 0.0
 
     def record_failure(self) -> None:
         """A call failed (after its own retries): count it, and open at the threshold."""
         with self._lock:
             self._rechecking = False
-            self.consecutive_failures += 1
-            if self.state == "half_open" or (
-                self.state == "closed" and self.consecutive_failures >= self.threshold
-            ):
-                now = time.monotonic()
-                if self.state == "closed":
-                    self.opened_count += 1
-                    self._outage_started = now
-                    self._current_cooldown = self.cooldown
-                else:  # a failed probe: wait longer before the next one
-                    self._current_cooldown = min(self.max_cooldown, 2 * self._current_cooldown)
-                self.state = "open"
-                self._opened_at = now
-                self._probing = False
+            self._failed()
 
-    def snapshot(self) -> dict[str, object]:
-        """State for reports and metrics."""
-        with self._lock:
-            return {
-                "state": self.state,
-                "consecutive_failures": self.consecutive_failures,
-                "opened_count": self.opened_count,
-                "refused_status": self.refused_status,
-            }
+    def _snapshot(self) -> dict[str, object]:
+        """The shared machine's state and the refusal kept (lock held)."""
+        return {**super()._snapshot(), "refused_status": self.refused_status}

@@ -18,14 +18,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 import tenacity
 
 from api.client.errors import ClientInputError
+from core.retry import full_jitter, parse_retry_after
+
+__all__ = ["NOT_SENT", "RetryPolicy", "parse_retry_after"]
 
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 """Transport errors raised before the request left this machine: any call may be retried."""
@@ -71,8 +72,7 @@ class RetryPolicy:
         Full jitter (uniform up to the exponential bound) so many clients failing together do
         not come back in lockstep; the service's ``Retry-After`` is a floor.
         """
-        bound = min(self.backoff_cap, self.backoff_base * 2 ** max(0, retry - 1))
-        delay = (rng or random).uniform(0.0, bound)
+        delay = full_jitter(retry, base=self.backoff_base, cap=self.backoff_cap, rng=rng)
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.max_retry_after))
         return delay
@@ -127,24 +127,3 @@ def _retry_after(outcome: Any) -> float | None:
         return None
     headers = getattr(outcome.result(), "headers", None)
     return parse_retry_after(headers.get("Retry-After")) if headers is not None else None
-
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds a ``Retry-After`` header asks for (delta-seconds or HTTP-date); None if absent.
-
-    An unparsable header is ignored (None) rather than failing the call: it only tunes backoff.
-    """
-    if value is None or not value.strip():
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

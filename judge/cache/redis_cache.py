@@ -34,13 +34,13 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from core.errors import ConfigError
+from core.retry import CircuitBreaker
 from judge.cache.base import CacheBase, encode_value
 
 if TYPE_CHECKING:
@@ -70,53 +70,20 @@ _POOL_SIZE = 64
 """Connections per event loop. More concurrent calls wait for one (a call takes ~0.1 ms):
 redis-py's default pool instead fails the 101st call at once."""
 
-Outcome = Literal["ok", "down", "cancelled"]
-"""How a call that was let through ended: answered, server unreachable, or cancelled."""
-
-Ticket = Literal["closed", "trial", "forced"]
-"""Why a call was let through: the circuit is closed, it is the one trial, or a probe."""
+Ticket = Literal["closed", "probe", "forced"]
+"""Why a call was let through: the circuit is closed, it is the one trial, or a forced probe."""
 
 
-class _Circuit:
+def _circuit(cooldown: float) -> CircuitBreaker:
     """Closed (try Redis) or open (skip it) for ``cooldown`` s after an unreachable server.
 
-    When the cooldown has passed, one call (the trial) is let through while the others still
-    skip; its answer closes the circuit, its failure opens it again. Shared by every thread and
-    event loop of the cache: they all talk to the same server.
+    The shared breaker (``core.retry.CircuitBreaker``) with the cache's settings: it opens at
+    the first unreachable answer and its cool-down never grows. When the cool-down has passed,
+    one call (the probe) is let through while the others still skip; its answer closes the
+    circuit, its failure opens it again. Shared by every thread and event loop of the cache:
+    they all talk to the same server.
     """
-
-    def __init__(self, cooldown: float) -> None:
-        self.cooldown = cooldown
-        self._lock = threading.Lock()
-        self._open_until: float | None = None
-        self._trial = False
-
-    @property
-    def is_open(self) -> bool:
-        """Whether calls are being skipped (or a trial is deciding)."""
-        return self._open_until is not None
-
-    def allow(self) -> Ticket | None:
-        """A ticket for a call that may go to Redis, or None when it must skip it."""
-        with self._lock:
-            if self._open_until is None:
-                return "closed"
-            if self._trial or time.monotonic() < self._open_until:
-                return None
-            self._trial = True
-            return "trial"
-
-    def done(self, ticket: Ticket, outcome: Outcome) -> None:
-        """Record how a call that got ``ticket`` ended."""
-        with self._lock:
-            if outcome == "ok":
-                self._open_until = None
-                self._trial = False
-            elif outcome == "down":
-                self._open_until = time.monotonic() + self.cooldown
-                self._trial = False
-            elif ticket == "trial":  # cancelled: the next call may try instead
-                self._trial = False
+    return CircuitBreaker(threshold=1, cooldown=cooldown, max_cooldown=cooldown)
 
 
 @dataclass
@@ -229,7 +196,7 @@ class RedisCache(CacheBase):
         self.skipped = 0
         """Calls that skipped Redis while its circuit was open (misses, dropped writes)."""
         self._url = url
-        self._circuit = _Circuit(cooldown)
+        self._circuit = _circuit(cooldown)
         self._probe_key = prefix + _PROBE
         self._pattern = _glob_escape(prefix) + "*"
         # One retry, only for a connection found broken (the server restarted, an idle
@@ -274,7 +241,7 @@ class RedisCache(CacheBase):
         try:
             self._sync.ping()
         except Exception as exc:
-            self._circuit.done("closed", "down" if _is_outage(exc) else "ok")
+            self._done(exc)
             with self._lock:
                 self.errors += 1
             self._hold_log()
@@ -284,7 +251,7 @@ class RedisCache(CacheBase):
                 self.location, type(exc).__name__, exc, self._circuit.cooldown,
             )
         else:
-            self._circuit.done("closed", "ok")
+            self._done(None)
 
     def _key(self, key: str) -> str:
         return self.prefix + key
@@ -301,6 +268,45 @@ class RedisCache(CacheBase):
 
     # -- calls -------------------------------------------------------------------------------------
 
+    def _done(self, error: BaseException | None) -> None:
+        """Tell the circuit how a call that went to Redis ended (``error``, or None: answered).
+
+        Only an unreachable server counts as a failure: any other error was an answer.
+        """
+        if error is not None and _is_outage(error):
+            self._circuit.record_failure()
+        else:
+            self._circuit.record_success()
+
+    @contextlib.contextmanager
+    def _attempt(self, action: str, *, force: bool = False) -> Iterator[bool]:
+        """Guard one call: yields whether it may go to Redis; its failure is logged, not raised.
+
+        The caller returns its fallback when the call was skipped (False) or failed (the error is
+        swallowed here, counted and logged). A cancelled call (``BaseException``) goes on up and
+        frees the trial for the next call.
+
+        Args:
+            action: What the call does, for the log line (``read``, ``write``, ...).
+            force: Go to Redis even when the circuit is open (the readiness probe).
+        """
+        ticket: Ticket | None = "forced" if force else self._circuit.admit()
+        if ticket is None:
+            self._skip()
+            yield False
+            return
+        try:
+            yield True
+        except Exception as exc:  # a cache never stops grading
+            self._done(exc)
+            self._failed(action, self._note(exc))
+        except BaseException:
+            if ticket == "probe":  # cancelled: the next call may try instead
+                self._circuit.release_probe()
+            raise
+        else:
+            self._done(None)
+
     def _run(
         self, action: str, op: Callable[[redis.Redis], T], fallback: T, *, force: bool = False
     ) -> T:
@@ -312,21 +318,10 @@ class RedisCache(CacheBase):
             fallback: What a failed or skipped call returns.
             force: Go to Redis even when the circuit is open (the readiness probe).
         """
-        ticket: Ticket | None = "forced" if force else self._circuit.allow()
-        if ticket is None:
-            self._skip()
-            return fallback
-        outcome: Outcome = "cancelled"
-        try:
-            result = op(self._sync)
-            outcome = "ok"
-            return result
-        except Exception as exc:  # a cache never stops grading
-            outcome = "down" if _is_outage(exc) else "ok"
-            self._failed(action, self._note(exc))
-            return fallback
-        finally:
-            self._circuit.done(ticket, outcome)
+        with self._attempt(action, force=force) as allowed:
+            if allowed:
+                return op(self._sync)
+        return fallback
 
     async def _arun(
         self, action: str, op: Callable[[redis.asyncio.Redis], Awaitable[T]], fallback: T
@@ -336,22 +331,11 @@ class RedisCache(CacheBase):
         The whole operation (taking a connection, connecting, the answer) is bounded by
         ``timeout``, so a server that hangs delays a call by at most that.
         """
-        ticket = self._circuit.allow()
-        if ticket is None:
-            self._skip()
-            return fallback
-        outcome: Outcome = "cancelled"
-        try:
-            async with asyncio.timeout(self.timeout):
-                result = await op(self._client())
-            outcome = "ok"
-            return result
-        except Exception as exc:  # a cache never stops grading
-            outcome = "down" if _is_outage(exc) else "ok"
-            self._failed(action, self._note(exc))
-            return fallback
-        finally:
-            self._circuit.done(ticket, outcome)
+        with self._attempt(action) as allowed:
+            if allowed:
+                async with asyncio.timeout(self.timeout):
+                    return await op(self._client())
+        return fallback
 
     def get(self, key: str) -> Any | None:
         """The JSON value stored under ``key``, or None (counted as a hit or a miss)."""

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from core.errors import ProviderError, UnscoredReason
+from core.retry import parse_retry_after
 from judge.config import JudgeConfig
 
 # litellm must not fetch its model cost map from the network at import.
@@ -104,15 +105,10 @@ def _retry_after(exc: BaseException) -> float | None:
 def retry_after_seconds(value: Any) -> float | None:
     """A ``Retry-After`` header's delay in seconds (never negative), or None.
 
-    An HTTP date (the header's other form) is treated as absent: the backoff then decides.
+    Either of the header's forms, delta-seconds or an HTTP date (``core.retry.parse_retry_after``,
+    the client's parser too); an unparsable one is treated as absent: the backoff then decides.
     """
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return None
-
+    return parse_retry_after(value)
 
 
 def _is_transport_error(exc: BaseException | None) -> bool:

@@ -1,0 +1,201 @@
+"""The one backoff formula, ``Retry-After`` parser and circuit breaker, for engine and client.
+
+* ``full_jitter``: exponential backoff with "full jitter" (a uniform draw up to the exponential
+  bound), so many callers that fail together do not come back in lockstep.
+* ``parse_retry_after``: the seconds a ``Retry-After`` header asks for, in either of its forms
+  (delta-seconds or an HTTP date).
+* ``CircuitBreaker``: the closed / open / half-open machine with a doubling cool-down. The
+  engine's breaker (``judge.retry.CircuitBreaker``) builds on it, and the Redis cache uses one
+  that opens at the first unreachable answer and never lengthens its cool-down.
+
+The engine (``judge.retry``, ``judge.providers.base``), the Redis cache and the service's client
+(``api.client.retry``) all use these, so a change of policy is made once.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Literal
+
+
+def full_jitter(
+    attempt: int, *, base: float, cap: float, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based), without any floor.
+
+    Uniform in ``[0, min(cap, base * 2**(attempt-1))]``.
+
+    Args:
+        attempt: The retry's number, from 1.
+        base: Bound of the first retry's wait; it doubles per retry.
+        cap: Largest bound.
+        rng: Random source (seedable for tests); the module's by default.
+    """
+    bound = min(cap, base * (2 ** max(0, attempt - 1)))
+    return (rng or random).uniform(0.0, bound)
+
+
+def parse_retry_after(value: object, *, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or HTTP date), never negative.
+
+    None when the header is absent or unparsable: it only tunes a backoff, so a malformed one is
+    ignored rather than failing the call. A date in the past asks for no wait (0).
+
+    Args:
+        value: The header's value (a number is taken as seconds).
+        now: The current time, for an HTTP date (tests); the clock's by default.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return max(0.0, float(value))
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+Admission = Literal["closed", "probe"]
+"""Why a call was let through: the breaker is closed, or it is the half-open probe."""
+
+
+@dataclass
+class CircuitBreaker:
+    """Pauses calls to a service that keeps failing, and lets them resume when it recovers.
+
+    After ``threshold`` consecutive failures it opens: calls are held back (see ``retry_in``).
+    After the cool-down one probe call is let through (half-open); its success closes the
+    breaker, its failure re-opens it with the cool-down doubled (up to ``max_cooldown``), so a
+    long outage is probed ever more gently. Thread-safe.
+
+    Args:
+        threshold: Consecutive failures that open the breaker.
+        cooldown: Seconds the breaker first stays open before a probe is allowed.
+        max_cooldown: Upper bound of the doubled cool-down (equal to ``cooldown``: no doubling).
+    """
+
+    threshold: int = 20
+    cooldown: float = 5.0
+    max_cooldown: float = 60.0
+    state: str = "closed"
+    consecutive_failures: int = 0
+    opened_count: int = 0
+    _opened_at: float = 0.0
+    _outage_started: float | None = None
+    _current_cooldown: float = 0.0
+    _probing: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether calls are held back (or a probe is deciding)."""
+        return self.state != "closed"
+
+    def admit(self) -> Admission | None:
+        """Why a call may go ahead now, or None while the breaker holds it back."""
+        with self._lock:
+            if self.state == "closed":
+                return "closed"
+            return "probe" if self._take_probe() else None
+
+    def allow(self) -> bool:
+        """Whether a call may go ahead now (False while open, and while a probe is out)."""
+        return self.admit() is not None
+
+    def _take_probe(self) -> bool:
+        """An open breaker's half-open probe, if one is due and not out (lock held)."""
+        if self.state == "open" and self._remaining() <= 0:
+            self.state = "half_open"
+            self._probing = False
+        if self.state == "half_open" and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def retry_in(self) -> float:
+        """Seconds until a call may be tried again (0 when closed or a probe is due)."""
+        with self._lock:
+            if self.state == "closed":
+                return 0.0
+            if self.state == "half_open":
+                # A probe is out: its answer decides; look again soon.
+                return 0.0 if not self._probing else min(1.0, self._current_cooldown)
+            return max(0.0, self._remaining())
+
+    def open_for(self) -> float:
+        """Seconds since the current outage began (0 when the breaker is closed)."""
+        with self._lock:
+            if self._outage_started is None:
+                return 0.0
+            return time.monotonic() - self._outage_started
+
+    def _remaining(self) -> float:
+        return self._current_cooldown - (time.monotonic() - self._opened_at)
+
+    def release_probe(self) -> None:
+        """A probe ended without an answer (cancelled): let another call probe."""
+        with self._lock:
+            self._probing = False
+
+    def record_success(self) -> None:
+        """A call was answered: close the breaker and end the outage."""
+        with self._lock:
+            self._answered()
+
+    def _answered(self) -> None:
+        """Close the breaker (lock held)."""
+        self.consecutive_failures = 0
+        self.state = "closed"
+        self._probing = False
+        self._outage_started = None
+        self._current_cooldown = 0.0
+
+    def record_failure(self) -> None:
+        """A call failed: count it, and open at the threshold (or re-open after a probe)."""
+        with self._lock:
+            self._failed()
+
+    def _failed(self) -> None:
+        """Count a failure (lock held)."""
+        self.consecutive_failures += 1
+        if self.state == "half_open" or (
+            self.state == "closed" and self.consecutive_failures >= self.threshold
+        ):
+            now = time.monotonic()
+            if self.state == "closed":
+                self.opened_count += 1
+                self._outage_started = now
+                self._current_cooldown = self.cooldown
+            else:  # a failed probe: wait longer before the next one
+                self._current_cooldown = min(self.max_cooldown, 2 * self._current_cooldown)
+            self.state = "open"
+            self._opened_at = now
+            self._probing = False
+
+    def snapshot(self) -> dict[str, object]:
+        """State for reports and metrics."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, object]:
+        """``snapshot``'s fields (lock held)."""
+        return {
+            "state": self.state,
+            "consecutive_failures": self.consecutive_failures,
+            "opened_count": self.opened_count,
+        }
