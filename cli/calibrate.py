@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cli.common import add_judge_options, check_outputs, pct, settings_from_args
 from core.errors import ConfigError, InputError
+from core.options import comma_list
 from judge.names import CALIBRATION_METRICS
 
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         )
     for problem in dataset.problems:
         print(f"{dataset.path}: {problem}", file=sys.stderr)
-    metrics = [m.strip() for m in args.calibration_metrics.split(",") if m.strip()]
+    metrics = list(comma_list(args.calibration_metrics))
     unknown = sorted(set(metrics) - set(CALIBRATION_METRICS))
     if unknown:
         print(f"bonusjudge: error: unknown metric(s) {unknown} [metrics]", file=sys.stderr)

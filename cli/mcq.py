@@ -25,6 +25,7 @@ from cli.common import (
     pct,
 )
 from core.errors import JudgeError
+from core.options import comma_list
 from judge.config import JudgeConfig, Settings, load_settings
 from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 
@@ -254,11 +255,7 @@ def run(
     input_path: Path = args.input
     out = args.out or default_out(input_path)
     summary_path = args.summary or summary_for(out)
-    group_by = (
-        [name.strip() for name in args.group_by.split(",") if name.strip()]
-        if args.group_by
-        else None
-    )
+    group_by = list(comma_list(args.group_by)) if args.group_by else None
     from judge.io import check_input_file
     from judge.mcq.runner import score_file
 

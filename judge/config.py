@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.errors import ConfigError, first_error
+from core.options import comma_list
 from judge.identity import matcher_identity
 from judge.names import ALL_METRICS, MetricName
 
@@ -169,7 +170,7 @@ class JudgeConfig(BaseModel):
     @classmethod
     def _parse_metrics(cls, value: Any) -> Any:
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = comma_list(value)
         if isinstance(value, list | tuple):
             unknown = [m for m in value if m not in ALL_METRICS]
             if unknown:
@@ -270,7 +271,7 @@ class JudgeOverrides(BaseModel):
     @classmethod
     def _parse_metrics(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
+            return comma_list(value)
         return value
 
 

@@ -13,6 +13,7 @@ from api.jobs import GRADE, read_job_upload, upload_doc
 from api.routes.common import add_results_route
 from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from api.services.jobs import list_grading_jobs, submit_grading_job
+from core.options import comma_list
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
 
@@ -43,9 +44,7 @@ class JudgeQuery(JudgeOverrides):
     def _split_metrics(cls, value: Any) -> Any:
         # A query parameter of a sequence field arrives as a list, one entry per occurrence.
         if isinstance(value, list | tuple):
-            return tuple(
-                part.strip() for entry in value for part in str(entry).split(",") if part.strip()
-            )
+            return comma_list(value)
         return value
 
 

@@ -18,6 +18,7 @@ from api.routes.common import add_results_route
 from api.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
+from core.options import comma_list
 from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.types import Aggregate, McqSummary
 
@@ -46,11 +47,7 @@ def options_query(
     """Scoring options from query parameters (for JSONL and multipart uploads)."""
     if aggregate is None and group_by is None and llm_extract is None and fuzzy_threshold is None:
         return None
-    fields = (
-        tuple(name.strip() for name in group_by.split(",") if name.strip())
-        if group_by is not None
-        else None
-    )
+    fields = comma_list(group_by) if group_by is not None else None
     return McqOptions(
         aggregate=aggregate or "mean",
         group_by=fields or None,
