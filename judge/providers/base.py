@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from core.errors import ProviderError, UnscoredReason
+from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.retry import parse_retry_after
 from judge.config import JudgeConfig
 
@@ -202,6 +202,35 @@ def failure_reason_of(*, refused: bool, finish_reason: Any, raw: str | None) -> 
     if raw is None or not raw.strip():
         return "empty_output"
     return "validation_failure"
+
+
+_UNUSABLE_TEXT: dict[str, str] = {
+    "refusal": "the judge refused",
+    "truncated_output": "the judge's output was cut off (finish_reason=length)",
+    "empty_output": "the judge returned no text",
+}
+"""What a text-mode answer's ``JudgeOutputError`` says, by reason."""
+
+
+def usable_text(*, refusal: str | None, finish_reason: Any, raw: str | None) -> str:
+    """A text-mode reply's answer, or the ``JudgeOutputError`` saying why it is unusable.
+
+    The one check of both transports' text calls, with ``failure_reason_of``'s classification:
+    a refusal (its text kept as ``raw``), a reply cut off at the token limit, an empty answer.
+
+    Args:
+        refusal: The refusal the reply carries, if any.
+        finish_reason: The reply's finish reason.
+        raw: The reply's text.
+
+    Raises:
+        JudgeOutputError: the answer is unusable (``reason`` says why).
+    """
+    reason = failure_reason_of(refused=bool(refusal), finish_reason=finish_reason, raw=raw)
+    if reason == "validation_failure" and raw is not None:  # text: any complete answer is one
+        return raw
+    kept = refusal if reason == "refusal" else raw if reason == "truncated_output" else None
+    raise JudgeOutputError(_UNUSABLE_TEXT[reason], reason=reason, raw=kept)
 
 
 

@@ -67,6 +67,7 @@ from judge.providers.base import (
     probe_config,
     provider_error,
     retry_after_seconds,
+    usable_text,
 )
 from judge.providers.wire import (
     Plan,
@@ -487,17 +488,11 @@ class DirectProvider:
     ) -> Completion:
         reply = await self._post(endpoint, request_body(list(messages), plan), config, 1)
         refusal = reply_message(reply).get("refusal")
-        if refusal:
-            raise JudgeOutputError("the judge refused", reason="refusal", raw=str(refusal))
-        if finish_reason(reply) == "length":
-            raise JudgeOutputError(
-                "the judge's output was cut off (finish_reason=length)",
-                reason="truncated_output",
-                raw=raw_text(reply),
-            )
-        text = raw_text(reply)
-        if text is None or not text.strip():
-            raise JudgeOutputError("the judge returned no text", reason="empty_output")
+        text = usable_text(
+            refusal=str(refusal) if refusal else None,
+            finish_reason=finish_reason(reply),
+            raw=raw_text(reply),
+        )
         tokens = _Tokens()
         tokens.add(reply)
         return Completion(

@@ -19,6 +19,7 @@ from judge.providers.base import (
     _is_transport_error,
     failure_reason_of,
     map_provider_exception,
+    usable_text,
 )
 
 _MODES = {
@@ -286,18 +287,9 @@ class LiteLLMProvider:
             raw = await litellm.acompletion(messages=messages, **self._params(config))
         except Exception as exc:
             raise map_provider_exception(exc) from exc
-        refusal = _refusal(raw)
-        if refusal:
-            raise JudgeOutputError("the judge refused", reason="refusal", raw=refusal)
-        if _finish_reason(raw) == "length":
-            raise JudgeOutputError(
-                "the judge's output was cut off (finish_reason=length)",
-                reason="truncated_output",
-                raw=_raw_text(raw),
-            )
-        text = _raw_text(raw)
-        if text is None or not text.strip():
-            raise JudgeOutputError("the judge returned no text", reason="empty_output")
+        text = usable_text(
+            refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
+        )
         prompt, completion_tokens = _usage(raw)
         return Completion(
             output=text,
