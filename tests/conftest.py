@@ -76,6 +76,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
         report.longrepr = f"shared data missing in CI (would have skipped): {reason}"
 
 
+# --- the `process` marker: tests that start processes or servers ---------------------------------
+
+_SERVER_FIXTURES = frozenset({"redis_url", "postgres_url", "postgres_database"})
+"""Fixtures that start a real server for the session: a test taking one is a ``process`` test."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``process`` every test that takes a server fixture, directly or through another one.
+
+    Modules whose tests start the CLI, an interpreter or ``bonusjudge serve`` carry the mark
+    themselves (``pytestmark``); this covers the tests that only reach a server through fixtures
+    (the job store's Postgres case is marked on ``jobs_url``'s parameter instead, since it asks
+    for ``postgres_database`` at run time).
+    """
+    for item in items:
+        if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
 # --- Redis: a real server for the shared-cache tests (tests/judge/test_cache_redis*.py) --------
 
 

@@ -15,6 +15,11 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from judge.config import default_cache_dir
 from judge.providers.local_llm import COMMAND_ENV
 from standins.processes import ServiceProcess
@@ -28,6 +30,7 @@ def test_the_session_points_the_user_folders_at_a_throwaway_one() -> None:
     assert default_cache_dir().resolve().is_relative_to(Path(os.environ["XDG_CACHE_HOME"]))
 
 
+@pytest.mark.process
 def test_the_local_llm_log_goes_beside_the_service_cache(tmp_path: Path) -> None:
     # The llama.cpp server's place is taken by the stand-in judge, started by the same code.
     stand_in = shlex.join([sys.executable, "-m", "standins.openai_server", "--port",

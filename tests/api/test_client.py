@@ -776,6 +776,7 @@ async def test_async_wait_and_results() -> None:
 # -- packaging ----------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_client_import_does_not_need_fastapi() -> None:
     code = (
         "import sys, api.client\n"

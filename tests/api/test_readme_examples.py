@@ -43,6 +43,7 @@ def client_blocks(path: Path) -> str:
     return "\n".join(block for block in blocks if "Client(" in block)
 
 
+@pytest.mark.process
 def test_python_examples_run_against_a_real_service(tmp_path: Path) -> None:
     scripts = {doc: client_blocks(doc) for doc in (README, CLIENTS_DOC)}
     with (

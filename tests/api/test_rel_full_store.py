@@ -15,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from core.processes import free_port
 from standins.processes import cli_env
+
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
 
 
 def _small_files() -> None:

@@ -119,6 +119,7 @@ def test_invented_methods_and_unknown_paths_add_no_series(http: TestClient) -> N
     assert len(request_series(body)) - before < 20
 
 
+@pytest.mark.process
 def test_a_real_server_keeps_its_metrics_bounded_and_its_files_private(tmp_path: Path) -> None:
     digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
     env = {"BONUSJUDGE_API_KEYS": json.dumps([digest])}

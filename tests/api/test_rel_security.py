@@ -235,6 +235,7 @@ def test_one_key_cannot_read_or_cancel_another_keys_job(make_app: Callable[..., 
 # -- binding --------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_serve_refuses_a_public_address_without_a_key(tmp_path: Path) -> None:
     port = free_port()
     env = {

@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess, run_cli
+
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
 
 
 def assert_one_line_error(done: Any, *needles: str) -> str:

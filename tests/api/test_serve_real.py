@@ -27,6 +27,9 @@ from core.processes import free_port
 from judge.io import read_items
 from standins.openai_server import OpenAIStandIn
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 

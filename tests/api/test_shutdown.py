@@ -34,6 +34,9 @@ from judge.providers.local_llm import COMMAND_ENV
 from standins.openai_server import OpenAIStandIn
 from standins.processes import cli_env
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 GRACE = 15.0
 """The ``--grace`` of these services: longer than any stand-in latency used here."""
 

@@ -20,6 +20,9 @@ import pytest
 from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 
 def item(n: int, respondent: str, response: Any) -> dict[str, Any]:
     return {

@@ -19,6 +19,9 @@ from core.processes import free_port
 from standins.openai_server import FaultPlan, OpenAIStandIn
 from standins.processes import cli_env, run_cli
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 MCQ = ROOT / "judge" / "data" / "mcq_example_tombench.jsonl"
@@ -111,6 +114,15 @@ def test_calibrate_unknown_set_and_folder(tmp_path: Path) -> None:
         run_cli(["calibrate", "no-such-set", "--out", str(tmp_path / "r")]), "no-such-set"
     )
     assert_one_line_error(run_cli(["calibrate", str(tmp_path), "--out", str(tmp_path / "r")]))
+    assert not (tmp_path / "r").exists()
+
+
+def test_calibrate_unknown_metric_is_the_config_error_line(tmp_path: Path) -> None:
+    line = assert_one_line_error(
+        run_cli(["calibrate", "calibration/data/example.jsonl", "--metrics", "coverage,bogus",
+                 "--out", str(tmp_path / "r")]),
+    )
+    assert line == "bonusjudge: error: unknown metric(s) ['bogus'] [metrics]"
     assert not (tmp_path / "r").exists()
 
 

@@ -16,6 +16,9 @@ import pytest
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess, run_cli
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ITEMS = [
     {
         "id": f"it-{n}",

@@ -11,7 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from standins.processes import run_cli
+
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
 
 
 def _item(n: int, response: str | None = None) -> dict[str, Any]:

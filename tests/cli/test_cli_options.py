@@ -27,6 +27,7 @@ def judge_actions(command: str) -> dict[str, argparse.Action]:
     return {a.dest: a for a in sub.choices[command]._actions}
 
 
+@pytest.mark.process
 def test_help_lists_every_subcommand() -> None:
     done = run_cli(["--help"], timeout=120)
     assert done.returncode == 0, done.stderr
@@ -37,6 +38,7 @@ def test_help_lists_every_subcommand() -> None:
         assert sub.returncode == 0 and "usage: bonusjudge " + command in sub.stdout, sub.stderr
 
 
+@pytest.mark.process
 def test_python_dash_m_cli_is_the_same_command() -> None:
     done = subprocess.run([sys.executable, "-m", "cli", "--help"], capture_output=True, text=True,
                           env=cli_env(), timeout=120, check=False)
@@ -110,6 +112,7 @@ def test_metrics_is_left_out_where_the_command_has_its_own() -> None:
     assert "metrics" not in dests and "mode" in dests
 
 
+@pytest.mark.process
 def test_help_loads_no_heavy_library() -> None:
     code = textwrap.dedent(
         """

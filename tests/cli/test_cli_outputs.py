@@ -18,6 +18,9 @@ import pytest
 from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 MCQ = ROOT / "judge" / "data" / "mcq_example_tombench.jsonl"

@@ -54,6 +54,7 @@ def loaded_after(argv: list[str], watch: tuple[str, ...]) -> tuple[int, list[str
     return int(status or 0), loaded, done.stdout
 
 
+@pytest.mark.process
 def test_top_level_help_imports_no_subcommand_and_no_pydantic() -> None:
     status, loaded, out = loaded_after(
         ["--help"], (*HEAVY, "pydantic", "judge", *COMMAND_MODULES.values())
@@ -63,6 +64,7 @@ def test_top_level_help_imports_no_subcommand_and_no_pydantic() -> None:
         assert command.name in out and command.help.split()[0] in out
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", [c.name for c in SUBCOMMANDS])
 def test_a_subcommand_help_imports_only_that_subcommand(command: str) -> None:
     others = tuple(m for name, m in COMMAND_MODULES.items() if name != command)
@@ -102,11 +104,13 @@ def test_the_subcommand_is_the_first_word(argv: list[str], expected: str | None)
     assert chosen_subcommand(argv) == expected
 
 
+@pytest.mark.process
 def test_a_mistyped_subcommand_is_a_one_line_error() -> None:
     status, _, _ = loaded_after(["grdae"], ())
     assert status == 2
 
 
+@pytest.mark.process
 def test_grading_on_the_direct_transport_never_imports_litellm(tmp_path: Path) -> None:
     with OpenAIStandIn() as judge:
         status, loaded, _ = loaded_after(
@@ -123,6 +127,7 @@ def test_grading_on_the_direct_transport_never_imports_litellm(tmp_path: Path) -
     assert len(lines) == 10 and calls == 1 + 2 * 10
 
 
+@pytest.mark.process
 def test_serve_answers_healthz_first_and_readyz_says_what_is_loading(tmp_path: Path) -> None:
     with OpenAIStandIn() as judge:
         port = free_port()
@@ -175,6 +180,7 @@ def test_serve_answers_healthz_first_and_readyz_says_what_is_loading(tmp_path: P
             assert service["detail"].startswith(("loading: ", "starting: ")), body
 
 
+@pytest.mark.process
 def test_a_service_that_cannot_start_exits_2_with_one_line(tmp_path: Path) -> None:
     # The app is built after the server listens; a failure there still ends the command the
     # way a bad setting does: status 2 and one line naming the cause, never a server that

@@ -167,6 +167,7 @@ def test_reads_failing_are_misses_and_counted(
     cache.close()
 
 
+@pytest.mark.process
 def test_cli_with_a_corrupt_cache_folder_grades_everything(tmp_path: Path) -> None:
     items = [{"id": f"it-{n}", "answer": ITEM["reference"], "response": f"He is ashamed ({n}).",
               **{k: v for k, v in ITEM.items() if k != "reference"}} for n in range(1, 6)]

@@ -241,6 +241,7 @@ def test_nothing_listening_is_a_degraded_start_not_a_crash(
     cache.close()
 
 
+@pytest.mark.process
 async def test_grading_goes_on_when_redis_is_stopped_mid_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -292,6 +293,7 @@ class TimedCache(RedisCache):
             self.durations.append(time.monotonic() - started)
 
 
+@pytest.mark.process
 async def test_a_frozen_server_delays_no_call_beyond_the_timeout() -> None:
     server = RedisServer().start()
     timeout = 0.4
@@ -318,6 +320,7 @@ async def test_a_frozen_server_delays_no_call_beyond_the_timeout() -> None:
         server.stop()
 
 
+@pytest.mark.process
 def test_the_circuit_closes_when_redis_comes_back() -> None:
     server = RedisServer().start()
     port = server.port
@@ -433,6 +436,7 @@ def test_close_from_another_thread_closes_a_running_loops_connections(url: str) 
 # -- the launcher --------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_the_launcher_runs_a_server_in_the_foreground_until_sigterm() -> None:
     port = free_port()
     proc = subprocess.Popen(
@@ -459,6 +463,7 @@ def test_the_launcher_runs_a_server_in_the_foreground_until_sigterm() -> None:
             proc.wait(5)
 
 
+@pytest.mark.process
 def test_a_server_that_cannot_start_is_a_clear_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -18,6 +18,9 @@ from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ITEMS = [
     {
         "id": f"it-{n}",

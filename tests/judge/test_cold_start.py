@@ -20,6 +20,9 @@ import pytest
 
 from standins.processes import cli_env, run_python
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 TIMEOUT = 300  # a fresh process loads torch and the encoder: seconds, or minutes on a busy box
@@ -110,7 +113,7 @@ def test_prepare_loads_exactly_what_the_metrics_need() -> None:
     proc = _python(
         """
         import asyncio, sys
-        import judge.matcher as matcher_module
+        import judge.matcher.embedded as matcher_module
         from judge.config import JudgeConfig
         from judge.engine import Grader
         from judge.metrics import encoders

@@ -172,6 +172,7 @@ def test_mcq_reader_reports_a_deep_line_as_bad(tmp_path: Path) -> None:
 # -- the CLI, as users run it ----------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_cli_grade_skips_poisoned_lines_and_grades_the_rest(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     lines = [
@@ -196,6 +197,7 @@ def test_cli_grade_skips_poisoned_lines_and_grades_the_rest(tmp_path: Path) -> N
         assert [(p["line"], p["field"]) for p in invalid] == [(2, None), (3, "metadata")]
 
 
+@pytest.mark.process
 def test_cli_mcq_skips_a_deep_line(tmp_path: Path) -> None:
     good = [line for line in MCQ_EXAMPLES.read_text(encoding="utf-8").splitlines() if line][:2]
     source = tmp_path / "mcq.jsonl"

@@ -60,6 +60,7 @@ def requests_per_item(srv: OpenAIStandIn) -> Counter[str]:
     return counts
 
 
+@pytest.mark.process
 def test_sigkill_mid_run_then_resume_grades_every_item_exactly_once(tmp_path: Path) -> None:
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_input(source)
@@ -174,6 +175,7 @@ def _spawn(folder: Path, tag: str, rounds: int) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+@pytest.mark.process
 def test_two_processes_share_one_cache_folder_without_corruption(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     rounds = 1500

@@ -634,6 +634,7 @@ def test_every_fault_kind_is_counted() -> None:
 # -- CLI -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_cli_prints_its_url_and_stops_on_sigint() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
@@ -662,6 +663,7 @@ def test_cli_prints_its_url_and_stops_on_sigint() -> None:
             process.kill()
 
 
+@pytest.mark.process
 def test_cli_lenient_accepts_unknown_fields() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
@@ -685,6 +687,7 @@ def test_cli_lenient_accepts_unknown_fields() -> None:
             process.kill()
 
 
+@pytest.mark.process
 def test_cli_rejects_bad_options() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for args, needle in [

@@ -19,6 +19,9 @@ import pytest
 from core.processes import free_port
 from standins.postgres_server import postgres_server
 
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

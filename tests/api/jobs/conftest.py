@@ -16,7 +16,8 @@ import pytest
 from api.jobs import JOBS_DB, JobStore
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# The Postgres case starts the session's PostgreSQL server: the fast loop leaves it out.
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.process)])
 def jobs_url(request: pytest.FixtureRequest) -> str | None:
     """None (the SQLite file under ``tmp_path/data``) or a new Postgres database's URL."""
     if request.param == "sqlite":

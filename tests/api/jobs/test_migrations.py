@@ -280,6 +280,7 @@ JobStore(sys.argv[1]).close()
 """
 
 
+@pytest.mark.process
 def test_processes_opening_a_new_database_at_once_migrate_it_once(
     tmp_path: Path, store_target: str | Path
 ) -> None:

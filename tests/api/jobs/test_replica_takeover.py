@@ -10,9 +10,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from api.client import JudgeClient
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess
+
+# Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
+pytestmark = pytest.mark.process
 
 LEASE_SECONDS = 3
 

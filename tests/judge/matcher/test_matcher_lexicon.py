@@ -99,6 +99,7 @@ def test_chinese_synonyms_are_written_as_the_points_words() -> None:
     assert align_chinese("黛玉感到绝望", "今天天气很好。") == "今天天气很好。"
 
 
+@pytest.mark.process
 def test_a_synonym_of_two_point_words_goes_to_the_first_in_every_process() -> None:
     # 一世 is a Cilin synonym of both 一生 and 一代: the point's first word claims it, whatever
     # the hash seed (a set of the point's words once decided, differently per process).

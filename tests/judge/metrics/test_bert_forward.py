@@ -408,6 +408,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return run_python(code, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=600)
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_default_warm_up_imports_neither_transformers_nor_bert_score() -> None:
     proc = _python(
@@ -434,6 +435,7 @@ def test_default_warm_up_imports_neither_transformers_nor_bert_score() -> None:
     assert proc.stdout.strip().endswith("ok")
 
 
+@pytest.mark.process
 @pytest.mark.slow
 def test_first_loads_of_both_backends_in_two_threads_at_once(tmp_path: Path) -> None:
     # The cold-start race of issue 13, now across backends: the matcher loads the packaged

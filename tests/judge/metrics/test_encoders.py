@@ -128,6 +128,7 @@ def test_encoder_spec_is_validated() -> None:
         EncoderSpec(name="m", path="/m", layer=1, languages=None, max_length=0)
 
 
+@pytest.mark.process
 def test_importing_metrics_does_not_import_heavy_libraries() -> None:
     code = (
         "import sys, judge.metrics, judge.metrics.bert_forward\n"

@@ -21,6 +21,7 @@ import random
 import pytest
 
 import judge.matcher as matcher_module
+import judge.matcher.features as matcher_features
 from judge.matcher import MatchInput, get_matcher, point_features, texts_to_embed
 from judge.metrics import bertscore, rouge_l
 from judge.metrics.bertscore import BertScorer
@@ -383,4 +384,4 @@ def test_long_point_fast_path_computes_the_same_values_as_every_feature() -> Non
         model = matcher.params.select(full)
         assert set(model.features) <= set(fast.values)
         if fast.long_point:
-            assert set(fast.values) == matcher_module._LONG_POINT_VALUES
+            assert set(fast.values) == matcher_features._LONG_POINT_VALUES

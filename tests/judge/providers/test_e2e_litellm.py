@@ -179,6 +179,7 @@ async def test_timeout_is_unscored_timeout():
     assert result.coverage.reason == "timeout"
 
 
+@pytest.mark.process
 def test_cli_grades_the_example_set_against_the_server(server, tmp_path):
     out, summary = tmp_path / "out.jsonl", tmp_path / "summary.json"
     cmd = [

@@ -309,6 +309,7 @@ async def test_litellm_forwards_unknown_keywords_into_the_body(server: OpenAISta
 # -- the command line, as users run it ------------------------------------------------------------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("mode", STRUCTURED_MODES)
 def test_cli_grades_the_examples_against_the_strict_standin(tmp_path: Path, mode: str) -> None:
     with OpenAIStandIn(record_requests=1_000) as srv:
