@@ -141,3 +141,49 @@ def test_setup_shows_the_end_of_pips_log_when_it_fails(tmp_path: Path) -> None:
     assert f"setup: pip install failed; the end of {log}:" in done.stderr
     assert "ERROR: no matching distribution" in done.stderr
     assert not (setup.parent.parent / ".venv" / ".bonusjudge-installed").exists()
+
+
+# -- test-fast.sh ---------------------------------------------------------------------------------
+
+# Logs its name, its arguments and HF_HUB_OFFLINE (the script must set it), then exits CODE.
+ARGS_LOGGER = (
+    '#!/usr/bin/env bash\necho "$(basename "$0") $* ${{HF_HUB_OFFLINE:-}}" >> "{log}"\n'
+    "exit {code}\n"
+)
+
+
+def fast_tree(tmp_path: Path, ruff_code: int = 0, pytest_code: int = 0) -> tuple[Path, Path]:
+    """A copy of ``test-fast.sh`` beside a ``.venv`` whose ruff and pytest log their arguments."""
+    script = tree_with(tmp_path, "test-fast.sh")
+    log = tmp_path / "calls.log"
+    bin_dir = script.parent.parent / ".venv" / "bin"
+    executable(bin_dir / "ruff", ARGS_LOGGER.format(log=log, code=ruff_code))
+    executable(bin_dir / "pytest", ARGS_LOGGER.format(log=log, code=pytest_code))
+    return script, log
+
+
+def test_fast_loop_lints_then_runs_the_in_process_tests_with_the_callers_arguments(
+    tmp_path: Path,
+) -> None:
+    script, log = fast_tree(tmp_path)
+    done = run(script, {"HF_HUB_OFFLINE": ""}, "tests/judge", "-k", "cache")
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [
+        "ruff check . 1",
+        "pytest -m not process -x -q tests/judge -k cache 1",
+    ]
+
+
+def test_fast_loop_stops_at_lint_errors_and_passes_pytests_exit_code_on(tmp_path: Path) -> None:
+    script, log = fast_tree(tmp_path, ruff_code=1)
+    assert run(script, {}).returncode == 1
+    assert log.read_text().splitlines() == ["ruff check . 1"]
+    script, log = fast_tree(tmp_path / "again", pytest_code=5)
+    assert run(script, {}).returncode == 5
+
+
+def test_fast_loop_without_a_venv_says_how_to_make_one(tmp_path: Path) -> None:
+    script = tree_with(tmp_path, "test-fast.sh")
+    done = run(script, {})
+    assert done.returncode == 2
+    assert printed(done) == ["test-fast.sh: no .venv/bin/pytest; run scripts/setup.sh dev first"]
