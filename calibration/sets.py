@@ -31,7 +31,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -50,6 +49,7 @@ from pydantic import (
 
 from core.errors import InputError, every_error
 from core.jsonl import BadLine, read_jsonl
+from judge.config import load_settings
 from judge.mapping import KrippendorffLevel, Scale, ScaleKind, parse_scale
 
 __all__ = [
@@ -822,7 +822,9 @@ def find_calibration_dir(directory: str | Path | None = None) -> Path | None:
     Raises:
         InputError: When an explicitly given folder (argument or env var) does not exist.
     """
-    explicit = directory if directory is not None else os.environ.get(CALIBRATION_DIR_ENV) or None
+    # $BONUSJUDGE_CALIBRATION_DIR is read where every setting is, by Settings (a settings
+    # file's calibration_dir counts too).
+    explicit = directory if directory is not None else load_settings().calibration_dir
     if explicit is not None:
         path = Path(explicit).expanduser()
         if not path.is_dir():

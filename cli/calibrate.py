@@ -97,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = list(comma_list(args.calibration_metrics))
     unknown = sorted(set(metrics) - set(CALIBRATION_METRICS))
     if unknown:
-        print(f"bonusjudge: error: unknown metric(s) {unknown} [metrics]", file=sys.stderr)
-        return 2
+        raise ConfigError(f"unknown metric(s) {unknown}", field="metrics")
     if "coverage" in metrics:
         from judge.providers.routing import preflight
 

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from core.errors import ConfigError, InputError, JudgeError
+from core.errors import ConfigError, InputError, JudgeError, every_error
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore
 from judge.names import MetricName
@@ -426,11 +426,7 @@ def load_mapping(path: str | Path, *, judge_config_hash: str | None) -> Calibrat
     try:
         mapping = CalibratedMapping.model_validate(data)
     except ValidationError as exc:
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'mapping'}: "
-            f"{e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
+        detail = every_error(exc, whole="mapping")
         raise InputError(f"invalid calibrated mapping {file}: {detail}", field="mapping") from exc
     if judge_config_hash is not None:
         mapping.check_config(judge_config_hash)

@@ -68,9 +68,10 @@ from calibration.fit.evaluate import (
 )
 from calibration.fit.multilingual import multilingual_examples, parallel_texts, similarity_scale
 from calibration.fit.types import Example, FittedModel, FloatArray, SetSpec
+from calibration.sets import CALIBRATION_DIR_ENV
 from core.errors import ConfigError, InputError
 from core.jsonl import read_rows
-from judge.config import default_cache_dir
+from judge.config import default_cache_dir, load_settings
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -100,7 +101,6 @@ __all__ = [
 
 
 DEFAULT_DATA_DIR = Path("/work/shared/calibration")
-CALIBRATION_DIR_ENV = "BONUSJUDGE_CALIBRATION_DIR"
 # The user cache folder as everything else finds it ($XDG_CACHE_HOME honoured, so a test run's
 # redirect holds too).
 DEFAULT_CACHE_DIR = default_cache_dir() / "fit_matcher"
@@ -873,7 +873,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
     args = parser.parse_args(argv)
-    data_dir = args.data_dir or Path(os.environ.get(CALIBRATION_DIR_ENV) or DEFAULT_DATA_DIR)
+    data_dir = args.data_dir or load_settings().calibration_dir or DEFAULT_DATA_DIR
     if not data_dir.is_dir():
         print(f"error: calibration data folder {data_dir} does not exist", file=sys.stderr)
         return 2

@@ -375,11 +375,6 @@ class SkippedLine(BaseModel):
         return cls(line=bad.line, error=bad.message.replace("not valid JSON", "invalid JSON", 1))
 
 
-# kept until api/routes/mcq moves over to SkippedLine (its one remaining user)
-BadLine = SkippedLine
-"""Deprecated name of :class:`SkippedLine` (not a reader's type: that is core.jsonl.BadLine)."""
-
-
 class SlotMetrics(BaseModel):
     """Exact match over the slots of composite questions (XToM belief/desire)."""
 

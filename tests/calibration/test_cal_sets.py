@@ -446,3 +446,12 @@ def test_the_rater_field_the_human_score_summarises_is_taken(tmp_path: Path) -> 
     assert items["s1"].annotator_scores_from == "meta.rater_correctness"
     assert items["s2"].annotator_scores is None
     assert items["s3"].annotator_scores is None
+
+
+def test_calibration_dir_is_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder is read through Settings: a settings file's ``calibration_dir`` counts too."""
+    monkeypatch.delenv(CALIBRATION_DIR_ENV, raising=False)
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"calibration_dir": str(tmp_path)}), encoding="utf-8")
+    monkeypatch.setenv("BONUSJUDGE_SETTINGS_FILE", str(settings))
+    assert find_calibration_dir() == tmp_path.resolve()
