@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # calibration.fit.matcher imports this module
 
 __all__ = ["PARALLEL_EXAMPLES", "multilingual_examples", "parallel_texts", "similarity_scale"]
 
-PARALLEL_EXAMPLES = Path(__file__).parent.parent / "judge" / "data" / "mcq_example_tombench.jsonl"
+PARALLEL_EXAMPLES = Path(__file__).parents[2] / "judge" / "data" / "mcq_example_tombench.jsonl"
 """English and Chinese versions of the same ToMBench items (the MCQ example input)."""
 
 
