@@ -12,9 +12,9 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cli.common import (
     Parser,
@@ -30,7 +30,10 @@ from judge.config import CHARTOM_WINDOWS, JudgeConfig, JudgeOverrides, Settings
 from judge.resume import JudgeStamp, stale_reason
 
 if TYPE_CHECKING:
+    from api.client import JudgeClient
     from judge.aggregate import Summary
+    from judge.io import ResultWriter
+    from judge.types import GradeRequest, GradeResult
 
 CLIENT_SIDE_OPTIONS = ("concurrency", "verbose")
 """Judge-group options that still mean something with ``--server`` (they shape this process), so
@@ -76,6 +79,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     grade.set_defaults(func=run)
 
 
+Entry = tuple[str, "GradeRequest"]
+"""One valid input item: its id (the line number when the input gave none) and its request."""
+
+
+class Grading(Protocol):
+    """Where ``grade`` sends its items: this process's judge, or a service (``--server``).
+
+    ``run`` is one pipeline over either (read the input, learn the judge, resume, grade, write
+    and count, summarise); only what differs between them is behind this adapter.
+    """
+
+    server: bool
+    """Whether a service grades (the closing line counts its calls, not this process's)."""
+
+    def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
+        """Check the judge can work before any output exists; the judge's stamp for resuming.
+
+        Also the result of ``first`` when finding the judge out graded it (the service's probe).
+
+        Raises:
+            ConfigError: the judge or the service cannot work; nothing has been written.
+        """
+        ...
+
+    def grade(
+        self, todo: Iterable[Entry], total: int, emit: Callable[[GradeResult], None]
+    ) -> dict[str, Any]:
+        """Grade ``todo`` (``total`` items), passing each result to ``emit`` as it finishes.
+
+        Returns:
+            The run's counts for the summary.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the grading holds (the service's connections)."""
+        ...
+
+
 def run(args: argparse.Namespace) -> int:
     """Grade ``args.input`` into ``args.out``, print the table and the closing counts.
 
@@ -85,58 +127,70 @@ def run(args: argparse.Namespace) -> int:
         InputError: the input cannot be read.
         OSError: a file cannot be read or written (lines written before stay).
     """
-    import asyncio  # here, not at the top: `grade --help` does not need it (~50 ms)
-
-    from judge.aggregate import Aggregator, format_table
-    from judge.io import ResultWriter, check_input_file
-    from judge.types import GradeResult
+    from judge.io import check_input_file
 
     settings = settings_from_args(args)
-    config = settings.judge
     check_input_file(args.input, "input")
     check_outputs({"out": args.out, "summary": args.summary})
-    client = _server_client(args) if args.server else None
-    # A first pass validates every line and keeps only the item ids: the requests themselves
-    # are read again, one at a time, as grading takes them, so memory does not grow with the
-    # input (16 copies of the 1,035-item workload held 16,560 requests).
+    grading: Grading = (
+        _ServerGrading(args, settings.judge) if args.server else _LocalGrading(args, settings)
+    )
+    try:
+        problems, ids, first = _first_pass(args)
+        stamp, early = grading.start(first)
+        started = time.monotonic()
+        summary = _grade_into(args, grading, ids, problems, stamp, early)
+    finally:
+        grading.close()
+    _report(args, settings.judge, summary, problems, stamp, round(time.monotonic() - started, 3))
+    return 0
+
+
+def _first_pass(args: argparse.Namespace) -> tuple[list[BadLine], list[str], Entry | None]:
+    """Validate every line; keep the bad ones, the item ids and the first item.
+
+    The requests themselves are read again, one at a time, as grading takes them, so memory
+    does not grow with the input (16 copies of the 1,035-item workload held 16,560 requests).
+    """
     problems: list[BadLine] = []
     ids: list[str] = []
-    first: tuple[str, Any] | None = None
+    first: Entry | None = None
     for entry in _entries(args, problems):
         first = first or entry
         ids.append(entry[0])
-    probe = None
-    if client is not None:
-        # The service's configuration hash is known only from its answer: grade one item
-        # first (before any output exists, so an unreachable service leaves no file behind).
-        probe = _probe_server(client, [first] if first else [], _server_overrides(args))
-    else:
-        _check_judge(args, config)
-    # Results stream to the file; only what it held before this run is kept in memory.
-    writer = ResultWriter(args.out, keep=False).open()
+    return problems, ids, first
+
+
+def _open_writer(out: Path) -> ResultWriter:
+    """The output, opened to append (results stream to it; only its earlier lines are kept)."""
+    from judge.io import ResultWriter
+
+    writer = ResultWriter(out, keep=False).open()
     if writer.recovered_tail:
-        print(f"{args.out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
+        print(f"{out}: dropped a torn last line left by an interrupted run", file=sys.stderr)
     if writer.corrupt_lines:
         print(
-            f"{args.out}: skipped unreadable line(s) {writer.corrupt_lines[:10]}; their items "
+            f"{out}: skipped unreadable line(s) {writer.corrupt_lines[:10]}; their items "
             "are graded again",
             file=sys.stderr,
         )
-    started = time.monotonic()
+    return writer
+
+
+def _grade_into(
+    args: argparse.Namespace,
+    grading: Grading,
+    ids: list[str],
+    problems: list[BadLine],
+    stamp: JudgeStamp,
+    early: GradeResult | None,
+) -> Summary:
+    """Resume from the output, grade what is missing into it, and count every result."""
+    from judge.aggregate import Aggregator
+    from judge.types import GradeResult
+
+    writer = _open_writer(args.out)
     try:
-        if probe is not None:
-            # The service's judge, as its answer names it (its matcher may not be ours).
-            stamp = JudgeStamp(
-                str(probe.provenance.config_hash),
-                probe.provenance.judge_version,
-                list(config.metrics),
-            )
-        else:
-            stamp = JudgeStamp(
-                config.config_hash() if client is None else "",
-                config.judge_version,
-                list(config.metrics),
-            )
         _resume(args, ids, writer, stamp)
         aggregator = Aggregator()
         for problem in problems:
@@ -145,34 +199,42 @@ def run(args: argparse.Namespace) -> int:
             aggregator.add(GradeResult.model_validate(obj))
         skip = set(writer.done)
         writer.done.clear()  # counted; from here on only their ids matter
-        if probe is not None and probe.id not in skip:
-            writer.write(probe)  # the probe graded it already
-            aggregator.add(probe)
-            skip.add(probe.id)
+
+        def emit(result: GradeResult) -> None:
+            writer.write(result)
+            aggregator.add(result)
+
+        if early is not None and early.id not in skip:
+            emit(early)  # the service's probe graded it already
+            skip.add(early.id)
         total = sum(1 for item_id in ids if item_id not in skip)
         todo = ((item_id, req) for item_id, req in _entries(args) if item_id not in skip)
-        if client is not None:
-            extra = _grade_via_server(client, todo, writer, aggregator, args, probe)
-        else:
-            extra = asyncio.run(
-                _grade_local(
-                    config, settings, todo, total, writer, aggregator, progress=not args.quiet
-                )
-            )
+        extra = grading.grade(todo, total, emit)
         if args.order == "input":
             order = {item_id: n for n, item_id in enumerate(ids)}
             writer.rewrite_sorted(lambda item_id: order.get(item_id, len(order)))
     finally:
         writer.close()
-        if client is not None:
-            client.close()
-    summary = aggregator.summary(**extra)
+    return aggregator.summary(**extra)
+
+
+def _report(
+    args: argparse.Namespace,
+    config: JudgeConfig,
+    summary: Summary,
+    problems: list[BadLine],
+    stamp: JudgeStamp,
+    elapsed: float,
+) -> None:
+    """Write ``--summary`` and print the table and the closing counts."""
+    from judge.aggregate import format_table
+
     payload = summary.model_dump(mode="json")
     payload["invalid_lines"] = [
         {"line": p.line, "field": p.field, "message": p.message, "respondent": p.respondent}
         for p in problems
     ]
-    payload["elapsed_s"] = round(time.monotonic() - started, 3)
+    payload["elapsed_s"] = elapsed
     payload["config_hash"] = stamp.config_hash
     payload["judge_version"] = stamp.judge_version
     if args.summary:
@@ -200,7 +262,6 @@ def run(args: argparse.Namespace) -> int:
             "judge pass --model openai/gpt-4o (OPENAI_API_KEY) or --model openai/NAME "
             "--api-base http://127.0.0.1:8080/v1 for a local server.",
         )
-    return 0
 
 
 def _unscored_counts(summary: Summary) -> str:
@@ -219,7 +280,7 @@ def _invalid_counts(summary: Summary) -> str:
     return " (" + ", ".join(f"{name} {n}" for name, n in counts.items()) + ")"
 
 
-def _call_counts(summary: Any, *, server: bool) -> str:
+def _call_counts(summary: Summary, *, server: bool) -> str:
     """The closing line's judge calls: this process's, or with ``--server`` the service's.
 
     The service's are summed from the results' provenance; its metric cache is not visible
@@ -262,7 +323,7 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
 
 def _entries(
     args: argparse.Namespace, problems: list[BadLine] | None = None
-) -> Iterator[tuple[str, Any]]:
+) -> Iterator[Entry]:
     """The input's valid items, ``(item_id, request)``, in order and up to ``--limit``.
 
     Read lazily from the file. With ``problems``, each bad line is added to it and reported on
@@ -283,7 +344,9 @@ def _entries(
             return
 
 
-def _resume(args: argparse.Namespace, ids: list[str], writer: Any, stamp: JudgeStamp) -> None:
+def _resume(
+    args: argparse.Namespace, ids: list[str], writer: ResultWriter, stamp: JudgeStamp
+) -> None:
     """Drop the output lines that no longer hold; what stays in ``writer.done`` is not graded.
 
     A line is kept only when it grades the same content (input hash) with the same judge
@@ -320,62 +383,81 @@ def _resume(args: argparse.Namespace, ids: list[str], writer: Any, stamp: JudgeS
         print(f"resuming: {kept} item(s) already graded in {args.out}", file=sys.stderr)
 
 
-async def _grade_local(
-    config: JudgeConfig,
-    settings: Settings,
-    todo: Iterable[Any],
-    total: int,
-    writer: Any,
-    aggregator: Any,
-    *,
-    progress: bool,
-) -> dict[str, Any]:
-    """Grade ``todo`` (``total`` items, read as grading takes them) in this process.
+class _LocalGrading:
+    """Grading in this process, with the judge of the settings and options."""
 
-    Returns:
-        The run's counts for the summary.
-    """
-    from tqdm import tqdm
+    server = False
 
-    from judge.cache import open_cache
-    from judge.engine import Grader
-    from judge.retry import RetryBudget
+    def __init__(self, args: argparse.Namespace, settings: Settings) -> None:
+        self._args = args
+        self._settings = settings
+        self._config = settings.judge
 
-    cache = open_cache(settings, enabled=config.cache)  # the folder, or a shared Redis
-    # A run-wide retry cap: a provider failing for everyone costs at most this many extra calls.
-    budget = RetryBudget(limit=max(20, total * 2))
-    grader = Grader(config, cache=cache, retry_budget=budget)
-    bar = tqdm(total=total, disable=not progress, unit="item", dynamic_ncols=True)
-    try:
-        # Heavy imports and model loads before grading: the metric batch threads would
-        # otherwise make their first imports concurrently, which crashes on a cold start.
-        await grader.prepare(config)
-        # What is loaded by now (modules, rubrics, schemas, encoders) lives as long as the run:
-        # frozen, the cyclic collector stops walking it on every full collection, which cost
-        # 10-20% of the CPU of a judge call. Frozen objects are still freed by reference count.
-        gc.freeze()
-        async for result in grader.grade_many(todo, config=config):
-            writer.write(result)
-            aggregator.add(result)
-            bar.update(1)
-    finally:
-        bar.close()
-        await grader.aclose()
-        cache.close()
-    stats = grader.stats.as_dict()
-    return {
-        "judge_calls": stats["judge_calls"],
-        "cache_hits": stats["cache_hits"],
-        "metric_cache_hits": stats["metric_cache_hits"],
-        "reasks": stats["reasks"],
-        "retries_by_reason": stats["retries_by_reason"],
-        "prompt_tokens": stats["prompt_tokens"],
-        "completion_tokens": stats["completion_tokens"],
-        "cost_usd": stats["cost_usd"] or None,
-        "retries": stats["retries"],
-        "retry_budget": {"limit": budget.limit, "spent": budget.spent, "refused": budget.refused},
-        "breaker": grader.breaker.snapshot(),
-    }
+    def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
+        """Check the judge (``_check_judge``); this configuration's stamp."""
+        _check_judge(self._args, self._config)
+        config = self._config
+        return JudgeStamp(config.config_hash(), config.judge_version, list(config.metrics)), None
+
+    def grade(
+        self, todo: Iterable[Entry], total: int, emit: Callable[[GradeResult], None]
+    ) -> dict[str, Any]:
+        """Grade ``todo`` with ``Grader.grade_many`` on an event loop of its own."""
+        import asyncio  # here, not at the top: `grade --help` does not need it (~50 ms)
+
+        return asyncio.run(self._grade(todo, total, emit))
+
+    async def _grade(
+        self, todo: Iterable[Entry], total: int, emit: Callable[[GradeResult], None]
+    ) -> dict[str, Any]:
+        from tqdm import tqdm
+
+        from judge.cache import open_cache
+        from judge.engine import Grader
+        from judge.retry import RetryBudget
+
+        config = self._config
+        cache = open_cache(self._settings, enabled=config.cache)  # the folder, or a shared Redis
+        # A run-wide retry cap: a provider failing for everyone costs at most this many extra
+        # calls.
+        budget = RetryBudget(limit=max(20, total * 2))
+        grader = Grader(config, cache=cache, retry_budget=budget)
+        bar = tqdm(total=total, disable=self._args.quiet, unit="item", dynamic_ncols=True)
+        try:
+            # Heavy imports and model loads before grading: the metric batch threads would
+            # otherwise make their first imports concurrently, which crashes on a cold start.
+            await grader.prepare(config)
+            # What is loaded by now (modules, rubrics, schemas, encoders) lives as long as the
+            # run: frozen, the cyclic collector stops walking it on every full collection, which
+            # cost 10-20% of the CPU of a judge call. Frozen objects are still freed by reference
+            # count.
+            gc.freeze()
+            async for result in grader.grade_many(todo, config=config):
+                emit(result)
+                bar.update(1)
+        finally:
+            bar.close()
+            await grader.aclose()
+            cache.close()
+        stats = grader.stats.as_dict()
+        return {
+            "judge_calls": stats["judge_calls"],
+            "cache_hits": stats["cache_hits"],
+            "metric_cache_hits": stats["metric_cache_hits"],
+            "reasks": stats["reasks"],
+            "retries_by_reason": stats["retries_by_reason"],
+            "prompt_tokens": stats["prompt_tokens"],
+            "completion_tokens": stats["completion_tokens"],
+            "cost_usd": stats["cost_usd"] or None,
+            "retries": stats["retries"],
+            "retry_budget": {
+                "limit": budget.limit, "spent": budget.spent, "refused": budget.refused
+            },
+            "breaker": grader.breaker.snapshot(),
+        }
+
+    def close(self) -> None:
+        """Nothing to release: ``grade`` closes the grader and the cache it opened."""
 
 
 # -- through a service ---------------------------------------------------------------------------
@@ -396,7 +478,7 @@ def _local_only_options() -> list[tuple[str, str]]:
     ]
 
 
-def _server_client(args: argparse.Namespace) -> Any:
+def _server_client(args: argparse.Namespace) -> JudgeClient:
     """The client for ``--server``; refuses options the service would silently ignore.
 
     Raises:
@@ -427,68 +509,85 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
     return judge or None
 
 
-def _probe_server(
-    client: Any, entries: list[tuple[str, Any]], overrides: dict[str, Any] | None
-) -> Any:
-    """Grade the first item through the service, to learn its configuration hash.
-
-    Its result is written later if the output does not have it yet; otherwise it costs the
-    service only a cache hit. None when the input has no valid item.
-
-    Raises:
-        ConfigError: the service cannot be reached or refused the request.
-    """
-    from api.client import JudgeClientError
-
-    if not entries:
-        return None
-    item_id, request = entries[0]
-    try:
-        return client.grade(_with_id(item_id, request), judge=overrides)
-    except JudgeClientError as exc:
-        raise ConfigError(f"server: {exc}", field="server") from exc
-
-
-def _with_id(item_id: str, request: Any) -> Any:
+def _with_id(item_id: str, request: GradeRequest) -> GradeRequest:
     """The request with its id set (the line number when the input gave none)."""
     return request if request.id else request.model_copy(update={"id": item_id})
 
 
-def _grade_via_server(
-    client: Any,
-    todo: Iterable[Any],
-    writer: Any,
-    aggregator: Any,
-    args: argparse.Namespace,
-    probe: Any,
-) -> dict[str, Any]:
-    """Grade through a service, writing each result as its batch arrives.
+class _ServerGrading:
+    """Grading through a bonusjudge service (``--server``), with its judge.
 
     An item the service fails is reported on stderr and left for the next run; it never stops
     the others.
-
-    Returns:
-        The judge calls the service made for this run (the probe's included), summed from the
-        results' provenance: this process made none.
     """
-    from api.client import ClientItemError
-    from judge.aggregate import ProvenanceCalls
 
-    calls = ProvenanceCalls()
-    if probe is not None:
-        calls.add(probe)
-    failed = 0
-    requests = [_with_id(item_id, req) for item_id, req in todo]
-    for _, outcome in client.grade_stream(
-        requests, judge=_server_overrides(args), progress=not args.quiet
-    ):
-        if isinstance(outcome, ClientItemError):
-            failed += 1
-            print(f"item {outcome}: not graded (the next run tries it again)", file=sys.stderr)
-            continue
-        writer.write(outcome)
-        aggregator.add(outcome)
-        calls.add(outcome)
-    if failed:
-        print(f"{failed} item(s) failed at the service and were not written", file=sys.stderr)
-    return calls.counters()
+    server = True
+
+    def __init__(self, args: argparse.Namespace, config: JudgeConfig) -> None:
+        self._args = args
+        self._config = config
+        self._client = _server_client(args)
+        self._overrides = _server_overrides(args)
+        self._probe: GradeResult | None = None
+
+    def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
+        """Grade the first item through the service, to learn its judge.
+
+        The service's configuration hash is known only from its answer: the first item is graded
+        before any output exists (so an unreachable service leaves no file behind). Its result is
+        written later if the output does not have it yet; otherwise it costs the service only a
+        cache hit.
+
+        Raises:
+            ConfigError: the service cannot be reached or refused the request.
+        """
+        from api.client import JudgeClientError
+
+        metrics = list(self._config.metrics)
+        if first is None:
+            return JudgeStamp("", self._config.judge_version, metrics), None
+        item_id, request = first
+        try:
+            self._probe = self._client.grade(_with_id(item_id, request), judge=self._overrides)
+        except JudgeClientError as exc:
+            raise ConfigError(f"server: {exc}", field="server") from exc
+        # The service's judge, as its answer names it (its matcher may not be ours).
+        provenance = self._probe.provenance
+        return JudgeStamp(str(provenance.config_hash), provenance.judge_version, metrics), (
+            self._probe
+        )
+
+    def grade(
+        self, todo: Iterable[Entry], total: int, emit: Callable[[GradeResult], None]
+    ) -> dict[str, Any]:
+        """Grade ``todo`` with ``JudgeClient.grade_stream``, emitting each result as it arrives.
+
+        Returns:
+            The judge calls the service made for this run (the probe's included), summed from
+            the results' provenance: this process made none.
+        """
+        from api.client import ClientItemError
+        from judge.aggregate import ProvenanceCalls
+
+        calls = ProvenanceCalls()
+        if self._probe is not None:
+            calls.add(self._probe)
+        failed = 0
+        requests = [_with_id(item_id, req) for item_id, req in todo]
+        for _, outcome in self._client.grade_stream(
+            requests, judge=self._overrides, progress=not self._args.quiet
+        ):
+            if isinstance(outcome, ClientItemError):
+                failed += 1
+                print(f"item {outcome}: not graded (the next run tries it again)",
+                      file=sys.stderr)
+                continue
+            emit(outcome)
+            calls.add(outcome)
+        if failed:
+            print(f"{failed} item(s) failed at the service and were not written", file=sys.stderr)
+        return calls.counters()
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self._client.close()
