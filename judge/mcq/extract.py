@@ -198,6 +198,31 @@ class _Candidate:
     note: str | None = None
 
 
+def _candidate(
+    token: _Token,
+    scan: _Scan,
+    resolved: tuple[str | None, bool, str | None],
+    *,
+    final: bool,
+    start: int,
+    form: str,
+    snippet: str,
+) -> _Candidate:
+    """The candidate that `token` of `scan` names, `resolved` as (label, exact, note)."""
+    label, exact, note = resolved
+    return _Candidate(
+        label=label,
+        raw=token.text,
+        exact=exact,
+        final=final,
+        start=start,
+        form=form,
+        snippet=snippet,
+        disjunctive=scan.disjunctive,
+        note=note,
+    )
+
+
 class _LabelSet:
     """Resolves a written token (letter or number) to one of the displayed labels."""
 
@@ -304,7 +329,7 @@ class _Reader:
             resolved = self.labels.resolve(token.text)
             if resolved is None:
                 continue
-            label, exact, note = resolved
+            label, exact, _ = resolved
             if (
                 label is None
                 and form == "leading-label"
@@ -321,16 +346,14 @@ class _Reader:
             if _negated(text, token.start):
                 continue
             out.append(
-                _Candidate(
-                    label=label,
-                    raw=token.text,
-                    exact=exact,
+                _candidate(
+                    token,
+                    scan,
+                    resolved,
                     final=final,
                     start=token.start,
                     form=form,
                     snippet=_snippet(text, context_start, scan.end + 1),
-                    disjunctive=scan.disjunctive,
-                    note=note,
                 )
             )
         return out
@@ -351,18 +374,15 @@ class _Reader:
             final = _is_final(self.base, match.start())
             for token in scan.tokens:
                 resolved = self.labels.resolve(token.text)
-                label, exact, note = resolved if resolved is not None else (None, False, None)
                 out.append(
-                    _Candidate(
-                        label=label,
-                        raw=token.text,
-                        exact=exact,
+                    _candidate(
+                        token,
+                        scan,
+                        resolved if resolved is not None else (None, False, None),
                         final=final,
                         start=match.start(),
                         form="strict",
                         snippet=_snippet(self.base, match.start(), match.end()),
-                        disjunctive=scan.disjunctive,
-                        note=note,
                     )
                 )
         return out
