@@ -237,11 +237,11 @@ class JudgeClient(Workflows, SyncRunner):
         ``async for``.
 
         Args:
-            items: The items, as ``GradeRequest``s or mappings of their fields.
-            judge: Per-request judge selection applied to every item.
-            batch_size: Items per request (at most the service's ``max_batch``).
-            concurrency: Batch requests in flight at once.
-            progress: Show a progress bar.
+            items: As in ``grade_many``.
+            judge: As in ``grade_many``.
+            batch_size: As in ``grade_many``.
+            concurrency: As in ``grade_many``.
+            progress: As in ``grade_many``.
             ordered: Yield in input order. False (the default) yields each batch as soon as it
                 is done, which keeps every request slot busy when batch times vary.
 
