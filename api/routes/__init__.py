@@ -1,4 +1,4 @@
 """The service's routers, one per resource: grading, jobs, metrics, rubrics, health.
 
-``common`` holds what the routers of several job kinds share (a job's results stream).
+``common`` holds what several routers share (a guarded ``/v1`` router, a job's results stream).
 """

@@ -7,18 +7,15 @@ the files.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import Response
 
 from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
-from api.errors import ERROR_RESPONSES
+from api.routes.common import guarded_router
 from api.schemas import CalibrateBody, CalibrationJob, ReportList
 from api.services import calibration as service
 from api.services import reports
 
-router = APIRouter(
-    prefix="/v1", tags=["calibration"], dependencies=[Depends(require_owner)],
-    responses=ERROR_RESPONSES,
-)
+router = guarded_router("/v1", "calibration", require_owner)
 
 
 @router.post(

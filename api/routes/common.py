@@ -1,13 +1,28 @@
-"""What the routes of several job kinds share: the stream of a job's results."""
+"""What several routers share: a guarded ``/v1`` router, and the stream of a job's results."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
 from api.deps import JobsDep, OwnerDep
+from api.errors import ERROR_RESPONSES
+
+
+def guarded_router(prefix: str, tag: str, guard: Callable[..., Any]) -> APIRouter:
+    """A router whose every route runs ``guard`` first and documents the error answers.
+
+    Args:
+        prefix: The routes' common path (``/v1``, ``/v1/rubrics``).
+        tag: The OpenAPI tag the routes are listed under.
+        guard: The dependency that authenticates the caller (``require_owner``, ``bind_tenant``).
+    """
+    return APIRouter(
+        prefix=prefix, tags=[tag], dependencies=[Depends(guard)], responses=ERROR_RESPONSES
+    )
 
 
 def add_results_route(

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-
 from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant
-from api.errors import ERROR_RESPONSES
+from api.routes.common import guarded_router
 from api.schemas import BatchBody, BatchResponse, ExtractBody, GradeBody
 from api.services import grading
 from judge.types import ExtractResult, GradeResult
 
-router = APIRouter(
-    prefix="/v1", tags=["grading"], dependencies=[Depends(bind_tenant)],
-    responses=ERROR_RESPONSES,
-)
+router = guarded_router("/v1", "grading", bind_tenant)
 
 
 @router.post("/grade", summary="Grade one response")

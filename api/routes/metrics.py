@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-
 from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner
-from api.errors import ERROR_RESPONSES
+from api.routes.common import guarded_router
 from api.schemas import MetricsBody, MetricsResponse
 from api.services.metrics import compute_metrics
 
-router = APIRouter(
-    prefix="/v1", tags=["metrics"], dependencies=[Depends(require_owner)],
-    responses=ERROR_RESPONSES,
-)
+router = guarded_router("/v1", "metrics", require_owner)
 
 
 @router.post("/metrics", summary="ROUGE-L and BERTScore of pairs")

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-
 from api.deps import GraderDep, require_owner
-from api.errors import ERROR_RESPONSES
+from api.routes.common import guarded_router
 from api.schemas import RubricDetail, RubricList
 from api.services import rubrics
 
-router = APIRouter(
-    prefix="/v1/rubrics", tags=["rubrics"], dependencies=[Depends(require_owner)],
-    responses=ERROR_RESPONSES,
-)
+router = guarded_router("/v1/rubrics", "rubrics", require_owner)
 
 
 @router.get("", summary="List rubrics")
