@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,8 +126,18 @@ def _met(ok: bool | None) -> str:
     return "n/a" if ok is None else ("yes" if ok else "**no**")
 
 
+def _row(*cells: object) -> str:
+    """One row of a Markdown table."""
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _table(head: Sequence[str], body: Iterable[str] = ()) -> list[str]:
+    """A Markdown table: the header row of ``head``, its rule, then the ``body`` rows."""
+    return [_row(*head), "|" + "---|" * len(head), *body]
+
+
 def _summary_rows(results: dict[str, Any]) -> list[str]:
-    rows = ["| # | Measure | Figure | Target | Met |", "|---|---|---|---|---|"]
+    rows = _table(("#", "Measure", "Figure", "Target", "Met"))
     throughput = results.get("throughput", {})
     cold = {row["concurrency"]: row for row in throughput.get("cold", [])}
     c64 = cold.get(64)
@@ -284,20 +294,24 @@ def _transport_rows(results: dict[str, Any]) -> list[str]:
         "c/(2 x latency) (c calls in flight, the basis of the peer comparison). CPU ms/call: "
         "the grading process's; the stand-in's (its own process, on the same cores) beside it.",
         "",
-        "| c | transport | items/s, median (all runs) | % of c/latency | % of c/(2 x latency) | "
-        "x public scorer | "
-        "CPU ms/call | stand-in CPU ms/call | same results |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in transport["runs"]:
+
+    def line(row: dict[str, Any]) -> str:
         every = ", ".join(f"{rate:g}" for rate in row.get("items_per_s_all", []))
-        rows.append(
-            f"| {row['concurrency']} | {row['transport']} | {row['items_per_s']} ({every}) | "
-            f"{row['pct_of_engine_limit']} ({row['engine_limit']:g}) | "
-            f"{row['pct_of_issue_limit']} ({row['issue_limit']:g}) | "
-            f"{row['items_per_s'] / public['items_per_s']:.1f}x | {row['cpu_ms_per_call']} | "
-            f"{row['standin_cpu_ms_per_call']} | {'yes' if row['same_results'] else '**no**'} |"
+        return _row(
+            row["concurrency"], row["transport"], f"{row['items_per_s']} ({every})",
+            f"{row['pct_of_engine_limit']} ({row['engine_limit']:g})",
+            f"{row['pct_of_issue_limit']} ({row['issue_limit']:g})",
+            f"{row['items_per_s'] / public['items_per_s']:.1f}x", row["cpu_ms_per_call"],
+            row["standin_cpu_ms_per_call"], "yes" if row["same_results"] else "**no**",
         )
+
+    rows += _table(
+        ("c", "transport", "items/s, median (all runs)", "% of c/latency",
+         "% of c/(2 x latency)", "x public scorer", "CPU ms/call", "stand-in CPU ms/call",
+         "same results"),
+        map(line, transport["runs"]),
+    )
     rows += [
         "",
         f"Public scorer's loop in the same run: **{public['items_per_s']} items/s** "
@@ -321,17 +335,19 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
         "an item holds one concurrency slot for one latency (the stand-in saw up to 2 x "
         "concurrency requests in flight). CPU ms/call is this process's CPU per judge call.",
         "",
-        "| concurrency | items | latency s | items/s | ideal items/s | % of ideal | "
-        "max in flight | CPU ms/call |",
-        "|---|---|---|---|---|---|---|---|",
+        *_table(
+            ("concurrency", "items", "latency s", "items/s", "ideal items/s", "% of ideal",
+             "max in flight", "CPU ms/call"),
+            (
+                _row(
+                    row["concurrency"], f"{row['items']}{' (first N)' if row['subset'] else ''}",
+                    f"{row['latency_s']:g}", row["items_per_s"], row["ideal_items_per_s"],
+                    row["pct_of_ideal"], row["max_in_flight"], row["cpu_ms_per_call"],
+                )
+                for row in throughput["cold"]
+            ),
+        ),
     ]
-    for row in throughput["cold"]:
-        subset = " (first N)" if row["subset"] else ""
-        rows.append(
-            f"| {row['concurrency']} | {row['items']}{subset} | {row['latency_s']:g} | "
-            f"{row['items_per_s']} | {row['ideal_items_per_s']} | {row['pct_of_ideal']} | "
-            f"{row['max_in_flight']} | {row['cpu_ms_per_call']} |"
-        )
     public = throughput.get("public_scorer")
     if public:
         ideal = 1 / (2 * public["latency_s"])
@@ -365,12 +381,11 @@ def _layer_rows(results: dict[str, Any]) -> list[str]:
         "zero-latency stand-in. One process on one core serves at most 1000 / (CPU ms/call) "
         "calls/s, half that in items/s.",
         "",
-        "| layer | CPU ms/call | calls/s |",
-        "|---|---|---|",
-    ]
-    rows += [
-        f"| {row['layer']} | {row['cpu_ms_per_call']} | {row['calls_per_s']} |"
-        for row in layers["layers"]
+        *_table(
+            ("layer", "CPU ms/call", "calls/s"),
+            (_row(row["layer"], row["cpu_ms_per_call"], row["calls_per_s"])
+             for row in layers["layers"]),
+        ),
     ]
     return rows
 
@@ -409,19 +424,26 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             f"minus one judge latency. Cached: the same items again, "
             f"{service['cached_concurrency']} in flight.",
             "",
-            "| workers | cold requests | cold overhead p50 / p95 / p99 ms | cached requests | "
-            "cached req/s | cached p50 / p95 / p99 ms | errors | peak RSS MiB (largest / all) |",
-            "|---|---|---|---|---|---|---|---|",
         ]
-        for row in service["service"]:
+
+        def line(row: dict[str, Any]) -> str:
             cold, cached = row["cold"], row["cached"]
-            rows.append(
-                f"| {row['workers']} | {cold['requests']} | {cold['p50_overhead_ms']} / "
-                f"{cold['p95_overhead_ms']} / {cold['p99_overhead_ms']} | {cached['requests']} | "
-                f"{cached['requests_per_s']} | {cached['p50_ms']} / {cached['p95_ms']} / "
-                f"{cached['p99_ms']} | {cold['errors'] + cached['errors']} | "
-                f"{row['peak_rss_mb_max']} / {row['peak_rss_mb_sum']} |"
+            return _row(
+                row["workers"], cold["requests"],
+                f"{cold['p50_overhead_ms']} / {cold['p95_overhead_ms']} / "
+                f"{cold['p99_overhead_ms']}",
+                cached["requests"], cached["requests_per_s"],
+                f"{cached['p50_ms']} / {cached['p95_ms']} / {cached['p99_ms']}",
+                cold["errors"] + cached["errors"],
+                f"{row['peak_rss_mb_max']} / {row['peak_rss_mb_sum']}",
             )
+
+        rows += _table(
+            ("workers", "cold requests", "cold overhead p50 / p95 / p99 ms", "cached requests",
+             "cached req/s", "cached p50 / p95 / p99 ms", "errors",
+             "peak RSS MiB (largest / all)"),
+            map(line, service["service"]),
+        )
     rows += _overhead_rows(results.get("overhead", {}))
     metrics = results.get("metrics", {})
     if "pairs" in metrics:
@@ -429,15 +451,26 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             "",
             f"### 5. Metric cost ({_load(metrics)}, torch threads {metrics['torch_threads']})",
             "",
-            "| metric | pairs | pairs/s | CPU s |",
-            "|---|---|---|---|",
-            f"| ROUGE-L (per pair) | {metrics['pairs']} | {metrics['rouge_l_pairs_per_s']} | "
-            f"{round(metrics['pairs'] / metrics['rouge_l_pairs_per_cpu_s'], 2)} |",
-            f"| BERTScore, all pairs in one call | {metrics['pairs']} | "
-            f"{metrics['bertscore_batched_pairs_per_s']} | {metrics['bertscore_batched_cpu_s']} |",
-            f"| BERTScore, {metrics['bertscore_chunk']} pairs per call | "
-            f"{metrics['bertscore_chunked_pairs']} | {metrics['bertscore_chunked_pairs_per_s']} | "
-            f"{metrics['bertscore_chunked_cpu_s']} |",
+            *_table(
+                ("metric", "pairs", "pairs/s", "CPU s"),
+                (
+                    _row(
+                        "ROUGE-L (per pair)", metrics["pairs"], metrics["rouge_l_pairs_per_s"],
+                        round(metrics["pairs"] / metrics["rouge_l_pairs_per_cpu_s"], 2),
+                    ),
+                    _row(
+                        "BERTScore, all pairs in one call", metrics["pairs"],
+                        metrics["bertscore_batched_pairs_per_s"],
+                        metrics["bertscore_batched_cpu_s"],
+                    ),
+                    _row(
+                        f"BERTScore, {metrics['bertscore_chunk']} pairs per call",
+                        metrics["bertscore_chunked_pairs"],
+                        metrics["bertscore_chunked_pairs_per_s"],
+                        metrics["bertscore_chunked_cpu_s"],
+                    ),
+                ),
+            ),
             "",
             f"Encoder load + warm-up (not in the rates): {metrics['encoder_load_s']} s.",
         ]
@@ -447,13 +480,11 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 "Embedded matcher through `Grader.grade_many` (coverage only, cache off, "
                 "concurrency 64, after a warm-up batch):",
                 "",
-                "| set | items | points | items/s | points/s | CPU s |",
-                "|---|---|---|---|---|---|",
-            ]
-            rows += [
-                f"| {r['set']} | {r['items']} | {r['points']} | {r['items_per_s']} | "
-                f"{r['points_per_s']} | {r['cpu_s']} |"
-                for r in metrics["matcher"]
+                *_table(
+                    ("set", "items", "points", "items/s", "points/s", "CPU s"),
+                    (_row(r["set"], r["items"], r["points"], r["items_per_s"],
+                          r["points_per_s"], r["cpu_s"]) for r in metrics["matcher"]),
+                ),
             ]
     memory = results.get("memory", {})
     if "peak_rss_mb" in memory:
@@ -472,14 +503,14 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 "",
                 "Every run (`--runs`; xN = N copies of the workload with new ids and responses):",
                 "",
-                "| judge | copies | items | wall s | items/s | CPU s | peak RSS MiB | load |",
-                "|---|---|---|---|---|---|---|---|",
-            ]
-            rows += [
-                f"| {r['judge']} | x{r['repeat']} | {r['items']} | {r['wall_s']} | "
-                f"{r['items_per_s']} | {r['cpu_s']} | {r['peak_rss_mb']} | "
-                f"{r['load_before'][0]} -> {r['load_after'][0]} |"
-                for r in memory["runs"]
+                *_table(
+                    ("judge", "copies", "items", "wall s", "items/s", "CPU s", "peak RSS MiB",
+                     "load"),
+                    (_row(r["judge"], f"x{r['repeat']}", r["items"], r["wall_s"],
+                          r["items_per_s"], r["cpu_s"], r["peak_rss_mb"],
+                          f"{r['load_before'][0]} -> {r['load_after'][0]}")
+                     for r in memory["runs"]),
+                ),
             ]
     long = results.get("long_answers", {})
     if "wall_s" in long:
@@ -503,15 +534,14 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             f"c={first['concurrency']}, base {first['base_items']} items repeated with new ids "
             "and responses)",
             "",
-            "| scale | items | wall s | items/s | wall s per 1000 items | CPU ms per item | "
-            "peak RSS MiB (after warm-up -> end) | load |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        rows += [
-            f"| x{s['repeat']} | {s['items']} | {s['wall_s']} | {s['items_per_s']} | "
-            f"{s['s_per_1000_items']} | {1000 * _cpu_per_item(s):.1f} | "
-            f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']} | {_load(s)} |"
-            for s in scales
+            *_table(
+                ("scale", "items", "wall s", "items/s", "wall s per 1000 items",
+                 "CPU ms per item", "peak RSS MiB (after warm-up -> end)", "load"),
+                (_row(f"x{s['repeat']}", s["items"], s["wall_s"], s["items_per_s"],
+                      s["s_per_1000_items"], f"{1000 * _cpu_per_item(s):.1f}",
+                      f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']}", _load(s))
+                 for s in scales),
+            ),
         ]
     errors = [f"- {key}: {value['error']}" for key, value in results.items()
               if isinstance(value, dict) and "error" in value]
