@@ -131,6 +131,11 @@ def _row(*cells: object) -> str:
     return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
+def _target(number: int | str, measure: str, figure: str, target: str, ok: bool | None) -> str:
+    """A row of the summary table: the measure, its figure, the target and whether it is met."""
+    return _row(number, measure, figure, target, _met(ok))
+
+
 def _table(head: Sequence[str], body: Iterable[str] = ()) -> list[str]:
     """A Markdown table: the header row of ``head``, its rule, then the ``body`` rows."""
     return [_row(*head), "|" + "---|" * len(head), *body]
@@ -142,65 +147,65 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
     cold = {row["concurrency"]: row for row in throughput.get("cold", [])}
     c64 = cold.get(64)
     if c64:
-        rows.append(
-            f"| 1 | Cold throughput at c=64 ({c64['items']} items, {c64['latency_s']:g} s/call) | "
+        rows.append(_target(
+            1, f"Cold throughput at c=64 ({c64['items']} items, {c64['latency_s']:g} s/call)",
             f"{c64['items_per_s']} items/s = {c64['pct_of_ideal']}% of ideal "
-            f"{c64['ideal_items_per_s']} | >= 90% of ideal | {_met(c64['pct_of_ideal'] >= 90)} |"
-        )
+            f"{c64['ideal_items_per_s']}", ">= 90% of ideal", c64["pct_of_ideal"] >= 90,
+        ))
     public = throughput.get("public_scorer")
     if c64 and public:
         ratio = c64["items_per_s"] / public["items_per_s"]
-        rows.append(
-            f"| 2 | vs the public scorer's sequential loop ({public['items_per_s']} items/s) | "
-            f"{ratio:.1f}x | >= 50x | {_met(ratio >= 50)} |"
-        )
+        rows.append(_target(
+            2, f"vs the public scorer's sequential loop ({public['items_per_s']} items/s)",
+            f"{ratio:.1f}x", ">= 50x", ratio >= 50,
+        ))
     rows += _transport_summary(results)
     warm = throughput.get("warm")
     if warm:
-        rows.append(
-            f"| 3 | Warm re-grade of {warm['items']} items | {warm['server_requests']} provider "
-            f"calls, {warm['wall_s']} s, cache {warm['cache_mb']} MiB | 0 calls, < 5 s | "
-            f"{_met(warm['server_requests'] == 0 and warm['wall_s'] < 5)} |"
-        )
+        rows.append(_target(
+            3, f"Warm re-grade of {warm['items']} items",
+            f"{warm['server_requests']} provider calls, {warm['wall_s']} s, cache "
+            f"{warm['cache_mb']} MiB", "0 calls, < 5 s",
+            warm["server_requests"] == 0 and warm["wall_s"] < 5,
+        ))
     for row in results.get("service", {}).get("service", []):
         cold_s, cached = row["cold"], row["cached"]
-        rows.append(
-            f"| 4 | Service, {row['workers']} worker(s): overhead over the judge p50/p95/p99 | "
+        rows.append(_target(
+            4, f"Service, {row['workers']} worker(s): overhead over the judge p50/p95/p99",
             f"{cold_s['p50_overhead_ms']} / {cold_s['p95_overhead_ms']} / "
-            f"{cold_s['p99_overhead_ms']} ms; cached {cached['requests_per_s']} req/s | "
-            "(no target) | n/a |"
-        )
+            f"{cold_s['p99_overhead_ms']} ms; cached {cached['requests_per_s']} req/s",
+            "(no target)", None,
+        ))
     rows += _overhead_rows(results.get("overhead", {}), summary=True)
     metrics = results.get("metrics", {})
     if "bertscore_batched_pairs_per_s" in metrics:
         value = metrics["bertscore_batched_pairs_per_s"]
-        rows.append(
-            f"| 5 | BERTScore, batched ({metrics['pairs']} pairs); ROUGE-L | {value} pairs/s; "
-            f"ROUGE-L {metrics['rouge_l_pairs_per_s']} pairs/s | >= 60 pairs/s | "
-            f"{_met(value >= 60)} |"
-        )
+        rows.append(_target(
+            5, f"BERTScore, batched ({metrics['pairs']} pairs); ROUGE-L",
+            f"{value} pairs/s; ROUGE-L {metrics['rouge_l_pairs_per_s']} pairs/s",
+            ">= 60 pairs/s", value >= 60,
+        ))
     for row in metrics.get("matcher", []):
         if row["set"] == "EVOUNA TQ short answers":
-            rows.append(
-                f"| 5 | Embedded matcher, short answers ({row['items']} EVOUNA items) | "
-                f"{row['items_per_s']} items/s | >= 100 items/s | "
-                f"{_met(row['items_per_s'] >= 100)} |"
-            )
+            rows.append(_target(
+                5, f"Embedded matcher, short answers ({row['items']} EVOUNA items)",
+                f"{row['items_per_s']} items/s", ">= 100 items/s", row["items_per_s"] >= 100,
+            ))
     memory = results.get("memory", {})
     if "peak_rss_mb" in memory:
-        rows.append(
-            f"| 6 | Peak RSS, `bonusjudge grade` ({memory['metrics']}) | "
-            f"{memory['peak_rss_mb']} MiB | < 1024 MiB | {_met(memory['peak_rss_mb'] < 1024)} |"
-        )
+        rows.append(_target(
+            6, f"Peak RSS, `bonusjudge grade` ({memory['metrics']})",
+            f"{memory['peak_rss_mb']} MiB", "< 1024 MiB", memory["peak_rss_mb"] < 1024,
+        ))
     rows += _memory_growth_rows(memory)
     rows += _long_answer_rows(results.get("long_answers", {}))
     for row in results.get("service", {}).get("service", []):
         peak = row.get("peak_rss_mb_max")
         if peak is not None:
-            rows.append(
-                f"| 6 | Peak RSS, service with {row['workers']} worker(s) under load "
-                f"(largest process) | {peak} MiB | < 1536 MiB | {_met(peak < 1536)} |"
-            )
+            rows.append(_target(
+                6, f"Peak RSS, service with {row['workers']} worker(s) under load "
+                "(largest process)", f"{peak} MiB", "< 1536 MiB", peak < 1536,
+            ))
     scales = [results[k] for k in ("scaling_x1", "scaling_x4", "scaling_x16") if k in results]
     scales = [s for s in scales if "items" in s]
     if len(scales) >= 2:
@@ -208,13 +213,14 @@ def _summary_rows(results: dict[str, Any]) -> list[str]:
         # CPU per item, not wall per item: on a shared machine wall time follows the load.
         cpu_ratio = _cpu_per_item(last) / _cpu_per_item(first)
         growth = last["peak_rss_mb"] - first["peak_rss_mb"]
-        rows.append(
-            f"| 7 | Cost growth x{first['repeat']} -> x{last['repeat']} | CPU per item "
-            f"x{cpu_ratio:.2f} (wall per item x"
+        rows.append(_target(
+            7, f"Cost growth x{first['repeat']} -> x{last['repeat']}",
+            f"CPU per item x{cpu_ratio:.2f} (wall per item x"
             f"{last['s_per_1000_items'] / first['s_per_1000_items']:.2f}); peak RSS "
-            f"{first['peak_rss_mb']} -> {last['peak_rss_mb']} MiB | linear cost, flat memory "
-            f"(< +10% RSS) | {_met(cpu_ratio < 1.25 and growth < 0.10 * first['peak_rss_mb'])} |"
-        )
+            f"{first['peak_rss_mb']} -> {last['peak_rss_mb']} MiB",
+            "linear cost, flat memory (< +10% RSS)",
+            cpu_ratio < 1.25 and growth < 0.10 * first["peak_rss_mb"],
+        ))
     return rows
 
 
@@ -227,12 +233,12 @@ def _memory_growth_rows(memory: dict[str, Any]) -> list[str]:
     first, last = runs[0], runs[-1]
     growth = memory.get("growth_pct", {}).get("embedded")
     peak = max(r["peak_rss_mb"] for r in runs)
-    return [
-        f"| 6 | Peak RSS, `bonusjudge grade`, embedded judge, x{first['repeat']} -> "
-        f"x{last['repeat']} ({first['items']} -> {last['items']} items) | {first['peak_rss_mb']} "
-        f"-> {last['peak_rss_mb']} MiB ({growth:+}%) | < 1024 MiB, < +10% | "
-        f"{_met(peak < 1024 and growth is not None and growth < 10)} |"
-    ]
+    return [_target(
+        6, f"Peak RSS, `bonusjudge grade`, embedded judge, x{first['repeat']} -> "
+        f"x{last['repeat']} ({first['items']} -> {last['items']} items)",
+        f"{first['peak_rss_mb']} -> {last['peak_rss_mb']} MiB ({growth:+}%)",
+        "< 1024 MiB, < +10%", peak < 1024 and growth is not None and growth < 10,
+    )]
 
 
 def _long_answer_rows(long: dict[str, Any]) -> list[str]:
@@ -240,12 +246,12 @@ def _long_answer_rows(long: dict[str, Any]) -> list[str]:
     if "wall_s" not in long:
         return []
     ok = long["wall_s"] < 100 and long["peak_rss_mb"] < 1024
-    return [
-        f"| 9 | `bonusjudge calibrate`, {long['items']} long answers x "
-        f"{long['references_per_question']} references (rouge_l, bertscore, coverage) | "
-        f"{long['wall_s']} s, peak RSS {long['peak_rss_mb']} MiB ({_load(long)}) | "
-        f"< 100 s, < 1024 MiB | {_met(ok)} |"
-    ]
+    return [_target(
+        9, f"`bonusjudge calibrate`, {long['items']} long answers x "
+        f"{long['references_per_question']} references (rouge_l, bertscore, coverage)",
+        f"{long['wall_s']} s, peak RSS {long['peak_rss_mb']} MiB ({_load(long)})",
+        "< 100 s, < 1024 MiB", ok,
+    )]
 
 
 def _transport_summary(results: dict[str, Any]) -> list[str]:
@@ -258,23 +264,23 @@ def _transport_summary(results: dict[str, Any]) -> list[str]:
             continue
         ratio = row["items_per_s"] / public["items_per_s"]
         met = row["pct_of_issue_limit"] >= 90 and ratio >= 50 and row["cpu_ms_per_call"] <= 1.5
-        rows.append(
-            f"| 1-2 | Direct transport, c={row['concurrency']} ({row['items']} items, "
-            f"{row['latency_s']:g} s/call) | {row['items_per_s']} items/s = "
-            f"{row['pct_of_issue_limit']}% of c/(2 x latency) = {row['issue_limit']:g} "
-            f"({row['pct_of_engine_limit']}% of c/latency); {ratio:.1f}x the public scorer; "
-            f"{row['cpu_ms_per_call']} CPU ms/call | >= 90%, >= 50x, <= 1.5 ms | "
-            f"{_met(met)} |"
-        )
+        rows.append(_target(
+            "1-2", f"Direct transport, c={row['concurrency']} ({row['items']} items, "
+            f"{row['latency_s']:g} s/call)",
+            f"{row['items_per_s']} items/s = {row['pct_of_issue_limit']}% of c/(2 x latency) = "
+            f"{row['issue_limit']:g} ({row['pct_of_engine_limit']}% of c/latency); "
+            f"{ratio:.1f}x the public scorer; {row['cpu_ms_per_call']} CPU ms/call",
+            ">= 90%, >= 50x, <= 1.5 ms", met,
+        ))
         calls = 2 * row["concurrency"]
         if calls in (64, 128):
             # The stricter reading: the issue's c counts calls in flight, ours counts items.
-            rows.append(
-                f"| 1-2 | Direct transport, {calls} calls in flight (c={row['concurrency']}) | "
+            rows.append(_target(
+                "1-2", f"Direct transport, {calls} calls in flight (c={row['concurrency']})",
                 f"{row['items_per_s']} items/s = {row['pct_of_engine_limit']}% of "
-                f"calls/(2 x latency) = {row['engine_limit']:g} | >= 90% | "
-                f"{_met(row['pct_of_engine_limit'] >= 90)} |"
-            )
+                f"calls/(2 x latency) = {row['engine_limit']:g}", ">= 90%",
+                row["pct_of_engine_limit"] >= 90,
+            ))
     return rows
 
 
