@@ -15,6 +15,7 @@ COPY judge judge
 COPY calibration calibration
 COPY api api
 COPY cli cli
+COPY standins standins
 RUN pip install -c constraints.txt . && useradd --create-home bonusjudge \
     && mkdir -p /data && chown bonusjudge /data
 USER bonusjudge
