@@ -38,6 +38,8 @@ SHOWN_BY: dict[str, tuple[str, ...]] = {
     "cli/common.py": ("grade", "serve", "calibrate"),
     # Preflight and the transports: every command that checks a judge before using it.
     "judge/providers/base.py": JUDGING,
+    "judge/providers/litellm.py": JUDGING,
+    "judge/providers/routing.py": JUDGING,
     "judge/providers/direct.py": JUDGING,
     "calibration/sets.py": ("calibrate",),
 }
@@ -102,7 +104,7 @@ def named_options() -> list[tuple[str, int, str]]:
 
 def test_the_scan_finds_the_messages_it_is_about() -> None:
     found = {(module, flag) for module, _, flag in named_options()}
-    assert ("judge/providers/base.py", "--api-key-env") in found
+    assert ("judge/providers/routing.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--transport") in found
     assert ("cli/grade.py", "--server") in found
