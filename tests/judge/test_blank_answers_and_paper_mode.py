@@ -22,8 +22,8 @@ from judge.types import (
     GradeResult,
     Provenance,
 )
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import no_sleep
 
 LINE = {
     "question": "How does Levin feel after Kitty refuses him?",
@@ -44,10 +44,6 @@ def request(response: str | None, **fields: object) -> GradeRequest:
     data = {"id": "q1", "reference": LINE["answer"], "response": response, **fields}
     data.update({k: v for k, v in LINE.items() if k != "answer" and k not in data})
     return GradeRequest.model_validate(data)
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 def grader(provider: FakeProvider, config: JudgeConfig = CFG) -> Grader:

@@ -7,61 +7,23 @@ Damage to the database file itself (garbage, truncation, a full disk) is in
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import diskcache
 
 from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
 from judge.config import JudgeConfig
-from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeProvider, covering, defects
-from judge.types import GradeRequest
+from judge.providers.fake import FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement, coverage_model
 from rubrics.loader import load_library
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
-
-
-def request(**kw: Any) -> GradeRequest:
-    base = {
-        "id": "q1",
-        "question": "How does Levin feel after Kitty refuses him?",
-        "reference": "He feels humiliated and wants to return to his estate.",
-        "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
-        "response": "He is ashamed and longs for the countryside.",
-        "tom_dimension": "emotion",
-    }
-    base.update(kw)
-    return GradeRequest(**base)
-
-
-def by_task(coverage: Any, defect: Any) -> Any:
-    """A handler answering the coverage call with `coverage`, the defect call with `defect`."""
-    cov = iter(coverage)
-    dfc = iter(defect)
-
-    def handler(call: FakeCall) -> Any:
-        name = call.response_model.__name__ if call.response_model else "text"
-        if name == "CoverageJudgement" or "[Bonus Points]" in call.user:
-            return next(cov)
-        return next(dfc)
-
-    return handler
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import by_task
+from standins.engine import levin_request as request
+from standins.engine import quiet_grader as grader
 
 
 def answers(n: int = 10) -> FakeProvider:
     return FakeProvider(handler=by_task([covering(1, n=2)] * n, [defects()] * n))
-
-
-async def no_sleep(_: float) -> None:
-    return None
-
-
-def grader(provider: Any, config: JudgeConfig = CFG, **kw: Any) -> Grader:
-    kw.setdefault("sleep", no_sleep)
-    kw.setdefault("rng", random.Random(0))
-    return Grader(config, provider=provider, **kw)
 
 
 # -- keys ----------------------------------------------------------------------------------------

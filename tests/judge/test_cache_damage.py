@@ -18,14 +18,13 @@ import diskcache
 import pytest
 
 from judge.cache import JudgeCache
-from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.types import GradeRequest
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import no_sleep
 from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
 
 ITEM = {
     "question": "How does Levin feel after Kitty refuses him?",
@@ -39,10 +38,6 @@ def handler(call: FakeCall) -> FakeOutput:
     if "[Bonus Points]" in call.user:
         return covering(1, n=2)
     return defects()
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 def grader(cache: JudgeCache) -> tuple[Grader, FakeProvider]:

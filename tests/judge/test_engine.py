@@ -7,7 +7,6 @@ Retries, the budget and the breaker are in ``test_retries.py``; the cache in ``t
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
 import pytest
@@ -16,49 +15,13 @@ from pydantic import BaseModel, ValidationError
 from core.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
-from judge.engine import Grader
 from judge.providers.base import Completion
 from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from judge.types import ExtractRequest, GradeRequest
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
-
-
-def request(**kw) -> GradeRequest:
-    base = {
-        "id": "q1",
-        "question": "How does Levin feel after Kitty refuses him?",
-        "reference": "He feels humiliated and wants to return to his estate.",
-        "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
-        "response": "He is ashamed and longs for the countryside.",
-        "tom_dimension": "emotion",
-    }
-    base.update(kw)
-    return GradeRequest(**base)
-
-
-def by_task(coverage, defect):
-    """A handler answering the coverage call with `coverage`, the defect call with `defect`."""
-    cov = iter(coverage)
-    dfc = iter(defect)
-
-    def handler(call: FakeCall):
-        name = call.response_model.__name__ if call.response_model else "text"
-        if name == "CoverageJudgement" or "[Bonus Points]" in call.user:
-            return next(cov)
-        return next(dfc)
-
-    return handler
-
-
-async def no_sleep(_: float) -> None:
-    return None
-
-
-def grader(provider, config=CFG, **kw) -> Grader:
-    kw.setdefault("sleep", no_sleep)
-    kw.setdefault("rng", random.Random(0))
-    return Grader(config, provider=provider, **kw)
+from judge.types import ExtractRequest
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import by_task
+from standins.engine import levin_request as request
+from standins.engine import quiet_grader as grader
 
 
 async def test_structured_verdicts_make_coverage_and_penalty():

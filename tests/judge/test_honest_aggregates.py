@@ -14,8 +14,8 @@ from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering
 from judge.types import GradeRequest
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import no_sleep
 
 
 def request(i: int, response: str = "He is ashamed.", respondent: str = "m-a") -> GradeRequest:
@@ -28,10 +28,6 @@ def request(i: int, response: str = "He is ashamed.", respondent: str = "m-a") -
         tom_dimension="emotion",
         respondent=respondent,
     )
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 def grader(provider: FakeProvider, config: JudgeConfig = CFG) -> Grader:

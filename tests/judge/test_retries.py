@@ -22,16 +22,16 @@ from core.errors import JudgeOutputError, ProviderError
 from judge.cache import JudgeCache
 from judge.calls import Caller, CallSpec
 from judge.config import JudgeConfig
-from judge.engine import Grader
 from judge.providers.base import Completion
 from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
-from judge.types import GradeRequest
 from judge.verdicts import DefectJudgement
 from rubrics.loader import load_library
-
-CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
+from standins.engine import ENGINE_CONFIG as CFG
+from standins.engine import by_task
+from standins.engine import levin_request as request
+from standins.engine import quiet_grader as grader
 
 RATE_LIMITED = ProviderError("429", reason="rate_limited", retryable=True, status=429)
 DOWN = ProviderError("503", reason="provider_error", retryable=True, status=503)
@@ -283,43 +283,6 @@ async def test_a_cancelled_probe_lets_another_call_probe() -> None:
 
 
 # -- the same policy over whole items (the engine) -------------------------------------------------
-
-
-def request(**kw: Any) -> GradeRequest:
-    base = {
-        "id": "q1",
-        "question": "How does Levin feel after Kitty refuses him?",
-        "reference": "He feels humiliated and wants to return to his estate.",
-        "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
-        "response": "He is ashamed and longs for the countryside.",
-        "tom_dimension": "emotion",
-    }
-    base.update(kw)
-    return GradeRequest(**base)
-
-
-def by_task(coverage: Any, defect: Any) -> Any:
-    """A handler answering the coverage call with `coverage`, the defect call with `defect`."""
-    cov = iter(coverage)
-    dfc = iter(defect)
-
-    def handler(call: FakeCall) -> Any:
-        name = call.response_model.__name__ if call.response_model else "text"
-        if name == "CoverageJudgement" or "[Bonus Points]" in call.user:
-            return next(cov)
-        return next(dfc)
-
-    return handler
-
-
-async def no_sleep(_: float) -> None:
-    return None
-
-
-def grader(provider: Any, config: JudgeConfig = CFG, **kw: Any) -> Grader:
-    kw.setdefault("sleep", no_sleep)
-    kw.setdefault("rng", random.Random(0))
-    return Grader(config, provider=provider, **kw)
 
 
 async def test_a_grader_passes_its_settings_to_its_caller() -> None:

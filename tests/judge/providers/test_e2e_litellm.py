@@ -19,13 +19,10 @@ from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
 from judge.types import GradeRequest
+from standins.engine import no_sleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
-
-
-async def no_sleep(_: float) -> None:
-    return None
 
 
 def request(**kw) -> GradeRequest:

@@ -1,0 +1,67 @@
+"""The engine's stand-in set-up for tests: one grading request, a quiet grader, a scripted judge.
+
+Tests of the engine (and of what sits on it) grade one CharToM-style item again and again with
+the shipped :class:`judge.providers.fake.FakeProvider`; these are the one copy of what they
+share, so a change to the engine's set-up is made once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from judge.config import JudgeConfig
+from judge.engine import Grader
+from judge.providers.fake import FakeCall, FakeProvider
+from judge.types import GradeRequest
+
+__all__ = ["ENGINE_CONFIG", "by_task", "levin_request", "no_sleep", "quiet_grader"]
+
+ENGINE_CONFIG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects"))
+"""A fake LLM judge asked for coverage and defects (no metrics that load an encoder)."""
+
+
+def levin_request(**fields: Any) -> GradeRequest:
+    """Levin after Kitty's refusal: two bonus points, a paraphrasing answer; ``fields`` override."""
+    base: dict[str, Any] = {
+        "id": "q1",
+        "question": "How does Levin feel after Kitty refuses him?",
+        "reference": "He feels humiliated and wants to return to his estate.",
+        "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
+        "response": "He is ashamed and longs for the countryside.",
+        "tom_dimension": "emotion",
+    }
+    base.update(fields)
+    return GradeRequest(**base)
+
+
+def by_task(coverage: Iterable[Any], defect: Iterable[Any]) -> Callable[[FakeCall], Any]:
+    """A handler answering the coverage call with ``coverage``, the defect call with ``defect``.
+
+    Each is consumed in order, one answer per call of its task.
+    """
+    cov = iter(coverage)
+    dfc = iter(defect)
+
+    def handler(call: FakeCall) -> Any:
+        name = call.response_model.__name__ if call.response_model else "text"
+        if name == "CoverageJudgement" or "[Bonus Points]" in call.user:
+            return next(cov)
+        return next(dfc)
+
+    return handler
+
+
+async def no_sleep(_: float) -> None:
+    """A sleep that returns at once: retries and backoff without waiting."""
+    return None
+
+
+def quiet_grader(
+    provider: FakeProvider | Any, config: JudgeConfig = ENGINE_CONFIG, **options: Any
+) -> Grader:
+    """A grader on ``provider`` that never sleeps and draws its jitter from a fixed seed."""
+    options.setdefault("sleep", no_sleep)
+    options.setdefault("rng", random.Random(0))
+    return Grader(config, provider=provider, **options)
