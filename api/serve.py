@@ -192,9 +192,8 @@ def serve(
         port: TCP port.
         workers: Worker processes (each runs jobs; leases keep them apart).
         log_level: uvicorn's log level.
-        local_llm: Start the packaged local LLM (``judge.providers.local_llm``) as the judge, a
-        child
-            process stopped with the service.
+        local_llm: Start the packaged local LLM (``judge.providers.local_llm``) as the judge,
+            a child process stopped with the service.
         grace: Seconds in-flight requests and job items have to finish once a stop signal
             arrives.
 

