@@ -141,6 +141,19 @@ def _table(head: Sequence[str], body: Iterable[str] = ()) -> list[str]:
     return [_row(*head), "|" + "---|" * len(head), *body]
 
 
+def _blocks(*blocks: str | list[str]) -> list[str]:
+    """Markdown blocks, each after a blank line: a paragraph (a string) or its lines (a table)."""
+    lines: list[str] = []
+    for block in blocks:
+        lines += ["", block] if isinstance(block, str) else ["", *block]
+    return lines
+
+
+def _section(heading: str, *blocks: str | list[str]) -> list[str]:
+    """A section of the results block: its ``### heading``, then its ``blocks``."""
+    return _blocks(f"### {heading}", *blocks)
+
+
 def _summary_rows(results: dict[str, Any]) -> list[str]:
     rows = _table(("#", "Measure", "Figure", "Target", "Met"))
     throughput = results.get("throughput", {})
@@ -289,18 +302,6 @@ def _transport_rows(results: dict[str, Any]) -> list[str]:
     public = transport.get("public_scorer")
     if not transport.get("runs") or not public:
         return []
-    rows = [
-        f"### 1b. Transports: direct vs litellm, with the public scorer in the same run "
-        f"({_load(transport)})",
-        "",
-        f"The {transport['workload_items']}-item workload, coverage + defects, fresh caches, "
-        "each level and transport run 3 times interleaved (the median run is shown), "
-        f"stand-in at {public['latency_s']:g} s/call. Two limits: c/latency (the engine's: an "
-        "item's two calls run concurrently, so the stand-in sees 2 x c requests in flight) and "
-        "c/(2 x latency) (c calls in flight, the basis of the peer comparison). CPU ms/call: "
-        "the grading process's; the stand-in's (its own process, on the same cores) beside it.",
-        "",
-    ]
 
     def line(row: dict[str, Any]) -> str:
         every = ", ".join(f"{rate:g}" for rate in row.get("items_per_s_all", []))
@@ -312,18 +313,24 @@ def _transport_rows(results: dict[str, Any]) -> list[str]:
             row["standin_cpu_ms_per_call"], "yes" if row["same_results"] else "**no**",
         )
 
-    rows += _table(
-        ("c", "transport", "items/s, median (all runs)", "% of c/latency",
-         "% of c/(2 x latency)", "x public scorer", "CPU ms/call", "stand-in CPU ms/call",
-         "same results"),
-        map(line, transport["runs"]),
-    )
-    rows += [
-        "",
+    return _section(
+        "1b. Transports: direct vs litellm, with the public scorer in the same run "
+        f"({_load(transport)})",
+        f"The {transport['workload_items']}-item workload, coverage + defects, fresh caches, "
+        "each level and transport run 3 times interleaved (the median run is shown), "
+        f"stand-in at {public['latency_s']:g} s/call. Two limits: c/latency (the engine's: an "
+        "item's two calls run concurrently, so the stand-in sees 2 x c requests in flight) and "
+        "c/(2 x latency) (c calls in flight, the basis of the peer comparison). CPU ms/call: "
+        "the grading process's; the stand-in's (its own process, on the same cores) beside it.",
+        _table(
+            ("c", "transport", "items/s, median (all runs)", "% of c/latency",
+             "% of c/(2 x latency)", "x public scorer", "CPU ms/call", "stand-in CPU ms/call",
+             "same results"),
+            map(line, transport["runs"]),
+        ),
         f"Public scorer's loop in the same run: **{public['items_per_s']} items/s** "
         f"({public['items']} items, 2 sequential plain calls each).",
-    ]
-    return rows
+    )
 
 
 def _cpu_per_item(scale: dict[str, Any]) -> float:
@@ -334,14 +341,12 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
     throughput = results.get("throughput", {})
     if not throughput.get("cold"):
         return []
-    rows = [
-        f"### 1-3. Throughput, public scorer, warm re-grade ({_load(throughput)})",
-        "",
+    rows = _section(
+        f"1-3. Throughput, public scorer, warm re-grade ({_load(throughput)})",
         "Ideal = concurrency / latency: an item's coverage and defect calls run concurrently, so "
         "an item holds one concurrency slot for one latency (the stand-in saw up to 2 x "
         "concurrency requests in flight). CPU ms/call is this process's CPU per judge call.",
-        "",
-        *_table(
+        _table(
             ("concurrency", "items", "latency s", "items/s", "ideal items/s", "% of ideal",
              "max in flight", "CPU ms/call"),
             (
@@ -353,26 +358,24 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
                 for row in throughput["cold"]
             ),
         ),
-    ]
+    )
     public = throughput.get("public_scorer")
     if public:
         ideal = 1 / (2 * public["latency_s"])
-        rows += [
-            "",
+        rows += _blocks(
             f"Public scorer's loop (2 plain `litellm.completion` calls per item, one after "
             f"another, first {public['items']} items, {public['latency_s']:g} s/call): "
             f"**{public['items_per_s']} items/s** (its own ideal {ideal:g} items/s; "
             f"{public['parsed']}/{public['calls']} replies parsed).",
-        ]
+        )
     warm = throughput.get("warm")
     if warm:
-        rows += [
-            "",
+        rows += _blocks(
             f"Warm re-grade (c={warm['concurrency']}, same cache folder, new `Grader`): "
             f"**{warm['server_requests']} provider requests**, {warm['cache_hits']} cache hits, "
             f"{warm['wall_s']} s for {warm['items']} items ({warm['wall_with_open_s']} s "
             f"including opening the cache), cache on disk {warm['cache_mb']} MiB.",
-        ]
+        )
     return rows
 
 
@@ -380,20 +383,17 @@ def _layer_rows(results: dict[str, Any]) -> list[str]:
     layers = results.get("layers", {})
     if not layers.get("layers"):
         return []
-    rows = [
-        f"### What bounds cold throughput: CPU per judge call by layer ({_load(layers)})",
-        "",
+    return _section(
+        f"What bounds cold throughput: CPU per judge call by layer ({_load(layers)})",
         f"The same coverage request, {layers['calls']} calls per layer at concurrency 16, "
         "zero-latency stand-in. One process on one core serves at most 1000 / (CPU ms/call) "
         "calls/s, half that in items/s.",
-        "",
-        *_table(
+        _table(
             ("layer", "CPU ms/call", "calls/s"),
             (_row(row["layer"], row["cpu_ms_per_call"], row["calls_per_s"])
              for row in layers["layers"]),
         ),
-    ]
-    return rows
+    )
 
 
 def _overhead_rows(overhead: dict[str, Any], *, summary: bool = False) -> list[str]:
@@ -404,33 +404,20 @@ def _overhead_rows(overhead: dict[str, Any], *, summary: bool = False) -> list[s
 
     if summary:
         return summary_rows(overhead)
-    return [
-        "",
-        f"### 10. Start-up and overhead per request (`bench/overhead.py`, {_load(overhead)})",
-        "",
+    return _section(
+        f"10. Start-up and overhead per request (`bench/overhead.py`, {_load(overhead)})",
         "Fresh interpreters started as users start them; the stand-in judge at "
         f"{overhead['latency_s']:g} s/call. Overhead: `POST /v1/grade` (coverage + defects) "
         "minus a bare call to the same stand-in (the two bodies the service sends, posted "
         "concurrently) at the same percentile, in alternating rounds of the same run.",
-        "",
-        *table(overhead),
-    ]
+        table(overhead),
+    )
 
 
 def _other_rows(results: dict[str, Any]) -> list[str]:
     rows: list[str] = []
     service = results.get("service", {})
     if service.get("service"):
-        rows += [
-            "",
-            f"### 4. Service (`bonusjudge serve`, {_load(service)})",
-            "",
-            f"`POST /v1/grade`, coverage + defects, stand-in at {service['latency_s']:g} s/call. "
-            f"Cold: distinct items, {service['cold_concurrency']} in flight, overhead = latency "
-            f"minus one judge latency. Cached: the same items again, "
-            f"{service['cached_concurrency']} in flight.",
-            "",
-        ]
 
         def line(row: dict[str, Any]) -> str:
             cold, cached = row["cold"], row["cached"]
@@ -444,20 +431,25 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 f"{row['peak_rss_mb_max']} / {row['peak_rss_mb_sum']}",
             )
 
-        rows += _table(
-            ("workers", "cold requests", "cold overhead p50 / p95 / p99 ms", "cached requests",
-             "cached req/s", "cached p50 / p95 / p99 ms", "errors",
-             "peak RSS MiB (largest / all)"),
-            map(line, service["service"]),
+        rows += _section(
+            f"4. Service (`bonusjudge serve`, {_load(service)})",
+            f"`POST /v1/grade`, coverage + defects, stand-in at {service['latency_s']:g} s/call. "
+            f"Cold: distinct items, {service['cold_concurrency']} in flight, overhead = latency "
+            f"minus one judge latency. Cached: the same items again, "
+            f"{service['cached_concurrency']} in flight.",
+            _table(
+                ("workers", "cold requests", "cold overhead p50 / p95 / p99 ms",
+                 "cached requests", "cached req/s", "cached p50 / p95 / p99 ms", "errors",
+                 "peak RSS MiB (largest / all)"),
+                map(line, service["service"]),
+            ),
         )
     rows += _overhead_rows(results.get("overhead", {}))
     metrics = results.get("metrics", {})
     if "pairs" in metrics:
-        rows += [
-            "",
-            f"### 5. Metric cost ({_load(metrics)}, torch threads {metrics['torch_threads']})",
-            "",
-            *_table(
+        rows += _section(
+            f"5. Metric cost ({_load(metrics)}, torch threads {metrics['torch_threads']})",
+            _table(
                 ("metric", "pairs", "pairs/s", "CPU s"),
                 (
                     _row(
@@ -477,39 +469,32 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                     ),
                 ),
             ),
-            "",
             f"Encoder load + warm-up (not in the rates): {metrics['encoder_load_s']} s.",
-        ]
+        )
         if metrics.get("matcher"):
-            rows += [
-                "",
+            rows += _blocks(
                 "Embedded matcher through `Grader.grade_many` (coverage only, cache off, "
                 "concurrency 64, after a warm-up batch):",
-                "",
-                *_table(
+                _table(
                     ("set", "items", "points", "items/s", "points/s", "CPU s"),
                     (_row(r["set"], r["items"], r["points"], r["items_per_s"],
                           r["points_per_s"], r["cpu_s"]) for r in metrics["matcher"]),
                 ),
-            ]
+            )
     memory = results.get("memory", {})
     if "peak_rss_mb" in memory:
-        rows += [
-            "",
-            f"### 6. Memory of the CLI ({_load(memory)})",
-            "",
+        rows += _section(
+            f"6. Memory of the CLI ({_load(memory)})",
             f"`bonusjudge grade` on the {memory['items']} items, `--metrics {memory['metrics']}`, "
             f"`--concurrency {memory['concurrency']}`, stand-in at {memory['latency_s']:g} s: "
             f"**peak RSS {memory['peak_rss_mb']} MiB** (the child's own `ru_maxrss`), "
             f"{memory['wall_s']} s wall including start-up and encoder load, "
             f"{memory['cpu_s']} s CPU.",
-        ]
+        )
         if memory.get("runs"):
-            rows += [
-                "",
+            rows += _blocks(
                 "Every run (`--runs`; xN = N copies of the workload with new ids and responses):",
-                "",
-                *_table(
+                _table(
                     ("judge", "copies", "items", "wall s", "items/s", "CPU s", "peak RSS MiB",
                      "load"),
                     (_row(r["judge"], f"x{r['repeat']}", r["items"], r["wall_s"],
@@ -517,30 +502,26 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                           f"{r['load_before'][0]} -> {r['load_after'][0]}")
                      for r in memory["runs"]),
                 ),
-            ]
+            )
     long = results.get("long_answers", {})
     if "wall_s" in long:
-        rows += [
-            "",
-            f"### 9. Long answers (`bench/long_answers.py`, {_load(long)})",
-            "",
+        rows += _section(
+            f"9. Long answers (`bench/long_answers.py`, {_load(long)})",
             f"`bonusjudge calibrate` on a generated SQuALITY-like set: {long['items']} candidate "
             f"summaries of ~{long['mean_candidate_words']:g} words, {long['questions']} "
             f"questions with {long['references_per_question']} references of ~300 words each, "
             f"`--metrics {long['metrics']}` (coverage from the embedded matcher): "
             f"**{long['wall_s']} s, peak RSS {long['peak_rss_mb']} MiB**, {long['cpu_s']} s CPU.",
-        ]
+        )
     scales = [results[k] for k in ("scaling_x1", "scaling_x4", "scaling_x16") if k in results]
     scales = [s for s in scales if "items" in s]
     if scales:
         first = scales[0]
-        rows += [
-            "",
-            f"### 7. Cost growth (stand-in {first['latency_s']:g} s/call, "
+        rows += _section(
+            f"7. Cost growth (stand-in {first['latency_s']:g} s/call, "
             f"c={first['concurrency']}, base {first['base_items']} items repeated with new ids "
             "and responses)",
-            "",
-            *_table(
+            _table(
                 ("scale", "items", "wall s", "items/s", "wall s per 1000 items",
                  "CPU ms per item", "peak RSS MiB (after warm-up -> end)", "load"),
                 (_row(f"x{s['repeat']}", s["items"], s["wall_s"], s["items_per_s"],
@@ -548,11 +529,11 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                       f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']}", _load(s))
                  for s in scales),
             ),
-        ]
+        )
     errors = [f"- {key}: {value['error']}" for key, value in results.items()
               if isinstance(value, dict) and "error" in value]
     if errors:
-        rows += ["", "Sections that failed in this run:", "", *errors]
+        rows += _blocks("Sections that failed in this run:", errors)
     return rows
 
 
@@ -568,11 +549,8 @@ def render(results: dict[str, Any]) -> str:
         f"{' — QUICK smoke run, not reference figures' if results.get('quick') else ''}.",
         "",
         *_summary_rows(results),
-        "",
         *_throughput_rows(results),
-        "",
         *_transport_rows(results),
-        "",
         *_layer_rows(results),
         *_other_rows(results),
         "",
