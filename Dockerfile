@@ -16,7 +16,7 @@ COPY calibration calibration
 COPY api api
 COPY cli cli
 COPY standins standins
-RUN pip install -c constraints.txt . && useradd --create-home bonusjudge \
+RUN pip install -c constraints.txt ./api/client . && useradd --create-home bonusjudge \
     && mkdir -p /data && chown bonusjudge /data
 USER bonusjudge
 EXPOSE 8000

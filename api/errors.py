@@ -43,7 +43,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
-from api.schemas import ErrorBody, ErrorInfo
+from bonusjudge_client.wire.schemas import ErrorBody, ErrorInfo
 from core.errors import (
     CacheError,
     ConfigError,

@@ -182,7 +182,7 @@ class Launcher:
             await self._refuse(send)
 
     def readiness(self) -> dict[str, Any]:
-        """The ``/readyz`` body while the app is not serving (the shape of ``api.schemas``)."""
+        """The ``/readyz`` body while the app is not serving (the shape of ``Readiness``)."""
         if self.error is not None:
             detail = f"failed to start: {type(self.error).__name__}: {self.error}"[:300]
         elif self._stopping:

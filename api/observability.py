@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.schemas import ReadyCheck
+from bonusjudge_client.wire.schemas import ReadyCheck
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.loading import needs_encoder, warm_up

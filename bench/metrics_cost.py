@@ -100,8 +100,8 @@ CHINESE_CASES = (
 
 def _chinese_requests(copies: int = 4) -> list[tuple[str, Any]]:
     """Each Chinese case's paraphrase and opposite as requests, ``copies`` times as new texts."""
+    from bonusjudge_client.wire.grading import GradeRequest
     from core.jsonl import read_rows
-    from judge.types import GradeRequest
 
     if not CHINESE_CASES.is_file():
         return []

@@ -55,7 +55,7 @@ def run_service(
     server: Any, items: list[dict[str, Any]], outage: float, tmp: Path
 ) -> dict[str, Any]:
     """One service job over ``items`` with the outage at its start."""
-    from api.client import JudgeClient
+    from bonusjudge_client import JudgeClient
     from standins.processes import ServiceProcess
 
     args = ["--model", "openai/standin", "--api-base", server.base_url,

@@ -293,9 +293,9 @@ def judge_bodies(item: dict[str, Any]) -> list[dict[str, Any]]:
     Captured from the product's own direct transport against a recording stand-in in this
     process, so the bare calls carry exactly what the service's calls carry.
     """
+    from bonusjudge_client.wire.grading import GradeRequest
     from judge.config import JudgeConfig
     from judge.engine import Grader
-    from judge.types import GradeRequest
     from standins.openai_server import OpenAIStandIn
 
     async def capture(base_url: str) -> None:

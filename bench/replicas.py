@@ -89,7 +89,7 @@ def _flush(redis_url: str) -> None:
 def _run(
     replicas: int, items: list[Any], warmup: list[Any], redis_url: str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from api.client import JudgeClient
+    from bonusjudge_client import JudgeClient
 
     _flush(redis_url)  # every run computes every item
     work = Path(tempfile.mkdtemp(prefix=f"bench-replicas-{replicas}-"))

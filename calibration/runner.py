@@ -28,6 +28,8 @@ from pydantic import ValidationError
 from rapidfuzz import fuzz
 from tqdm import tqdm
 
+from bonusjudge_client.wire.grading import MAX_REFERENCES, GradeRequest, GradeResult
+from bonusjudge_client.wire.vocab import CALIBRATION_METRICS, MetricName
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
 from core.errors import InputError, first_error
@@ -36,9 +38,7 @@ from judge.cache import JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
-from judge.names import CALIBRATION_METRICS, MetricName
 from judge.resume import JudgeStamp, stale_reason
-from judge.types import MAX_REFERENCES, GradeRequest, GradeResult
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
 

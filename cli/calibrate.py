@@ -10,10 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from bonusjudge_client.wire.options import comma_list
+from bonusjudge_client.wire.vocab import CALIBRATION_METRICS
 from cli.common import add_judge_options, check_outputs, pct, settings_from_args
 from core.errors import ConfigError, InputError
-from core.options import comma_list
-from judge.names import CALIBRATION_METRICS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -30,10 +30,10 @@ from judge.config import CHARTOM_WINDOWS, JudgeConfig, JudgeOverrides, Settings
 from judge.resume import JudgeStamp, stale_reason
 
 if TYPE_CHECKING:
-    from api.client import JudgeClient
+    from bonusjudge_client import JudgeClient
+    from bonusjudge_client.wire.grading import GradeRequest, GradeResult
     from judge.aggregate import Summary
     from judge.io import ResultWriter
-    from judge.types import GradeRequest, GradeResult
 
 CLIENT_SIDE_OPTIONS = ("concurrency", "verbose")
 """Judge-group options that still mean something with ``--server`` (they shape this process), so
@@ -186,8 +186,8 @@ def _grade_into(
     early: GradeResult | None,
 ) -> Summary:
     """Resume from the output, grade what is missing into it, and count every result."""
+    from bonusjudge_client.wire.grading import GradeResult
     from judge.aggregate import Aggregator
-    from judge.types import GradeResult
 
     writer = _open_writer(args.out)
     try:
@@ -484,7 +484,7 @@ def _server_client(args: argparse.Namespace) -> JudgeClient:
     Raises:
         ConfigError: a local-only option was given with ``--server``.
     """
-    from api.client import JudgeClient
+    from bonusjudge_client import JudgeClient
 
     ignored = [
         (dest, flag) for dest, flag in _local_only_options()
@@ -541,7 +541,7 @@ class _ServerGrading:
         Raises:
             ConfigError: the service cannot be reached or refused the request.
         """
-        from api.client import JudgeClientError
+        from bonusjudge_client import JudgeClientError
 
         metrics = list(self._config.metrics)
         if first is None:
@@ -566,7 +566,7 @@ class _ServerGrading:
             The judge calls the service made for this run (the probe's included), summed from
             the results' provenance: this process made none.
         """
-        from api.client import ClientItemError
+        from bonusjudge_client import ClientItemError
         from judge.aggregate import ProvenanceCalls
 
         calls = ProvenanceCalls()

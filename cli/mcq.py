@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import judge
+from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
+from bonusjudge_client.wire.options import comma_list
 from cli.common import (
     add_api_key_env_option,
     add_model_options,
@@ -25,12 +27,10 @@ from cli.common import (
     pct,
 )
 from core.errors import JudgeError
-from core.options import comma_list
 from judge.config import JudgeConfig, Settings, load_settings
-from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 
 if TYPE_CHECKING:
-    from judge.mcq.types import McqMetrics, McqSummary
+    from bonusjudge_client.wire.mcq import McqMetrics, McqSummary
 
 __all__ = [
     "add_arguments",

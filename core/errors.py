@@ -20,26 +20,13 @@ this tree lives in one place, ``api/errors.py``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-UnscoredReason = Literal[
-    "parse_failure",
-    "validation_failure",
-    "provider_error",
-    "rate_limited",
-    "refusal",
-    "truncated_output",
-    "empty_output",
-    "timeout",
-    "circuit_open",
-    "retry_budget_exhausted",
-    "cancelled",
-    "not_supported",
-]
-"""Why a judge task ended without a score. Aggregates count these, never as zero or coverage."""
+from bonusjudge_client.wire.validation import field_of as field_of
+from bonusjudge_client.wire.validation import first_error as first_error
+from bonusjudge_client.wire.vocab import UnscoredReason as UnscoredReason
 
 
 class JudgeError(Exception):
@@ -156,20 +143,6 @@ class CacheError(JudgeError):
     """The cache folder cannot be opened or written."""
 
 
-def field_of(loc: Sequence[int | str]) -> str | None:
-    """A pydantic error location as a dotted field name, without the request-part prefix.
-
-    FastAPI prefixes locations with the part of the request (``body``, ``query``...); a bare
-    ``("body",)`` means the body as a whole (missing, or not an object).
-    """
-    parts = list(loc)
-    if parts == ["body"]:
-        return "body"
-    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
-        parts = parts[1:]
-    return ".".join(str(p) for p in parts) or None
-
-
 def every_error(errors: ValidationError, *, whole: str | None = None) -> str:
     """Every pydantic validation error on one line: ``"answer: ...; options.1: ..."``.
 
@@ -188,29 +161,6 @@ def every_error(errors: ValidationError, *, whole: str | None = None) -> str:
         message = str(detail["msg"]).removeprefix("Value error, ")
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
-
-
-def first_error(errors: ValidationError | Sequence[Any]) -> tuple[str | None, str]:
-    """The field and a one-line message of the first pydantic validation error.
-
-    Every front end reports one error per bad input (the CLI's one-line message, the API's 4xx
-    body, a bad JSONL line), so they all take the first one the same way. The message is prefixed
-    with the field when there is one: ``"points.0: String should have at least 1 character"``.
-
-    Args:
-        errors: A ``ValidationError`` or the list its ``errors()`` returns (FastAPI hands over
-            the list).
-    """
-    details = list(errors.errors()) if isinstance(errors, ValidationError) else list(errors)
-    if not details:
-        return None, "invalid value"
-    first = details[0]
-    if first.get("type") == "json_invalid":
-        detail = (first.get("ctx") or {}).get("error", "")
-        return "body", f"body: invalid JSON{': ' + detail if detail else ''}"
-    field = field_of(first.get("loc", ()))
-    message = str(first.get("msg", "invalid value"))
-    return field, f"{field}: {message}" if field else message
 
 
 def unset_variable(name: str, environ: Mapping[str, str] | None = None) -> str | None:

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Literal
 
-Language = Literal["en", "zh"]
-"""Languages the rubrics and metrics know. Other Latin-script languages grade as ``en``."""
-
-SUPPORTED_LANGUAGES: tuple[Language, ...] = ("en", "zh")
+from bonusjudge_client.wire.vocab import SUPPORTED_LANGUAGES as SUPPORTED_LANGUAGES
+from bonusjudge_client.wire.vocab import Language as Language
 
 # CJK Unified Ideographs (+ extension A), compatibility ideographs, and the CJK punctuation,
 # full-width and kana blocks: one "word" each, since those scripts do not separate words by spaces.

@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState
 
+from bonusjudge_client.wire.grading import CallRecord, RubricRef
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.text import Language
 from judge.cache import Cache, judge_call_key, schema_hash
@@ -38,7 +39,6 @@ from judge.config import JudgeConfig
 from judge.providers.base import PROBE_MESSAGES, Completion, Provider, probe_config
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
-from judge.types import CallRecord, RubricRef
 from rubrics.loader import RenderedPrompt
 from rubrics.schema import Rubric
 

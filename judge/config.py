@@ -17,10 +17,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -31,10 +30,13 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bonusjudge_client.wire.options import CHARTOM_WINDOWS as CHARTOM_WINDOWS
+from bonusjudge_client.wire.options import ContextWindow as ContextWindow
+from bonusjudge_client.wire.options import JudgeOverrides as JudgeOverrides
+from bonusjudge_client.wire.options import comma_list
+from bonusjudge_client.wire.vocab import ALL_METRICS, MetricName
 from core.errors import ConfigError, first_error
-from core.options import comma_list
 from judge.identity import matcher_identity
-from judge.names import ALL_METRICS, MetricName
 
 EMBEDDED_JUDGE = "embedded-matcher"
 """Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""
@@ -48,23 +50,6 @@ StructuredMode = Literal["tools", "json_schema", "json", "md_json", "json_object
 
 CACHE_FORMAT_VERSION = 1
 """Bumped whenever cached values change shape, so old entries are never misread."""
-
-CHARTOM_WINDOWS = (0, 1000, 2000)
-"""The CharToM plot windows (``context_0``, ``context_1000``, ``context_2000``)."""
-
-
-def _check_window(value: int | None) -> int | None:
-    # Any other number would make every CharToM item of a job invalid, after a 202.
-    if value is not None and value not in CHARTOM_WINDOWS:
-        raise ValueError(
-            f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {value})"
-        )
-    return value
-
-
-ContextWindow = Annotated[int | None, AfterValidator(_check_window)]
-"""A CharToM plot window (one of :data:`CHARTOM_WINDOWS`), or None for the default."""
-
 
 def default_cache_dir() -> Path:
     """The user cache folder: ``$XDG_CACHE_HOME/bonusjudge`` or ``~/.cache/bonusjudge``."""
@@ -251,28 +236,6 @@ class JudgeConfig(BaseModel):
         except ValidationError as exc:
             field, message = first_error(exc)
             raise ConfigError(f"invalid judge option {message}", field=field) from exc
-
-
-class JudgeOverrides(BaseModel):
-    """Per-request judge selection; unset (null) fields keep the service's defaults."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = Field(default=None, description="Judge model (must be allow-listed).")
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Temperature.")
-    rubric: str | None = Field(default=None, description="Rubric family id.")
-    metrics: tuple[MetricName, ...] | None = Field(default=None, description="Metrics to compute.")
-    length_control: bool | None = Field(default=None, description="Apply the length cap.")
-    context_window: ContextWindow = Field(
-        default=None, description="CharToM plot window (0, 1000, 2000)."
-    )
-
-    @field_validator("metrics", mode="before")
-    @classmethod
-    def _parse_metrics(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return comma_list(value)
-        return value
 
 
 class Settings(BaseSettings):

@@ -31,6 +31,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from bonusjudge_client.wire.grading import (
+    PROMPT_LANGUAGE_FLAG,
+    CallRecord,
+    CoverageResult,
+    ExtractRequest,
+    ExtractResult,
+    GradeRequest,
+    GradeResult,
+)
 from core.errors import JudgeOutputError, ProviderError
 from core.text import Language, count_words, detect_language, length_cap, truncate_words
 from judge.cache import Cache, JudgeCache
@@ -50,15 +59,6 @@ from judge.metrics.runner import MetricsRunner
 from judge.providers.base import Provider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
-from judge.types import (
-    PROMPT_LANGUAGE_FLAG,
-    CallRecord,
-    CoverageResult,
-    ExtractRequest,
-    ExtractResult,
-    GradeRequest,
-    GradeResult,
-)
 from rubrics.loader import RubricLibrary, load_library
 from rubrics.schema import Rubric
 

@@ -22,9 +22,9 @@ from typing import IO, Any
 
 from pydantic import AliasChoices, BaseModel, ValidationError
 
+from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError, InputError, first_error
 from core.jsonl import BadLine, read_jsonl
-from judge.types import GradeRequest
 
 CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
 """CharToM-QA's plot windows and the keys that hold them."""

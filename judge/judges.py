@@ -23,14 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from core.errors import JudgeError, UnscoredReason
-from core.text import Language
-from judge.batching import AsyncBatcher
-from judge.cache import Cache, matcher_key
-from judge.calls import Caller, CallOutcome, CallSpec, rubric_ref
-from judge.config import EMBEDDED_JUDGE, JudgeConfig
-from judge.stats import EngineStats
-from judge.types import (
+from bonusjudge_client.wire.grading import (
     CallRecord,
     CoverageResult,
     Defect,
@@ -42,6 +35,13 @@ from judge.types import (
     Provenance,
     RubricRef,
 )
+from core.errors import JudgeError, UnscoredReason
+from core.text import Language
+from judge.batching import AsyncBatcher
+from judge.cache import Cache, matcher_key
+from judge.calls import Caller, CallOutcome, CallSpec, rubric_ref
+from judge.config import EMBEDDED_JUDGE, JudgeConfig
+from judge.stats import EngineStats
 from judge.verdicts import (
     BonusPointsExtraction,
     CoverageJudgementBase,

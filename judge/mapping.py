@@ -28,11 +28,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bonusjudge_client.wire.grading import CalibratedMetric, CoverageResult
+from bonusjudge_client.wire.vocab import MetricName
 from core.errors import ConfigError, InputError, JudgeError, every_error
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore
-from judge.names import MetricName
-from judge.types import CalibratedMetric, CoverageResult
 
 __all__ = [
     "MAPPED_METRICS",

@@ -169,7 +169,7 @@ def _lease_owner(jobs_url: str, job_id: str) -> str | None:
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The demo's steps; returns the summary line's fields."""
-    from api.client import JudgeClient
+    from bonusjudge_client import JudgeClient
 
     processes = Processes(work)
     try:

@@ -11,10 +11,10 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider
-from judge.types import GradeRequest
 
 __all__ = ["ENGINE_CONFIG", "by_task", "levin_request", "no_sleep", "quiet_grader"]
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.jsonl import BadLine
 from judge.aggregate import Summary, summarize
 from judge.io import read_items
 from judge.providers.fake import FakeCall, FakeOutput, covering, defects
-from judge.types import GradeRequest, GradeResult
 from judge.verdicts import DefectJudgement
 from rubrics.loader import fence_tag
 from standins.openai_server.plan import FaultKind, FaultPlan

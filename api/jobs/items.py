@@ -26,8 +26,8 @@ from sqlalchemy import Connection, and_, insert, literal, select, update
 from api.jobs.codec import REQUESTS, RESULTS, pack, stored_size, unpack
 from api.jobs.database import Database
 from api.jobs.schema import INVALID, items, jobs, results
-from api.schemas import ItemError
-from judge.types import GradeResult
+from bonusjudge_client.wire.grading import GradeResult
+from bonusjudge_client.wire.schemas import ItemError
 
 _PAGE = 500
 """Rows read at a time by the result iterators."""

@@ -22,7 +22,7 @@ from api.jobs.schema import GRADE, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JobStore
 from api.jobs.worker import Worker
-from api.schemas import JobStatus
+from bonusjudge_client.wire.schemas import JobStatus
 from judge.aggregate import Summary
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader

@@ -19,9 +19,9 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from api.errors import QuotaExceeded
+from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import InputError
 from judge.config import Settings
-from judge.types import GradeRequest
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
-from api.schemas import JobStatus
+from bonusjudge_client.wire.schemas import JobStatus
 from judge.aggregate import Aggregator, ProvenanceCalls, Summary
 
 

@@ -39,10 +39,10 @@ from api.jobs.schema import (
     report_files,
     results,
 )
-from api.schemas import JobState
+from bonusjudge_client.wire.grading import GradeResult
+from bonusjudge_client.wire.schemas import JobState
 from core.errors import ConfigError
 from judge.config import JudgeConfig, JudgeOverrides, Settings
-from judge.types import GradeResult
 
 JOBS_DB = "jobs.sqlite3"
 """File name of the SQLite jobs database in the service's data folder (the default store)."""

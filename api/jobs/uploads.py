@@ -20,12 +20,12 @@ from starlette.datastructures import FormData
 from api.errors import UnsupportedMediaType
 from api.jobs.items import JobItem
 from api.jobs.policy import check_request
-from api.schemas import ItemError, JobBody
+from bonusjudge_client.wire.grading import GradeRequest
+from bonusjudge_client.wire.schemas import ItemError, JobBody
 from core.errors import InputError, first_error
 from core.jsonl import BadLine, read_jsonl
 from judge.config import JudgeOverrides, Settings
 from judge.io import chartom_to_request
-from judge.types import GradeRequest
 
 JSONL_TYPES = frozenset(
     {

@@ -11,9 +11,9 @@ from fastapi import Response
 
 from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
 from api.routes.common import guarded_router
-from api.schemas import CalibrateBody, CalibrationJob, ReportList
 from api.services import calibration as service
 from api.services import reports
+from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, ReportList
 
 router = guarded_router("/v1", "calibration", require_owner)
 

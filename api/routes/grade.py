@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant
 from api.routes.common import guarded_router
-from api.schemas import BatchBody, BatchResponse, ExtractBody, GradeBody
 from api.services import grading
-from judge.types import ExtractResult, GradeResult
+from bonusjudge_client.wire.grading import ExtractResult, GradeResult
+from bonusjudge_client.wire.schemas import BatchBody, BatchResponse, ExtractBody, GradeBody
 
 router = guarded_router("/v1", "grading", bind_tenant)
 

@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from api.deps import GraderDep, ObservabilityDep, WarmupDep, require_owner
 from api.errors import ERROR_RESPONSES
 from api.observability import METRICS_CONTENT_TYPE
-from api.schemas import Health, Readiness
 from api.services.health import readiness
+from bonusjudge_client.wire.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
 

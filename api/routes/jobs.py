@@ -11,9 +11,9 @@ from api.deps import JobContextDep, JobsDep, OwnerDep
 from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE
 from api.jobs import GRADE, read_job_upload, upload_doc
 from api.routes.common import add_results_route
-from api.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from api.services.jobs import list_grading_jobs, submit_grading_job
-from core.options import comma_list
+from bonusjudge_client.wire.options import comma_list
+from bonusjudge_client.wire.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
 

@@ -15,12 +15,12 @@ from api.deps import GraderDep, JobContextDep, JobsDep, OwnerDep, SettingsDep, b
 from api.errors import ERROR_RESPONSES
 from api.jobs import read_upload, upload_doc
 from api.routes.common import add_results_route
-from api.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
-from core.options import comma_list
-from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
-from judge.mcq.types import Aggregate, McqSummary
+from bonusjudge_client.wire.mcq import Aggregate, McqSummary
+from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
+from bonusjudge_client.wire.options import comma_list
+from bonusjudge_client.wire.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
 
 router = APIRouter(prefix="/v1/mcq", tags=["multiple choice"], responses=ERROR_RESPONSES)
 

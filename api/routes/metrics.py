@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from api.deps import GraderDep, ReadyDep, SettingsDep, require_owner
 from api.routes.common import guarded_router
-from api.schemas import MetricsBody, MetricsResponse
 from api.services.metrics import compute_metrics
+from bonusjudge_client.wire.schemas import MetricsBody, MetricsResponse
 
 router = guarded_router("/v1", "metrics", require_owner)
 

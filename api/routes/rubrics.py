@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from api.deps import GraderDep, require_owner
 from api.routes.common import guarded_router
-from api.schemas import RubricDetail, RubricList
 from api.services import rubrics
+from bonusjudge_client.wire.schemas import RubricDetail, RubricList
 
 router = guarded_router("/v1/rubrics", "rubrics", require_owner)
 

@@ -43,9 +43,9 @@ from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
 from api.jobs.files import MAX_FILE_BYTES
-from api.schemas import CalibrateBody, CalibrationJob, SetProblem
 from api.services.calibration_runs import in_daemon_thread, scratch_folder, try_lock
 from api.services.judges import allowed_models
+from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, SetProblem
 from core.errors import ConfigError, InputError, JudgeError
 from judge.config import Settings
 

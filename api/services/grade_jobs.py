@@ -14,8 +14,8 @@ import asyncio
 from api.jobs.manager import JobManager
 from api.jobs.schema import JobRow
 from api.jobs.worker import store_retry
+from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from judge.config import JudgeConfig, JudgeOverrides
-from judge.types import GradeRequest, GradeResult
 
 _PAGE = 256
 """Pending items read from the store at a time."""

@@ -16,12 +16,19 @@ from pydantic import ValidationError
 from api.deps import ReadyGate
 from api.errors import ProviderOutage, classify
 from api.jobs import check_request
-from api.schemas import BatchBody, BatchEntry, BatchResponse, ExtractBody, GradeBody, ItemError
 from api.services.judges import select_judge
+from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
+from bonusjudge_client.wire.schemas import (
+    BatchBody,
+    BatchEntry,
+    BatchResponse,
+    ExtractBody,
+    GradeBody,
+    ItemError,
+)
 from core.errors import InputError, JudgeError, first_error
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.types import ExtractResult, GradeRequest, GradeResult
 
 
 async def grade_one(

@@ -16,8 +16,8 @@ import asyncio
 import math
 
 from api.observability import EncoderWarmup
-from api.schemas import Readiness, ReadyCheck
 from api.services.judges import LLM_METRICS
+from bonusjudge_client.wire.schemas import Readiness, ReadyCheck
 from judge.engine import Grader
 
 _PROBES: set[asyncio.Task[None]] = set()

@@ -10,8 +10,8 @@ import asyncio
 
 from api.deps import JobContext
 from api.jobs import GRADE, JobManager, JobUpload, Quota, build_items, job_status
-from api.schemas import JobList, JobState, JobStatus
 from api.services.judges import select_judge
+from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus
 from core.errors import InputError
 from judge.config import JudgeOverrides
 

@@ -25,15 +25,15 @@ from pydantic import ValidationError
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobItem, JobManager, JobRow, JobStore, Quota, RawItem, Upload, with_line
-from api.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
+from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
+from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
+from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError, first_error
 from judge.config import Settings
 from judge.engine import Grader
-from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import format_validation_error, score_items
 from judge.mcq.score import check_group_fields, score_item, summarize
-from judge.mcq.types import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 
 MCQ = "mcq"
 """Job kind of multiple-choice jobs in the shared job store."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from api.deps import ReadyGate
-from api.schemas import MetricsBody, MetricsEntry, MetricsResponse
+from bonusjudge_client.wire.schemas import MetricsBody, MetricsEntry, MetricsResponse
 from core.errors import InputError
 from judge.config import JudgeConfig, Settings
 from judge.metrics import DEFAULT_ENCODER, bertscore, rouge_l

@@ -16,8 +16,8 @@ from typing import Any
 
 from api.errors import NotFound
 from api.jobs import JobManager, JobRow, JobStore, job_status
-from api.schemas import ReportInfo, ReportList
 from api.services.calibration import CALIBRATE, REPORT_FILE, SERVED, is_served, read_json
+from bonusjudge_client.wire.schemas import ReportInfo, ReportList
 
 __all__ = ["SERVED", "finished_report", "list_reports", "report_content"]
 

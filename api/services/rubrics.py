@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.errors import NotFound
-from api.schemas import RubricDetail, RubricList, RubricPromptText, RubricSummary
+from bonusjudge_client.wire.schemas import RubricDetail, RubricList, RubricPromptText, RubricSummary
 from core.errors import RubricNotFound
 from rubrics import RubricLibrary
 

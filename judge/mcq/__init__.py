@@ -12,26 +12,26 @@ from typing import TYPE_CHECKING
 # The names load with their module on first use (PEP 562), so that `bonusjudge mcq --help` and
 # the service's schemas, which need one constant, do not import the whole package.
 _MODULES = {
-    "Aggregate": "judge.mcq.types",
-    "CoherentMetrics": "judge.mcq.types",
-    "CrossLingualMetrics": "judge.mcq.types",
-    "DEFAULT_FUZZY_MARGIN": "judge.mcq.defaults",
-    "DEFAULT_FUZZY_THRESHOLD": "judge.mcq.defaults",
+    "Aggregate": "bonusjudge_client.wire.mcq",
+    "CoherentMetrics": "bonusjudge_client.wire.mcq",
+    "CrossLingualMetrics": "bonusjudge_client.wire.mcq",
+    "DEFAULT_FUZZY_MARGIN": "bonusjudge_client.wire.mcq_defaults",
+    "DEFAULT_FUZZY_THRESHOLD": "bonusjudge_client.wire.mcq_defaults",
     "Extraction": "judge.mcq.extract",
-    "ExtractionMethod": "judge.mcq.types",
-    "LlmExtractor": "judge.mcq.types",
-    "McqItem": "judge.mcq.types",
-    "McqMetrics": "judge.mcq.types",
-    "McqResult": "judge.mcq.types",
-    "McqSummary": "judge.mcq.types",
-    "MultiSelectMetrics": "judge.mcq.types",
-    "Outcome": "judge.mcq.types",
-    "PermutationInfo": "judge.mcq.types",
-    "PermutationMetrics": "judge.mcq.types",
-    "SkippedLine": "judge.mcq.types",
-    "SlotMetrics": "judge.mcq.types",
+    "ExtractionMethod": "bonusjudge_client.wire.mcq",
+    "LlmExtractor": "bonusjudge_client.wire.mcq",
+    "McqItem": "bonusjudge_client.wire.mcq",
+    "McqMetrics": "bonusjudge_client.wire.mcq",
+    "McqResult": "bonusjudge_client.wire.mcq",
+    "McqSummary": "bonusjudge_client.wire.mcq",
+    "MultiSelectMetrics": "bonusjudge_client.wire.mcq",
+    "Outcome": "bonusjudge_client.wire.mcq",
+    "PermutationInfo": "bonusjudge_client.wire.mcq",
+    "PermutationMetrics": "bonusjudge_client.wire.mcq",
+    "SkippedLine": "bonusjudge_client.wire.mcq",
+    "SlotMetrics": "bonusjudge_client.wire.mcq",
     "compute_metrics": "judge.mcq.score",
-    "default_labels": "judge.mcq.types",
+    "default_labels": "bonusjudge_client.wire.mcq",
     "expand_item": "judge.mcq.permute",
     "extract_answer": "judge.mcq.extract",
     "multi_label_f1": "judge.mcq.score",
@@ -47,18 +47,7 @@ _MODULES = {
 }
 
 if TYPE_CHECKING:
-    from judge.mcq.defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
-    from judge.mcq.extract import Extraction, extract_answer
-    from judge.mcq.permute import (
-        expand_item,
-        plan_permutations,
-        render_options,
-        to_canonical,
-        to_displayed,
-    )
-    from judge.mcq.runner import score_file, score_file_async, score_items
-    from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
-    from judge.mcq.types import (
+    from bonusjudge_client.wire.mcq import (
         Aggregate,
         CoherentMetrics,
         CrossLingualMetrics,
@@ -76,6 +65,17 @@ if TYPE_CHECKING:
         SlotMetrics,
         default_labels,
     )
+    from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
+    from judge.mcq.extract import Extraction, extract_answer
+    from judge.mcq.permute import (
+        expand_item,
+        plan_permutations,
+        render_options,
+        to_canonical,
+        to_displayed,
+    )
+    from judge.mcq.runner import score_file, score_file_async, score_items
+    from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
 
 
 def __getattr__(name: str) -> object:

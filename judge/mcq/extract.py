@@ -48,9 +48,9 @@ from typing import Literal
 
 from rapidfuzz import fuzz
 
+from bonusjudge_client.wire.mcq import ExtractionMethod
+from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
 from core.text import is_cjk, normalize
-from judge.mcq.defaults import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD
-from judge.mcq.types import ExtractionMethod
 
 __all__ = [
     "DEFAULT_FUZZY_MARGIN",

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
+from bonusjudge_client.wire.mcq import McqItem
 from core.text import detect_language
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.mcq.types import McqItem
 
 
 class McqReadingBase(BaseModel):

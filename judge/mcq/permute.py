@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from judge.mcq.types import McqItem, PermutationInfo
+from bonusjudge_client.wire.mcq import McqItem, PermutationInfo
 
 __all__ = [
     "SCHEMES",

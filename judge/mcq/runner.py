@@ -17,11 +17,7 @@ from typing import TextIO, TypedDict, Unpack
 
 from pydantic import ValidationError
 
-from core.errors import ConfigError, InputError, every_error
-from core.jsonl import BadLine, read_jsonl
-from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
-from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize
-from judge.mcq.types import (
+from bonusjudge_client.wire.mcq import (
     Aggregate,
     LlmExtractor,
     McqItem,
@@ -29,6 +25,10 @@ from judge.mcq.types import (
     McqSummary,
     SkippedLine,
 )
+from core.errors import ConfigError, InputError, every_error
+from core.jsonl import BadLine, read_jsonl
+from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
+from judge.mcq.score import check_group_fields, extract_item, result_from_extraction, summarize
 
 __all__ = [
     "FileOptions",
@@ -47,6 +47,14 @@ _NOT_UTF8 = "not valid UTF-8"
 def format_validation_error(exc: ValidationError) -> str:
     """One line naming each offending field: ``"answer: label 'E' is not among ..."``."""
     return every_error(exc)
+
+
+def skipped_line(bad: BadLine) -> SkippedLine:
+    """The summary entry of a bad line the reader reported."""
+    # MCQ summaries (and the CLI lines printed from them) have always said "invalid JSON";
+    # core.jsonl says "not valid JSON". Keep the wording users of this output already see.
+    error = bad.message.replace("not valid JSON", "invalid JSON", 1)
+    return SkippedLine(line=bad.line, error=error)
 
 
 def read_items(path: str | Path) -> Iterator[tuple[int, McqItem | BadLine]]:
@@ -285,7 +293,7 @@ async def score_file_async(
         fuzzy_threshold=fuzzy_threshold,
         llm_extractor=llm_extractor is not None,
         llm_failures=failures,
-        bad_lines=[SkippedLine.from_bad_line(bad) for bad in bad_lines],
+        bad_lines=[skipped_line(bad) for bad in bad_lines],
     )
     _write_json_atomic(summary_file, summary.model_dump_json(indent=2) + "\n")
     return summary

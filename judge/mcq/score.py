@@ -17,10 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
-from judge.mcq.extract import extract_answer as _extract
-from judge.mcq.permute import to_canonical
-from judge.mcq.types import (
+from bonusjudge_client.wire.mcq import (
     Aggregate,
     CoherentMetrics,
     CrossLingualMetrics,
@@ -34,6 +31,9 @@ from judge.mcq.types import (
     SkippedLine,
     SlotMetrics,
 )
+from judge.mcq.extract import DEFAULT_FUZZY_MARGIN, DEFAULT_FUZZY_THRESHOLD, Extraction
+from judge.mcq.extract import extract_answer as _extract
+from judge.mcq.permute import to_canonical
 
 __all__ = [
     "DEFAULT_GROUP_FIELDS",

@@ -37,8 +37,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from bonusjudge_client.wire.scores import BertScore as BertScore
 from core.text import detect_language
 from judge.metrics.encoders import (
     BATCH_TOKENS,
@@ -54,35 +53,6 @@ from judge.metrics.encoders import (
 )
 
 _LANGUAGE_NAMES = {"en": "English", "zh": "Chinese"}
-
-
-class BertScore(BaseModel):
-    """BERTScore of one response against its reference; values are None when not computable."""
-
-    model_config = ConfigDict(frozen=True)
-
-    precision: float | None = Field(
-        default=None,
-        ge=-1.0,
-        le=1.0,
-        description="Mean, over response tokens, of the best cosine match in the reference.",
-    )
-    recall: float | None = Field(
-        default=None,
-        ge=-1.0,
-        le=1.0,
-        description="Mean, over reference tokens, of the best cosine match in the response.",
-    )
-    f1: float | None = Field(
-        default=None, ge=-1.0, le=1.0, description="Harmonic mean of precision and recall."
-    )
-    encoder: str = Field(description="Encoder name the embeddings came from.")
-    layer: int = Field(description="Hidden layer whose token embeddings were matched.")
-    reason: str | None = Field(
-        default=None,
-        description="Why the values are None (unsupported language, empty reference); None when "
-        "they are set.",
-    )
 
 
 def _language_limit(spec: EncoderSpec) -> str:

@@ -20,8 +20,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from bonusjudge_client.wire.scores import RougeScore as RougeScore
 from core.text import is_cjk, normalize
 from judge.metrics.encoders import MetricInputError, run_once
 
@@ -33,26 +32,6 @@ TOKENIZER_NAMES: dict[Segmenter, str] = {
     "jieba": "bonusjudge-jieba-v1",
 }
 """Recorded in every :class:`RougeScore`; bump the version when tokenisation changes."""
-
-
-class RougeScore(BaseModel):
-    """ROUGE-L of a response against its (best-matching) reference."""
-
-    model_config = ConfigDict(frozen=True)
-
-    precision: float = Field(
-        ge=0.0, le=1.0, description="LCS length / response tokens (0.0 when either side is empty)."
-    )
-    recall: float = Field(
-        ge=0.0, le=1.0, description="LCS length / reference tokens (0.0 when either side is empty)."
-    )
-    f1: float = Field(
-        ge=0.0, le=1.0, description="Harmonic mean of precision and recall (ROUGE-L F-measure)."
-    )
-    tokenizer: str = Field(
-        description="Tokenizer used, e.g. `bonusjudge-cjk-char-v1` or `bonusjudge-jieba-v1`; "
-        "scores from different tokenizers are not comparable."
-    )
 
 
 def _is_word_char(char: str) -> bool:

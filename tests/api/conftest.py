@@ -21,10 +21,10 @@ import pytest
 from fastapi import FastAPI
 
 from api.app import create_app
+from bonusjudge_client.wire.vocab import MetricName
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.names import MetricName
 from judge.providers.base import Provider
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement

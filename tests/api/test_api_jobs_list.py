@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.client import AsyncJudgeClient, ClientHTTPError, JudgeClient, RetryPolicy
 from api.jobs import GRADE, JobStore
+from bonusjudge_client import AsyncJudgeClient, ClientHTTPError, JudgeClient, RetryPolicy
 from judge.config import JudgeConfig
 from judge.providers.base import Completion
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects

@@ -18,10 +18,10 @@ from api.app import JOBS_DB
 from api.auth import hash_key
 from api.jobs import JobItem, JobStore
 from api.services.mcq import MCQ, RULES
+from bonusjudge_client.wire.mcq import McqItem
 from cli.mcq import main as mcq_cli
 from judge.config import EMBEDDED_JUDGE
 from judge.engine import Grader
-from judge.mcq.types import McqItem
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"

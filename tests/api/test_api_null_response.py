@@ -17,9 +17,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.client import JudgeClient
+from bonusjudge_client import JudgeClient
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
-from judge.types import GradeRequest
 
 ITEM = {
     "question": "How does Levin feel after Kitty refuses him?",

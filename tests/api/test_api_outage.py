@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.client import ClientHTTPError, JudgeClient
+from bonusjudge_client import ClientHTTPError, JudgeClient
 from core.errors import JudgeOutputError, ProviderError
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects

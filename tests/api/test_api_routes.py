@@ -12,9 +12,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from bonusjudge_client.wire.grading import GradeResult
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.types import GradeResult
 from judge.verdicts import BonusPointsExtraction, DefectJudgement
 
 ITEM = {

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.client import (
+from bonusjudge_client import (
     AsyncJudgeClient,
     ClientHTTPError,
     ClientItemError,

@@ -19,15 +19,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.client import (
+from bonusjudge_client import (
     AsyncJudgeClient,
     ClientHTTPError,
     ClientInputError,
     JudgeClient,
     RetryPolicy,
 )
+from bonusjudge_client.wire.mcq import McqItem, McqSummary
 from judge.engine import Grader
-from judge.mcq.types import McqItem, McqSummary
 from judge.providers.fake import FakeProvider
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"

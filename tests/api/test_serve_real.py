@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.client import JudgeClient
+from bonusjudge_client import JudgeClient
 from core.jsonl import BadLine
 from core.processes import free_port
 from judge.io import read_items

@@ -27,8 +27,8 @@ import httpx
 import psutil
 import pytest
 
-from api.client import JudgeClient
 from api.jobs import JOBS_DB, JobStore
+from bonusjudge_client import JudgeClient
 from core.processes import free_port
 from judge.providers.local_llm import COMMAND_ENV
 from standins.openai_server import OpenAIStandIn

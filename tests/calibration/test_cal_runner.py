@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from bonusjudge_client.wire.grading import GradeRequest
 from calibration.runner import run_calibration
 from calibration.sets import load_example_set
 from core.errors import ConfigError
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.types import GradeRequest
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel, SecretStr
 
+from bonusjudge_client.wire.vocab import MetricName
 from cli.common import JUDGE_FIELDS, Parser, add_judge_options, add_model_options
 from cli.main import build_parser
 from judge.config import JudgeConfig, JudgeOverrides, StructuredMode
-from judge.names import MetricName
 from standins.processes import cli_env, run_cli
 
 SUBCOMMANDS = ("grade", "serve", "calibrate", "mcq", "rubrics", "hash-key")

@@ -1,8 +1,9 @@
 """The clients' one implementation: flows stepped by hand, and the two clients kept alike.
 
-Each call is a sans-IO flow (``api.client.flows``) that ``JudgeClient`` and ``AsyncJudgeClient``
-only drive, so these tests step flows with no HTTP at all, and pin that both clients mirror each
-other: the very same declared operations, and the same methods with the same results, awaited.
+Each call is a sans-IO flow (``bonusjudge_client.flows``) that ``JudgeClient`` and
+``AsyncJudgeClient`` only drive, so these tests step flows with no HTTP at all, and pin that
+both clients mirror each other: the very same declared operations, and the same methods with the
+same results, awaited.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.client import (
+from bonusjudge_client import (
     AsyncJudgeClient,
     ClientConnectionError,
     ClientHTTPError,
@@ -24,8 +25,8 @@ from api.client import (
     JudgeClient,
     RetryPolicy,
 )
-from api.client.calls import Call
-from api.client.flows import (
+from bonusjudge_client.calls import Call
+from bonusjudge_client.flows import (
     NEXT_LINE,
     READ_BODY,
     Emit,
@@ -35,7 +36,7 @@ from api.client.flows import (
     operation,
     streaming,
 )
-from api.schemas import BatchEntry
+from bonusjudge_client.wire.schemas import BatchEntry
 
 BASE = "http://judge.test"
 

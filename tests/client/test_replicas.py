@@ -11,15 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from api.client import (
+from bonusjudge_client import (
     AsyncJudgeClient,
     ClientConnectionError,
     ClientInputError,
     JudgeClient,
     RetryPolicy,
 )
-from api.client.flows import Replicas
-from judge.types import GradeResult, Provenance
+from bonusjudge_client.flows import Replicas
+from bonusjudge_client.wire.grading import GradeResult, Provenance
 
 A, B, C = "http://a.test", "http://b.test", "http://c.test"
 

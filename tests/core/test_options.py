@@ -1,10 +1,10 @@
-"""The one comma-list reader (``core.options.comma_list``) that every list option goes through."""
+"""The one comma-list reader (``bonusjudge_client.wire.options.comma_list``) of list options."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.options import comma_list
+from bonusjudge_client.wire.options import comma_list
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,7 @@ import random
 
 import pytest
 
-from core.jsonl import BadLine
-from judge.aggregate import Aggregator, format_table, summarize
-from judge.config import JudgeConfig
-from judge.engine import Grader
-from judge.io import read_items
-from judge.providers.fake import FakeProvider, covering, defects
-from judge.types import (
+from bonusjudge_client.wire.grading import (
     PROMPT_LANGUAGE_FLAG,
     CoverageResult,
     DefectsResult,
@@ -22,6 +16,12 @@ from judge.types import (
     GradeResult,
     Provenance,
 )
+from core.jsonl import BadLine
+from judge.aggregate import Aggregator, format_table, summarize
+from judge.config import JudgeConfig
+from judge.engine import Grader
+from judge.io import read_items
+from judge.providers.fake import FakeProvider, covering, defects
 from standins.engine import ENGINE_CONFIG as CFG
 from standins.engine import no_sleep
 

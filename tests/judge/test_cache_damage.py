@@ -17,10 +17,10 @@ from typing import Any
 import diskcache
 import pytest
 
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.cache import JudgeCache
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.types import GradeRequest
 from standins.engine import ENGINE_CONFIG as CFG
 from standins.engine import no_sleep
 from standins.openai_server import OpenAIStandIn

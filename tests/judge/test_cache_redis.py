@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import redis
 
+from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError
 from core.processes import free_port
 from judge.cache import JudgeCache, RedisCache, open_cache, redact_url
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.types import GradeRequest
 from standins.engine import no_sleep
 from standins.redis_server import RedisServer
 

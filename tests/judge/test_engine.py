@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from bonusjudge_client.wire.grading import ExtractRequest
 from core.errors import JudgeOutputError, ProviderError, RubricNotFound
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.providers.base import Completion
 from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from judge.types import ExtractRequest
 from standins.engine import ENGINE_CONFIG as CFG
 from standins.engine import by_task
 from standins.engine import levin_request as request

@@ -8,12 +8,12 @@ import random
 
 import pytest
 
+from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError, JudgeOutputError
 from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering
-from judge.types import GradeRequest
 from standins.engine import ENGINE_CONFIG as CFG
 from standins.engine import no_sleep
 
@@ -194,7 +194,7 @@ async def test_results_and_summaries_name_the_metric_a_mapping_maps(tmp_path) ->
 def test_a_calibrated_score_without_its_metric_is_refused() -> None:
     from pydantic import ValidationError
 
-    from judge.types import GradeResult
+    from bonusjudge_client.wire.grading import GradeResult
 
     data = {
         "id": "q1", "status": "scored", "language": "en", "calibrated_score": 0.4,

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 import judge.config as config_module
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.cache import JudgeCache, matcher_key
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.identity import MATCHER_VERSION, MatcherIdentity, matcher_identity
 from judge.matcher import MatchInput
 from judge.resume import JudgeStamp, stale_reason
-from judge.types import GradeRequest
 
 OLD = MatcherIdentity(version="matcher-v2", digest="0" * 16)
 

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from core.jsonl import BadLine, parse_line
-from judge.io import read_items
-from judge.mcq.runner import read_items as read_mcq_items
-from judge.mcq.types import McqItem
-from judge.types import (
+from bonusjudge_client.wire.grading import (
     MAX_METADATA_BYTES,
     MAX_METADATA_DEPTH,
     MAX_METADATA_ENTRIES,
     GradeRequest,
     check_json_value,
 )
+from bonusjudge_client.wire.mcq import McqItem
+from core.jsonl import BadLine, parse_line
+from judge.io import read_items
+from judge.mcq.runner import read_items as read_mcq_items
 from standins.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

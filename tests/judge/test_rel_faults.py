@@ -22,12 +22,12 @@ from typing import Any, cast
 import pytest
 
 import judge.engine
+from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeProvider
 from judge.providers.litellm import LiteLLMProvider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
-from judge.types import GradeRequest, GradeResult
 from standins.faults import (
     FAULT_REASON,
     HTTP_FAULTS,

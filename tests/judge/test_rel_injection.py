@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
-from judge.types import GradeRequest
 from rubrics.loader import fence_tag, load_library
 from rubrics.schema import TASK_VARIABLES
 from standins.faults import Injection, injection_corpus, task_of_call

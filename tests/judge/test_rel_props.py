@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from bonusjudge_client.wire.grading import MAX_BONUS_POINTS, GradeRequest
 from core.errors import InputError, JudgeOutputError
 from judge.io import chartom_to_request
-from judge.types import MAX_BONUS_POINTS, GradeRequest
 from judge.verdicts import _INDEX_LIST_RE, parse_paper_coverage, parse_paper_defects
 
 SETTINGS = settings(

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from bonusjudge_client.wire.grading import GradeResult
 from judge.cache import JudgeCache
-from judge.types import GradeResult
 from standins.faults import item_of_text, tag_response
 from standins.openai_server import OpenAIStandIn
 
@@ -133,7 +133,7 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeProvider, covering, defects
-from judge.types import GradeRequest
+from bonusjudge_client.wire.grading import GradeRequest
 
 folder, tag, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cache = JudgeCache(folder)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from bonusjudge_client.wire.grading import CoverageResult, DefectsResult, PointVerdict
 from core.errors import JudgeOutputError
-from judge.types import CoverageResult, DefectsResult, PointVerdict
 from judge.verdicts import (
     BonusPointsExtraction,
     DefectJudgement,

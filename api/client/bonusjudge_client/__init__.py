@@ -1,16 +1,18 @@
 """Typed Python client of the bonusjudge HTTP service: ``JudgeClient`` and ``AsyncJudgeClient``.
 
-Both clients speak the contract of ``api/app.py`` and return the engine's own models
+The distribution ``bonusjudge-client`` installs this package alone, with httpx, pydantic, tenacity
+and tqdm: no torch, litellm, FastAPI, SQLAlchemy or numpy, so a harness (inspect_ai,
+lm-evaluation-harness, promptfoo) can grade through a running service from its own environment.
+The full ``bonusjudge`` distribution depends on it: its service and engine use the very models of
+:mod:`bonusjudge_client.wire` (requests, results, summaries, bodies), so client and server share
+one definition of the contract and cannot drift apart.
+
+Both clients speak the contract of the service and return the engine's own models
 (``GradeResult``, ``ExtractResult``, ``Summary``), so code written against the in-process
 ``Grader`` reads the same against a remote service. They run on httpx and accept either a
 transport or a whole client (``httpx.Client`` / ``httpx.AsyncClient``, or Starlette's
 ``TestClient``), so tests drive the app in-process (``TestClient(app)`` or
 ``httpx.ASGITransport(app=app)``) with no network.
-
-This package imports only httpx, pydantic, tqdm, tenacity, ``judge`` models and ``api.schemas``
-(the service's wire models, which are plain pydantic), never FastAPI: the CLI uses it on
-machines that run only the client. Sharing ``api.schemas`` with the service means the two cannot
-drift apart.
 
 One implementation serves both clients (sans-IO): every call is written once as a flow that
 yields steps (send this request, sleep, read a streamed line) and reads their outcomes; the sync
@@ -26,6 +28,8 @@ responsibility:
 ``sync``       ``JudgeClient``: the blocking driver, and ``grade_stream`` on a thread pool.
 ``aio``        ``AsyncJudgeClient``: the awaited driver, and ``grade_stream`` as tasks.
 ``errors``     the error tree.
+``wire``       the models both sides share: ``grading`` (requests, results), ``schemas`` (bodies,
+               jobs, errors), ``summary``, ``mcq``, ``scores``, ``options``, ``vocab``.
 
 The two clients have the same methods, with the same arguments and results: where
 ``JudgeClient.m`` returns ``T``, ``AsyncJudgeClient.m`` returns a coroutine of ``T``, and where it
@@ -34,7 +38,7 @@ same items. ``grade_many`` returns the list of results in both (``await client.g
 in async code); ``grade_stream`` yields each ``(position, outcome)`` as its batch ends.
 ``AsyncJudgeClient`` also has ``aclose``, the async spelling of ``close``.
 
-Retries (see ``api.client.retry``): idempotent calls are retried on connection errors and on
+Retries (see ``bonusjudge_client.retry``): idempotent calls are retried on connection errors and on
 429/503 answers with full-jitter exponential backoff floored at the service's ``Retry-After``;
 ``submit_job``, ``submit_mcq_job`` and ``calibrate`` create state on the server, so they are
 retried only when the request never left. Read and write timeouts are not retried.
@@ -44,13 +48,13 @@ Beyond grading: multiple-choice scoring (``mcq``, ``submit_mcq_job`` then
 ``calibration_status``, ``wait_calibration``, ``reports``, ``report``, ``report_markdown``,
 ``report_file``).
 
-Errors form one tree under ``JudgeClientError`` (``api.client.errors``): ``ClientHTTPError``,
+Errors form one tree under ``JudgeClientError`` (``bonusjudge_client.errors``): ``ClientHTTPError``,
 ``ClientConnectionError``, ``ClientTimeout``, ``ClientResponseError``, ``ClientItemError`` and
 ``ClientInputError`` (an invalid argument, raised before any request).
 """
 
-from api.client.aio import AsyncHTTPClient, AsyncJudgeClient
-from api.client.calls import (
+from bonusjudge_client.aio import AsyncHTTPClient, AsyncJudgeClient
+from bonusjudge_client.calls import (
     API_KEY_ENV,
     DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT,
@@ -61,7 +65,7 @@ from api.client.calls import (
     JudgeInput,
     McqInput,
 )
-from api.client.errors import (
+from bonusjudge_client.errors import (
     ClientConnectionError,
     ClientHTTPError,
     ClientInputError,
@@ -70,10 +74,20 @@ from api.client.errors import (
     ClientTimeout,
     JudgeClientError,
 )
-from api.client.flows import TERMINAL_STATUSES
-from api.client.retry import RetryPolicy, parse_retry_after
-from api.client.sync import JudgeClient, SyncHTTPClient
-from api.schemas import (
+from bonusjudge_client.flows import TERMINAL_STATUSES
+from bonusjudge_client.retry import RetryPolicy, parse_retry_after
+from bonusjudge_client.sync import JudgeClient, SyncHTTPClient
+from bonusjudge_client.wire.grading import (
+    Defect,
+    ExtractRequest,
+    ExtractResult,
+    GradeRequest,
+    GradeResult,
+    PointVerdict,
+)
+from bonusjudge_client.wire.mcq import McqItem, McqResult, McqSummary
+from bonusjudge_client.wire.options import JudgeOverrides
+from bonusjudge_client.wire.schemas import (
     BatchEntry,
     CalibrationJob,
     Health,
@@ -90,6 +104,8 @@ from api.schemas import (
     RubricList,
     RubricSummary,
 )
+from bonusjudge_client.wire.scores import BertScore, RougeScore
+from bonusjudge_client.wire.summary import GroupSummary, Summary
 
 __all__ = [
     "API_KEY_ENV",
@@ -101,6 +117,7 @@ __all__ = [
     "AsyncHTTPClient",
     "AsyncJudgeClient",
     "BatchEntry",
+    "BertScore",
     "CalibrationJob",
     "ClientConnectionError",
     "ClientHTTPError",
@@ -108,6 +125,12 @@ __all__ = [
     "ClientItemError",
     "ClientResponseError",
     "ClientTimeout",
+    "Defect",
+    "ExtractRequest",
+    "ExtractResult",
+    "GradeRequest",
+    "GradeResult",
+    "GroupSummary",
     "Health",
     "ItemError",
     "ItemInput",
@@ -117,17 +140,24 @@ __all__ = [
     "JudgeClient",
     "JudgeClientError",
     "JudgeInput",
+    "JudgeOverrides",
     "McqEntry",
     "McqInput",
+    "McqItem",
     "McqResponse",
+    "McqResult",
+    "McqSummary",
     "MetricPair",
     "MetricsEntry",
+    "PointVerdict",
     "Readiness",
     "ReportInfo",
     "RetryPolicy",
+    "RougeScore",
     "RubricDetail",
     "RubricList",
     "RubricSummary",
+    "Summary",
     "SyncHTTPClient",
     "parse_retry_after",
 ]

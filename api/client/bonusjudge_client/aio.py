@@ -12,8 +12,8 @@ from typing import Any, Literal, Protocol, TypeVar, Unpack, overload
 
 import httpx
 
-from api.client.answers import Gathered, Placed
-from api.client.calls import (
+from bonusjudge_client.answers import Gathered, Placed
+from bonusjudge_client.calls import (
     DEFAULT_BATCH_SIZE,
     ItemInput,
     JudgeInput,
@@ -21,8 +21,8 @@ from api.client.calls import (
     check_many_args,
     chunks,
 )
-from api.client.errors import ClientItemError
-from api.client.flows import (
+from bonusjudge_client.errors import ClientItemError
+from bonusjudge_client.flows import (
     AsyncRunner,
     Drive,
     Emit,
@@ -35,10 +35,10 @@ from api.client.flows import (
     StreamArgs,
     StreamFlow,
 )
-from api.client.progress import Tally, progress_bar, total_of
-from api.client.retry import RetryPolicy
-from api.client.workflows import Workflows
-from judge.types import GradeResult
+from bonusjudge_client.progress import Tally, progress_bar, total_of
+from bonusjudge_client.retry import RetryPolicy
+from bonusjudge_client.wire.grading import GradeResult
+from bonusjudge_client.workflows import Workflows
 
 T = TypeVar("T")
 

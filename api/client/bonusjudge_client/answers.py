@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from api.client.calls import Call
-from api.client.errors import ClientHTTPError, ClientItemError, ClientResponseError
-from api.client.retry import parse_retry_after
-from api.schemas import BatchEntry, ItemError, McqResponse, Readiness
-from core.errors import first_error
-from judge.types import GradeResult
+from bonusjudge_client.calls import Call
+from bonusjudge_client.errors import ClientHTTPError, ClientItemError, ClientResponseError
+from bonusjudge_client.retry import parse_retry_after
+from bonusjudge_client.wire.grading import GradeResult
+from bonusjudge_client.wire.schemas import BatchEntry, ItemError, McqResponse, Readiness
+from bonusjudge_client.wire.validation import first_error
 
 _M = TypeVar("_M", bound=BaseModel)
 

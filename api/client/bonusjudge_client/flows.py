@@ -7,7 +7,7 @@ the open stream) and gets each step's outcome sent back, or the step's exception
 ``JudgeClient`` drives flows with blocking httpx calls and ``AsyncJudgeClient`` with awaited
 ones (``SyncRunner`` / ``AsyncRunner``); everything else (building requests, reading answers,
 retries and backoff, resuming a broken stream, polling a job) exists once, here and in
-``api.client.workflows``.
+``bonusjudge_client.workflows``.
 
 The public methods are declared once too: ``@operation`` (and ``@streaming``) turn a flow into a
 method that returns the flow's result on ``JudgeClient`` and a coroutine of it on
@@ -49,16 +49,16 @@ import httpx
 import tenacity
 from pydantic import BaseModel
 
-from api.client.answers import http_error, json_body, line_model, parse
-from api.client.calls import API_KEY_ENV, DEFAULT_TIMEOUT, DEFAULT_URL, NDJSON, URL_ENV, Call
-from api.client.errors import (
+from bonusjudge_client.answers import http_error, json_body, line_model, parse
+from bonusjudge_client.calls import API_KEY_ENV, DEFAULT_TIMEOUT, DEFAULT_URL, NDJSON, URL_ENV, Call
+from bonusjudge_client.errors import (
     ClientConnectionError,
     ClientInputError,
     ClientTimeout,
     JudgeClientError,
 )
-from api.client.retry import NOT_SENT, RetryPolicy
-from api.schemas import CalibrationJob, JobStatus
+from bonusjudge_client.retry import NOT_SENT, RetryPolicy
+from bonusjudge_client.wire.schemas import CalibrationJob, JobStatus
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+from bonusjudge_client.answers import Placed
+from bonusjudge_client.wire.grading import GradeResult
 
-from api.client.answers import Placed
-from judge.types import GradeResult
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def progress_bar(total: int | None, enabled: bool, desc: str) -> tqdm[Any]:
     """A bar counting items (disabled unless ``enabled``)."""
+    # Imported here: a harness importing the client for a scorer never draws a bar.
+    from tqdm import tqdm
+
     return tqdm(total=total, disable=not enabled, unit="item", desc=desc, dynamic_ncols=True)
 
 

@@ -9,8 +9,8 @@ resent, which could start the job twice. Read and write timeouts are not retried
 the caller's stated patience.
 
 ``RetryPolicy.retrying`` states the policy as a tenacity ``Retrying``; the client's flows step
-through it (``api.client.flows``) rather than letting it call and sleep, so the one policy serves
-the sync and the async client alike.
+through it (``bonusjudge_client.flows``) rather than letting it call and sleep, so the one
+policy serves the sync and the async client alike.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import tenacity
 
-from api.client.errors import ClientInputError
-from core.retry import full_jitter, parse_retry_after
+from bonusjudge_client.errors import ClientInputError
+from bonusjudge_client.wire.backoff import full_jitter, parse_retry_after
 
 __all__ = ["NOT_SENT", "RetryPolicy", "parse_retry_after"]
 

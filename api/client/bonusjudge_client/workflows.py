@@ -1,9 +1,9 @@
-"""Every call the clients make, declared once as a flow (see ``api.client.flows``).
+"""Every call the clients make, declared once as a flow (see ``bonusjudge_client.flows``).
 
 ``JudgeClient`` and ``AsyncJudgeClient`` both inherit these: on the first each method returns
 its result, on the second a coroutine of it (``results`` and ``mcq_results`` return an iterator
 and an async iterator). ``grade_many`` and ``grade_stream`` batch on each driver's own
-concurrency (a thread pool, tasks), in ``api.client.sync`` and ``api.client.aio``.
+concurrency (a thread pool, tasks), in ``bonusjudge_client.sync`` and ``bonusjudge_client.aio``.
 The mixins only group the methods by the part of the service they call.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
-from api.client.answers import (
+from bonusjudge_client.answers import (
     Placed,
     entries,
     field_list,
@@ -23,7 +23,7 @@ from api.client.answers import (
     readiness,
     report_dict,
 )
-from api.client.calls import (
+from bonusjudge_client.calls import (
     Call,
     FileInput,
     ItemInput,
@@ -44,10 +44,12 @@ from api.client.calls import (
     mcq_job_call,
     metrics_call,
 )
-from api.client.errors import ClientInputError, ClientResponseError, ClientTimeout
-from api.client.flows import Flow, FlowCore, StreamFlow, operation, streaming
-from api.client.progress import progress_bar
-from api.schemas import (
+from bonusjudge_client.errors import ClientInputError, ClientResponseError, ClientTimeout
+from bonusjudge_client.flows import Flow, FlowCore, StreamFlow, operation, streaming
+from bonusjudge_client.progress import progress_bar
+from bonusjudge_client.wire.grading import ExtractRequest, ExtractResult, GradeRequest, GradeResult
+from bonusjudge_client.wire.mcq import McqSummary
+from bonusjudge_client.wire.schemas import (
     BatchEntry,
     CalibrationJob,
     CalibrationMetric,
@@ -64,9 +66,7 @@ from api.schemas import (
     RubricDetail,
     RubricList,
 )
-from judge.aggregate import Summary
-from judge.mcq.types import McqSummary
-from judge.types import ExtractRequest, ExtractResult, GradeRequest, GradeResult
+from bonusjudge_client.wire.summary import Summary
 
 
 class GradingFlows(FlowCore):

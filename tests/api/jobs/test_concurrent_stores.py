@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from api.errors import QuotaExceeded
 from api.jobs import JobItem, JobStore, Quota
 from api.jobs.schema import results
-from judge.types import GradeRequest
+from bonusjudge_client.wire.grading import GradeRequest
 
 _T = TypeVar("_T")
 

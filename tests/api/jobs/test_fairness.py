@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.jobs import JobItem, JobStore
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
-from judge.types import GradeRequest
 
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"

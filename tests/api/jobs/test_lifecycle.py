@@ -22,11 +22,11 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from api.jobs import JobItem, JobStore
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.base import Completion, Provider
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.types import GradeRequest
 from judge.verdicts import DefectJudgement
 
 NUMBER = re.compile(r"answer-(\d+)\b")

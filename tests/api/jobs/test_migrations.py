@@ -24,8 +24,8 @@ from api.jobs import SCHEMA_REVISION, JobStore
 from api.jobs.codec import REQUESTS, RESULTS, pack
 from api.jobs.schema import metadata
 from api.jobs.sqlite import _use_wal
+from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError
-from judge.types import GradeRequest
 
 # The schema of version 3 exactly as api/jobs/sqlite.py created it before the store moved to
 # SQLAlchemy and Alembic (its _SCHEMA and _INDEXES, then PRAGMA user_version = 3): a file

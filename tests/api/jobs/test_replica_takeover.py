@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from api.client import JudgeClient
+from bonusjudge_client import JudgeClient
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess
 

@@ -24,8 +24,8 @@ from sqlalchemy import select, update
 from api.jobs import JOBS_DB, SCHEMA_REVISION, JobItem, JobStore
 from api.jobs.schema import jobs, results
 from api.services.calibration import REPORTS
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.engine import Grader
-from judge.types import GradeRequest
 
 TEXT = (
     "Levin Kitty Anna Vronsky Stiva Dolly Moscow Petersburg estate mowing peasants ball "

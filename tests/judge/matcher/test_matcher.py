@@ -427,9 +427,9 @@ def test_engine_judges_each_alternative_reference_and_keeps_the_best() -> None:
     """With several references and no points, the matcher keeps the best-matching reference."""
     import asyncio
 
+    from bonusjudge_client.wire.grading import GradeRequest
     from judge.config import JudgeConfig
     from judge.engine import Grader
-    from judge.types import GradeRequest
 
     async def grade(references: list[str] | None) -> Any:
         grader = Grader(JudgeConfig(model="embedded-matcher", metrics=("coverage",), cache=False))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from bonusjudge_client.wire.mcq import McqItem
 from core.errors import JudgeOutputError
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import score_items
-from judge.mcq.types import McqItem
 from judge.providers.fake import FakeProvider
 
 ITEM = McqItem(

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bonusjudge_client.wire.mcq import McqItem, default_labels
 from judge.mcq.extract import extract_answer
 from judge.mcq.permute import (
     derive_seed,
@@ -20,7 +21,6 @@ from judge.mcq.permute import (
     to_displayed,
 )
 from judge.mcq.score import score_item
-from judge.mcq.types import McqItem, default_labels
 
 
 def test_rotations_are_cyclic() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from bonusjudge_client.wire.mcq import McqItem, McqResult, McqSummary
 from core.errors import ConfigError, InputError
 from judge.mcq.runner import read_items, score_file, score_file_async, score_items
-from judge.mcq.types import McqItem, McqResult, McqSummary
 
 DATA = Path(__file__).resolve().parents[3] / "judge" / "data"
 CHARTOM = DATA / "mcq_example_chartom.jsonl"

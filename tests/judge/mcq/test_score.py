@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from bonusjudge_client.wire.mcq import McqItem, McqResult
 from judge.mcq.score import compute_metrics, multi_label_f1, score_item, summarize
-from judge.mcq.types import McqItem, McqResult
 
 CHOICES = ["alpha", "bravo", "charlie", "delta"]
 NONSENSE = "no idea at all"

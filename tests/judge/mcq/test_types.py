@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from bonusjudge_client.wire.mcq import McqItem, default_labels
 from judge.mcq.runner import format_validation_error
-from judge.mcq.types import McqItem, default_labels
 
 BASE: dict[str, Any] = {"id": "q1", "choices": ["a", "b", "c", "d"], "answer": "B", "response": ""}
 
@@ -78,7 +78,7 @@ def test_default_labels() -> None:
 
 
 def test_schema_fields_all_have_descriptions() -> None:
-    from judge.mcq import types
+    from bonusjudge_client.wire import mcq as types
 
     for model in (types.McqItem, types.McqResult, types.McqSummary, types.PermutationInfo):
         missing = [name for name, f in model.model_fields.items() if not f.description]

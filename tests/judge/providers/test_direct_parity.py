@@ -30,10 +30,10 @@ from typing import Any
 import litellm
 import pytest
 
+from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from judge.types import GradeRequest, GradeResult
 from standins import OpenAIStandIn, Reply, ToolCall, find_embedded_schema
 from standins.faults import (
     default_workload,

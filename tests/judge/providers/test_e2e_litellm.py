@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bonusjudge_client.wire.grading import GradeRequest
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
-from judge.types import GradeRequest
 from standins.engine import no_sleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
 

@@ -33,13 +33,13 @@ import pytest
 from instructor.core import InstructorRetryException
 from pydantic import BaseModel, ValidationInfo, field_validator
 
+from bonusjudge_client.wire.grading import GradeRequest
+from bonusjudge_client.wire.mcq import McqItem
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
-from judge.mcq.types import McqItem
 from judge.providers.litellm import LiteLLMProvider
-from judge.types import GradeRequest
 from judge.verdicts import coverage_model
 from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, find_embedded_schema
 

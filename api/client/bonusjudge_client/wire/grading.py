@@ -1,8 +1,9 @@
-"""The engine's typed models: what a grading request holds and what a result reports.
+"""What a grading request holds and what a result reports: the engine's models and the wire's.
 
 One request, one line: ``GradeRequest`` -> rubric -> judge calls (cached) -> metrics ->
-``GradeResult``. These models are also the HTTP API's wire format, so every field carries a
-description that shows up in the OpenAPI docs.
+``GradeResult``. The engine grades with these models and the HTTP API sends them as they are, so
+they live in the light client's wire package, where server and client share one definition; every
+field carries a description that shows up in the OpenAPI docs.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from core.errors import UnscoredReason
-from core.text import Language
-from judge.metrics import BertScore, RougeScore
+from bonusjudge_client.wire.scores import BertScore, RougeScore
+from bonusjudge_client.wire.vocab import Language, UnscoredReason
 
 MAX_BONUS_POINTS = 32
 """Hard upper bound on bonus points per item; settings may lower it."""

@@ -24,8 +24,6 @@ from pydantic import (
     model_validator,
 )
 
-from core import jsonl
-
 ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
 """How the chosen option(s) were read from the response.
 
@@ -358,21 +356,14 @@ class McqResult(BaseModel):
 class SkippedLine(BaseModel):
     """A summary entry: an input line that could not be read as an item and was skipped.
 
-    The readers report a bad line as a :class:`core.jsonl.BadLine`; this is its shape in the
-    summary's ``bad_lines`` (``line`` and ``error``), built by :meth:`from_bad_line`.
+    The readers report a bad line as a ``core.jsonl.BadLine``; this is its shape in the
+    summary's ``bad_lines`` (``line`` and ``error``), built by ``judge.mcq.runner``.
     """
 
     model_config = _StrictModel
 
     line: int = Field(ge=1, description="1-based line number in the input file.")
     error: str = Field(description="What was wrong, naming the field.")
-
-    @classmethod
-    def from_bad_line(cls, bad: jsonl.BadLine) -> SkippedLine:
-        """The summary entry of a bad line the reader reported."""
-        # MCQ summaries (and the CLI lines printed from them) have always said "invalid JSON";
-        # core.jsonl says "not valid JSON". Keep the wording users of this output already see.
-        return cls(line=bad.line, error=bad.message.replace("not valid JSON", "invalid JSON", 1))
 
 
 class SlotMetrics(BaseModel):

@@ -1,4 +1,6 @@
-"""Option values shared by the command line, the service's query parameters and the config.
+"""Option values shared by the CLI, the service, the config and the client; judge overrides.
+
+:class:`JudgeOverrides` is the per-request judge selection a body or a client call carries.
 
 A list option (metrics, ``group_by`` fields) may be written comma-separated
 (``coverage,rouge_l``), repeated (``?metrics=coverage&metrics=rouge_l``), or both; ``comma_list``
@@ -8,6 +10,31 @@ reads every form the same way, so the CLI, the routes and the judge configuratio
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from bonusjudge_client.wire.vocab import MetricName
+
+__all__ = ["CHARTOM_WINDOWS", "ContextWindow", "JudgeOverrides", "comma_list"]
+
+CHARTOM_WINDOWS = (0, 1000, 2000)
+"""The CharToM plot windows (``context_0``, ``context_1000``, ``context_2000``)."""
+
+
+def _check_window(value: int | None) -> int | None:
+    # Any other number would make every CharToM item of a job invalid, after a 202.
+    if value is not None and value not in CHARTOM_WINDOWS:
+        raise ValueError(
+            f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {value})"
+        )
+    return value
+
+
+ContextWindow = Annotated[int | None, AfterValidator(_check_window)]
+"""A CharToM plot window (one of :data:`CHARTOM_WINDOWS`), or None for the default."""
+
+
 
 
 def comma_list(value: str | Iterable[object]) -> tuple[str, ...]:
@@ -23,3 +50,25 @@ def comma_list(value: str | Iterable[object]) -> tuple[str, ...]:
     return tuple(
         part.strip() for entry in entries for part in str(entry).split(",") if part.strip()
     )
+
+
+class JudgeOverrides(BaseModel):
+    """Per-request judge selection; unset (null) fields keep the service's defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = Field(default=None, description="Judge model (must be allow-listed).")
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Temperature.")
+    rubric: str | None = Field(default=None, description="Rubric family id.")
+    metrics: tuple[MetricName, ...] | None = Field(default=None, description="Metrics to compute.")
+    length_control: bool | None = Field(default=None, description="Apply the length cap.")
+    context_window: ContextWindow = Field(
+        default=None, description="CharToM plot window (0, 1000, 2000)."
+    )
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _parse_metrics(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return comma_list(value)
+        return value

@@ -14,12 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.text import Language
-from judge.config import JudgeOverrides
-from judge.mcq.defaults import DEFAULT_FUZZY_THRESHOLD
-from judge.mcq.types import Aggregate, McqResult, McqSummary
-from judge.metrics import BertScore, RougeScore
-from judge.types import ExtractRequest, GradeRequest, GradeResult
+from bonusjudge_client.wire.grading import ExtractRequest, GradeRequest, GradeResult
+from bonusjudge_client.wire.mcq import Aggregate, McqResult, McqSummary
+from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
+from bonusjudge_client.wire.options import JudgeOverrides
+from bonusjudge_client.wire.scores import BertScore, RougeScore
+from bonusjudge_client.wire.vocab import Language
 
 # -- examples (shared by several models, so they cannot drift apart) ------------------------------
 

@@ -1,14 +1,28 @@
-"""The names of what can be computed for an item: the leaf of the engine's configuration.
+"""The shared vocabulary of the wire contract: languages, metric names, unscored reasons.
 
-Both :mod:`judge.config` (which metrics a configuration computes) and :mod:`judge.types` (the
-request and result models) read them, so configuration sits at the bottom of the engine room.
+These literals are named by requests and results on both sides of the HTTP API (the engine's
+configuration, the models in :mod:`bonusjudge_client.wire.grading`, the client), so they sit at the
+bottom of both and neither copies them.
 """
 
 from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["ALL_METRICS", "CALIBRATION_METRICS", "MetricName"]
+__all__ = [
+    "ALL_METRICS",
+    "CALIBRATION_METRICS",
+    "SUPPORTED_LANGUAGES",
+    "Language",
+    "MetricName",
+    "UnscoredReason",
+]
+
+Language = Literal["en", "zh"]
+"""Languages the rubrics and metrics know. Other Latin-script languages grade as ``en``."""
+
+SUPPORTED_LANGUAGES: tuple[Language, ...] = get_args(Language)
+"""Every :data:`Language`, in order."""
 
 MetricName = Literal["coverage", "defects", "rouge_l", "bertscore"]
 """What a caller can ask to be computed for an item."""
@@ -18,3 +32,19 @@ ALL_METRICS: tuple[MetricName, ...] = get_args(MetricName)
 
 CALIBRATION_METRICS: tuple[MetricName, ...] = ("rouge_l", "bertscore", "coverage")
 """What a calibration run computes by default: the paper's comparison (defects are not a score)."""
+
+UnscoredReason = Literal[
+    "parse_failure",
+    "validation_failure",
+    "provider_error",
+    "rate_limited",
+    "refusal",
+    "truncated_output",
+    "empty_output",
+    "timeout",
+    "circuit_open",
+    "retry_budget_exhausted",
+    "cancelled",
+    "not_supported",
+]
+"""Why a judge task ended without a score. Aggregates count these, never as zero or coverage."""

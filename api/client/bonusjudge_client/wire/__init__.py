@@ -1,0 +1,17 @@
+"""The contract both sides of the HTTP API share: models, vocabulary and the backoff arithmetic.
+
+The service validates requests and builds answers with these models, the engine grades with them,
+and the client sends and reads them, so there is one definition of the contract and no copy to
+drift. Modules here import pydantic and each other only (never httpx, never the engine):
+
+``vocab``         languages, metric names, unscored reasons.
+``options``       comma lists, CharToM windows, ``JudgeOverrides`` (a request's judge selection).
+``scores``        ``RougeScore`` and ``BertScore``.
+``grading``       ``GradeRequest`` and ``GradeResult`` with their parts; ``ExtractRequest/Result``.
+``summary``       ``Summary``: BPC, penalty rate and the means, overall and by group.
+``mcq``           the multiple-choice scorer's item, result and summary.
+``mcq_defaults``  the answer extraction's default thresholds.
+``schemas``       the service's bodies, batch and job answers, and the one error shape.
+``validation``    a pydantic error as one field and one line.
+``backoff``       full-jitter waits and the ``Retry-After`` parser.
+"""
