@@ -116,10 +116,22 @@ jobs = Table(
 )
 """One row per job (any kind)."""
 
-items = Table(
+
+def _job_table(name: str, key: Column[Any], *columns: Any, **options: Any) -> Table:
+    """A table of a job's entries, keyed ``(job_id, key)``: its items, results or files.
+
+    Args:
+        name: The table's name.
+        key: The column that tells one entry of a job from another (part of the primary key).
+        *columns: The entry's other columns and the table's constraints.
+        **options: Table options (``sqlite_with_rowid``).
+    """
+    job_id = Column("job_id", Text, primary_key=True)
+    return Table(name, metadata, job_id, key, *columns, **options)
+
+
+items = _job_table(
     "items",
-    metadata,
-    Column("job_id", Text, primary_key=True),
     Column("idx", Integer, primary_key=True),
     Column("item_id", Text),
     Column("line", Integer),
@@ -130,10 +142,8 @@ items = Table(
 )
 """A job's submitted items (never changed after the job is stored)."""
 
-results = Table(
+results = _job_table(
     "results",
-    metadata,
-    Column("job_id", Text, primary_key=True),
     Column("idx", Integer, primary_key=True),
     Column("seq", Integer, nullable=False),
     Column("status", Text, nullable=False),
@@ -147,10 +157,8 @@ results = Table(
 )
 """One row per finished entry: written once (primary key), numbered once (``results_seq``)."""
 
-report_files = Table(
+report_files = _job_table(
     "report_files",
-    metadata,
-    Column("job_id", Text, primary_key=True),
     Column("name", Text, primary_key=True),
     Column("size", BigInteger, nullable=False),
     Column("data", LargeBinary, nullable=False),
