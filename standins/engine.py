@@ -36,6 +36,14 @@ def levin_request(**fields: Any) -> GradeRequest:
     return GradeRequest(**base)
 
 
+def numbered_request(n: int) -> GradeRequest:
+    """Item ``it-{n}``: one bonus point, a response that differs by ``n`` (distinct cache keys)."""
+    return GradeRequest(
+        id=f"it-{n}", question="How does Levin feel?", reference="He feels humiliated.",
+        bonus_points=["Levin feels humiliated"], response=f"Levin is humiliated ({n}).",
+    )
+
+
 def by_task(coverage: Iterable[Any], defect: Iterable[Any]) -> Callable[[FakeCall], Any]:
     """A handler answering the coverage call with ``coverage``, the defect call with ``defect``.
 

@@ -22,16 +22,9 @@ from sqlalchemy import func, select
 from api.errors import QuotaExceeded
 from api.jobs import JobItem, JobStore, Quota
 from api.jobs.schema import results
-from bonusjudge_client.wire.grading import GradeRequest
+from standins.engine import numbered_request as request
 
 _T = TypeVar("_T")
-
-
-def request(n: int) -> GradeRequest:
-    return GradeRequest(
-        id=f"it-{n}", question="How does Levin feel?", reference="He feels humiliated.",
-        bonus_points=["Levin feels humiliated"], response=f"Levin is humiliated ({n}).",
-    )
 
 
 def add_job(store: JobStore, job_id: str, owner: str, n_items: int = 1,

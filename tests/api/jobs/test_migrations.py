@@ -24,8 +24,8 @@ from api.jobs import SCHEMA_REVISION, JobStore
 from api.jobs.codec import REQUESTS, RESULTS, pack
 from api.jobs.schema import metadata
 from api.jobs.sqlite import _use_wal
-from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError
+from standins.engine import numbered_request as request
 
 # The schema of version 3 exactly as api/jobs/sqlite.py created it before the store moved to
 # SQLAlchemy and Alembic (its _SCHEMA and _INDEXES, then PRAGMA user_version = 3): a file
@@ -74,13 +74,6 @@ CREATE INDEX IF NOT EXISTS items_by_seq ON items (job_id, seq) WHERE seq IS NOT 
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, status);
 PRAGMA user_version = 3;
 """
-
-
-def request(n: int) -> GradeRequest:
-    return GradeRequest(
-        id=f"it-{n}", question="How does Levin feel?", reference="He feels humiliated.",
-        bonus_points=["Levin feels humiliated"], response=f"Levin is humiliated ({n}).",
-    )
 
 
 def result(n: int, status: str = "scored") -> str:
