@@ -294,30 +294,40 @@ def _quality_note(model: str) -> str | None:
     return None
 
 
-def _provenance(
-    config: JudgeConfig,
-    rubrics: dict[str, RubricRef],
-    calls: list[CallRecord],
-    truncated: bool,
-    **judge: Any,
-) -> Provenance:
-    """A result's provenance: ``judge`` (the fields that describe the judge), and the run's."""
-    return Provenance(
-        **judge,
-        rubrics=rubrics,
-        config_hash=config.config_hash(),
-        metrics=list(config.metrics),
-        calls=calls,
-        length_control=config.length_control,
-        response_truncated=truncated,
-        bonusjudge_version=BONUSJUDGE_VERSION,
-    )
-
-
 # -- the judges --------------------------------------------------------------------------------
 
 
-class LLMJudge:
+class _JudgeBase:
+    """What both judges share: their configuration and the provenance of their results.
+
+    Args:
+        config: The judge configuration.
+        **described: The provenance fields that describe the judge (``judge``, ``mode``,
+            ``judge_quality``...), fixed when it is made.
+    """
+
+    def __init__(self, config: JudgeConfig, **described: Any) -> None:
+        self.config = config
+        self._described = described
+
+    def provenance(
+        self, rubrics: dict[str, RubricRef], calls: list[CallRecord], *, truncated: bool = False
+    ) -> Provenance:
+        """What describes the judge, the configuration's hash and metrics, the rubrics and calls."""
+        config = self.config
+        return Provenance(
+            **self._described,
+            rubrics=rubrics,
+            config_hash=config.config_hash(),
+            metrics=list(config.metrics),
+            calls=calls,
+            length_control=config.length_control,
+            response_truncated=truncated,
+            bonusjudge_version=BONUSJUDGE_VERSION,
+        )
+
+
+class LLMJudge(_JudgeBase):
     """An LLM judge: the configuration's rubric family, asked through the caller.
 
     Args:
@@ -334,13 +344,20 @@ class LLMJudge:
         library: RubricLibrary,
         caller: Caller,
     ) -> None:
-        self.config = config
         self._rubrics = rubrics
         self._library = library
         self._caller = caller
         # The answer formats, read once from the rubrics.
         structured = rubrics["coverage"].output == "structured"
         self.mode = config.mode if structured else "text"
+        super().__init__(
+            config,
+            judge=config.model,
+            api_base=config.api_base,
+            mode=self.mode,
+            judge_quality=_quality_note(config.model),
+            sampling=config.sampling(),
+        )
         self._coverage: _CoverageFormat = _StructuredCoverage() if structured else _TextCoverage()
         self._defects = (
             _DefectsFormat(DefectJudgement, _structured_defects)
@@ -473,20 +490,6 @@ class LLMJudge:
         )
         return outcome, rubric_ref(prompt.rubric, prompt.language)
 
-    def provenance(
-        self, rubrics: dict[str, RubricRef], calls: list[CallRecord], *, truncated: bool = False
-    ) -> Provenance:
-        """The model, base URL, output mode and sampling, with the rubrics and calls."""
-        config = self.config
-        return _provenance(
-            config, rubrics, calls, truncated,
-            judge=config.model,
-            api_base=config.api_base,
-            mode=self.mode,
-            judge_quality=_quality_note(config.model),
-            sampling=config.sampling(),
-        )
-
 
 class SharedMatcher:
     """The embedded matcher behind one batcher and the judge cache, loaded on first use.
@@ -551,7 +554,7 @@ class SharedMatcher:
             await self._batcher.aclose()
 
 
-class EmbeddedJudge:
+class EmbeddedJudge(_JudgeBase):
     """The embedded matcher as a judge: coverage only, never an LLM call.
 
     Args:
@@ -560,7 +563,15 @@ class EmbeddedJudge:
     """
 
     def __init__(self, config: JudgeConfig, matcher: SharedMatcher) -> None:
-        self.config = config
+        super().__init__(
+            config,
+            judge=EMBEDDED_JUDGE,
+            # None for a metrics-only run, which never loads the matcher.
+            judge_version=config.judge_version,
+            judge_quality="non-LLM matcher: coverage only, defects not assessed; weak where "
+            "meaning turns on negation or on a paraphrase sharing neither words nor dictionary "
+            "synonyms with the point",
+        )
         self._matcher = matcher
 
     async def points(self, item: Item) -> TaskRun[Points]:
@@ -644,19 +655,4 @@ class EmbeddedJudge:
             reason="not_supported",
             detail="the embedded matcher cannot extract bonus points; configure an LLM judge",
             provenance=self.provenance({}, []),
-        )
-
-    def provenance(
-        self, rubrics: dict[str, RubricRef], calls: list[CallRecord], *, truncated: bool = False
-    ) -> Provenance:
-        """The matcher's parameter version and its caveat, with the rubrics and calls."""
-        config = self.config
-        return _provenance(
-            config, rubrics, calls, truncated,
-            judge=EMBEDDED_JUDGE,
-            # None for a metrics-only run, which never loads the matcher.
-            judge_version=config.judge_version,
-            judge_quality="non-LLM matcher: coverage only, defects not assessed; weak where "
-            "meaning turns on negation or on a paraphrase sharing neither words nor dictionary "
-            "synonyms with the point",
         )
