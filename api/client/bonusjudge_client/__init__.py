@@ -53,59 +53,136 @@ Errors form one tree under ``JudgeClientError`` (``bonusjudge_client.errors``): 
 ``ClientInputError`` (an invalid argument, raised before any request).
 """
 
-from bonusjudge_client.aio import AsyncHTTPClient, AsyncJudgeClient
-from bonusjudge_client.calls import (
-    API_KEY_ENV,
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_TIMEOUT,
-    DEFAULT_URL,
-    URL_ENV,
-    ItemInput,
-    JobKind,
-    JudgeInput,
-    McqInput,
-)
-from bonusjudge_client.errors import (
-    ClientConnectionError,
-    ClientHTTPError,
-    ClientInputError,
-    ClientItemError,
-    ClientResponseError,
-    ClientTimeout,
-    JudgeClientError,
-)
-from bonusjudge_client.flows import TERMINAL_STATUSES
-from bonusjudge_client.retry import RetryPolicy, parse_retry_after
-from bonusjudge_client.sync import JudgeClient, SyncHTTPClient
-from bonusjudge_client.wire.grading import (
-    Defect,
-    ExtractRequest,
-    ExtractResult,
-    GradeRequest,
-    GradeResult,
-    PointVerdict,
-)
-from bonusjudge_client.wire.mcq import McqItem, McqResult, McqSummary
-from bonusjudge_client.wire.options import JudgeOverrides
-from bonusjudge_client.wire.schemas import (
-    BatchEntry,
-    CalibrationJob,
-    Health,
-    ItemError,
-    JobList,
-    JobStatus,
-    McqEntry,
-    McqResponse,
-    MetricPair,
-    MetricsEntry,
-    Readiness,
-    ReportInfo,
-    RubricDetail,
-    RubricList,
-    RubricSummary,
-)
-from bonusjudge_client.wire.scores import BertScore, RougeScore
-from bonusjudge_client.wire.summary import GroupSummary, Summary
+from typing import TYPE_CHECKING
+
+# Names load with their module on first use (PEP 562): a harness that imports the package for
+# one scorer, or the sync client alone, does not pay for asyncio, the async client or every
+# model of the contract at start-up.
+_MODULES = {
+    "API_KEY_ENV": "bonusjudge_client.calls",
+    "AsyncHTTPClient": "bonusjudge_client.aio",
+    "AsyncJudgeClient": "bonusjudge_client.aio",
+    "BatchEntry": "bonusjudge_client.wire.schemas",
+    "BertScore": "bonusjudge_client.wire.scores",
+    "CalibrationJob": "bonusjudge_client.wire.schemas",
+    "ClientConnectionError": "bonusjudge_client.errors",
+    "ClientHTTPError": "bonusjudge_client.errors",
+    "ClientInputError": "bonusjudge_client.errors",
+    "ClientItemError": "bonusjudge_client.errors",
+    "ClientResponseError": "bonusjudge_client.errors",
+    "ClientTimeout": "bonusjudge_client.errors",
+    "DEFAULT_BATCH_SIZE": "bonusjudge_client.calls",
+    "DEFAULT_TIMEOUT": "bonusjudge_client.calls",
+    "DEFAULT_URL": "bonusjudge_client.calls",
+    "Defect": "bonusjudge_client.wire.grading",
+    "ExtractRequest": "bonusjudge_client.wire.grading",
+    "ExtractResult": "bonusjudge_client.wire.grading",
+    "GradeRequest": "bonusjudge_client.wire.grading",
+    "GradeResult": "bonusjudge_client.wire.grading",
+    "GroupSummary": "bonusjudge_client.wire.summary",
+    "Health": "bonusjudge_client.wire.schemas",
+    "ItemError": "bonusjudge_client.wire.schemas",
+    "ItemInput": "bonusjudge_client.calls",
+    "JobKind": "bonusjudge_client.calls",
+    "JobList": "bonusjudge_client.wire.schemas",
+    "JobStatus": "bonusjudge_client.wire.schemas",
+    "JudgeClient": "bonusjudge_client.sync",
+    "JudgeClientError": "bonusjudge_client.errors",
+    "JudgeInput": "bonusjudge_client.calls",
+    "JudgeOverrides": "bonusjudge_client.wire.options",
+    "McqEntry": "bonusjudge_client.wire.schemas",
+    "McqInput": "bonusjudge_client.calls",
+    "McqItem": "bonusjudge_client.wire.mcq",
+    "McqResponse": "bonusjudge_client.wire.schemas",
+    "McqResult": "bonusjudge_client.wire.mcq",
+    "McqSummary": "bonusjudge_client.wire.mcq",
+    "MetricPair": "bonusjudge_client.wire.schemas",
+    "MetricsEntry": "bonusjudge_client.wire.schemas",
+    "PointVerdict": "bonusjudge_client.wire.grading",
+    "Readiness": "bonusjudge_client.wire.schemas",
+    "ReportInfo": "bonusjudge_client.wire.schemas",
+    "RetryPolicy": "bonusjudge_client.retry",
+    "RougeScore": "bonusjudge_client.wire.scores",
+    "RubricDetail": "bonusjudge_client.wire.schemas",
+    "RubricList": "bonusjudge_client.wire.schemas",
+    "RubricSummary": "bonusjudge_client.wire.schemas",
+    "Summary": "bonusjudge_client.wire.summary",
+    "SyncHTTPClient": "bonusjudge_client.sync",
+    "TERMINAL_STATUSES": "bonusjudge_client.flows",
+    "URL_ENV": "bonusjudge_client.calls",
+    "parse_retry_after": "bonusjudge_client.retry",
+}
+
+if TYPE_CHECKING:
+    from bonusjudge_client.aio import AsyncHTTPClient, AsyncJudgeClient
+    from bonusjudge_client.calls import (
+        API_KEY_ENV,
+        DEFAULT_BATCH_SIZE,
+        DEFAULT_TIMEOUT,
+        DEFAULT_URL,
+        URL_ENV,
+        ItemInput,
+        JobKind,
+        JudgeInput,
+        McqInput,
+    )
+    from bonusjudge_client.errors import (
+        ClientConnectionError,
+        ClientHTTPError,
+        ClientInputError,
+        ClientItemError,
+        ClientResponseError,
+        ClientTimeout,
+        JudgeClientError,
+    )
+    from bonusjudge_client.flows import TERMINAL_STATUSES
+    from bonusjudge_client.retry import RetryPolicy, parse_retry_after
+    from bonusjudge_client.sync import JudgeClient, SyncHTTPClient
+    from bonusjudge_client.wire.grading import (
+        Defect,
+        ExtractRequest,
+        ExtractResult,
+        GradeRequest,
+        GradeResult,
+        PointVerdict,
+    )
+    from bonusjudge_client.wire.mcq import McqItem, McqResult, McqSummary
+    from bonusjudge_client.wire.options import JudgeOverrides
+    from bonusjudge_client.wire.schemas import (
+        BatchEntry,
+        CalibrationJob,
+        Health,
+        ItemError,
+        JobList,
+        JobStatus,
+        McqEntry,
+        McqResponse,
+        MetricPair,
+        MetricsEntry,
+        Readiness,
+        ReportInfo,
+        RubricDetail,
+        RubricList,
+        RubricSummary,
+    )
+    from bonusjudge_client.wire.scores import BertScore, RougeScore
+    from bonusjudge_client.wire.summary import GroupSummary, Summary
+
+
+def __getattr__(name: str) -> object:
+    """Import the module that defines ``name`` on first use (see ``_MODULES``)."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bonusjudge_client' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULES])
 
 __all__ = [
     "API_KEY_ENV",

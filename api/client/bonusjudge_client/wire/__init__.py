@@ -13,5 +13,6 @@ drift. Modules here import pydantic and each other only (never httpx, never the 
 ``mcq_defaults``  the answer extraction's default thresholds.
 ``schemas``       the service's bodies, batch and job answers, and the one error shape.
 ``validation``    a pydantic error as one field and one line.
+``base``          ``WireModel``, every model's base: validators built on first use.
 ``backoff``       full-jitter waits and the ``Retry-After`` parser.
 """

@@ -13,9 +13,10 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from bonusjudge_client.wire.base import WireModel
 from bonusjudge_client.wire.scores import BertScore, RougeScore
 from bonusjudge_client.wire.vocab import Language, UnscoredReason
 
@@ -110,7 +111,7 @@ def _strip_nonempty(value: str, field: str) -> str:
     return value
 
 
-class GradeRequest(BaseModel):
+class GradeRequest(WireModel):
     """One response to grade against a reference answer and its bonus points."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
@@ -236,7 +237,7 @@ class GradeRequest(BaseModel):
         return value
 
 
-class PointVerdict(BaseModel):
+class PointVerdict(WireModel):
     """The verdict on one bonus point."""
 
     index: int = Field(ge=1, description="1-based position of the point in the item's list.")
@@ -257,7 +258,7 @@ class PointVerdict(BaseModel):
     )
 
 
-class Defect(BaseModel):
+class Defect(WireModel):
     """A factual or logical error the judge found in the response."""
 
     description: str = Field(description="What is wrong.")
@@ -267,7 +268,7 @@ class Defect(BaseModel):
     evidence: str | None = Field(default=None, description="The offending part of the response.")
 
 
-class TaskOutcome(BaseModel):
+class TaskOutcome(WireModel):
     """Status fields shared by the coverage and defect results."""
 
     status: TaskStatus = Field(description="scored, unscored (see reason) or not_assessed.")
@@ -339,7 +340,7 @@ class DefectsResult(TaskOutcome):
         return self
 
 
-class RubricRef(BaseModel):
+class RubricRef(WireModel):
     """Which rubric a task used, pinned by content hash."""
 
     id: str = Field(description="Rubric id.")
@@ -348,7 +349,7 @@ class RubricRef(BaseModel):
     language: Language = Field(description="Language of the rendered prompt.")
 
 
-class CallRecord(BaseModel):
+class CallRecord(WireModel):
     """One judge call (or cache hit) made for an item."""
 
     task: str = Field(description="coverage, defects, extract_points or mcq_extract.")
@@ -363,7 +364,7 @@ class CallRecord(BaseModel):
     cache_key: str | None = Field(default=None, description="The cache key (sha256).")
 
 
-class Provenance(BaseModel):
+class Provenance(WireModel):
     """Everything needed to know how a result was produced, and to reproduce it."""
 
     judge: str = Field(description="Judge model string, or `embedded-matcher`.")
@@ -389,7 +390,7 @@ class Provenance(BaseModel):
     bonusjudge_version: str = Field(description="Version of bonusjudge that graded.")
 
 
-class GradeResult(BaseModel):
+class GradeResult(WireModel):
     """The grade of one response."""
 
     id: str = Field(description="The request's id (or the input line number).")
@@ -452,7 +453,7 @@ class GradeResult(BaseModel):
         return self
 
 
-class ExtractRequest(BaseModel):
+class ExtractRequest(WireModel):
     """A reference answer to split into bonus points."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -464,7 +465,7 @@ class ExtractRequest(BaseModel):
     language: Language | None = Field(default=None, description="`en` or `zh`; detected if absent.")
 
 
-class ExtractResult(BaseModel):
+class ExtractResult(WireModel):
     """Bonus points extracted from a reference, or why not."""
 
     status: Literal["scored", "unscored"] = Field(description="scored when points were extracted.")

@@ -16,13 +16,14 @@ import unicodedata
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from bonusjudge_client.wire.base import WireModel
 
 ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
 """How the chosen option(s) were read from the response.
@@ -81,7 +82,7 @@ def _clean_label(value: str) -> str:
     return unicodedata.normalize("NFKC", value).strip()
 
 
-class PermutationInfo(BaseModel):
+class PermutationInfo(WireModel):
     """How the options of one run were displayed, relative to the canonical order."""
 
     model_config = _StrictModel
@@ -113,7 +114,7 @@ class PermutationInfo(BaseModel):
         return order
 
 
-class McqItem(BaseModel):
+class McqItem(WireModel):
     """One multiple-choice question with the model's raw answer, ready to score."""
 
     model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
@@ -307,7 +308,7 @@ class McqItem(BaseModel):
         return [self.choices[index] for index in self.order]
 
 
-class McqResult(BaseModel):
+class McqResult(WireModel):
     """The scored outcome of one item (one line of the output file)."""
 
     model_config = _StrictModel
@@ -353,7 +354,7 @@ class McqResult(BaseModel):
     )
 
 
-class SkippedLine(BaseModel):
+class SkippedLine(WireModel):
     """A summary entry: an input line that could not be read as an item and was skipped.
 
     The readers report a bad line as a ``core.jsonl.BadLine``; this is its shape in the
@@ -366,7 +367,7 @@ class SkippedLine(BaseModel):
     error: str = Field(description="What was wrong, naming the field.")
 
 
-class SlotMetrics(BaseModel):
+class SlotMetrics(WireModel):
     """Exact match over the slots of composite questions (XToM belief/desire)."""
 
     model_config = _StrictModel
@@ -376,7 +377,7 @@ class SlotMetrics(BaseModel):
     exact_match: float = Field(description="exact / groups.")
 
 
-class MultiSelectMetrics(BaseModel):
+class MultiSelectMetrics(WireModel):
     """Multi-label scores over multi-select result lines (XToM intentions)."""
 
     model_config = _StrictModel
@@ -390,7 +391,7 @@ class MultiSelectMetrics(BaseModel):
     exact_set: float = Field(description="Share of lines whose chosen set equals the answer set.")
 
 
-class CoherentMetrics(BaseModel):
+class CoherentMetrics(WireModel):
     """Story-level accuracy: a story counts only if all of its questions are right (ToMBench)."""
 
     model_config = _StrictModel
@@ -400,7 +401,7 @@ class CoherentMetrics(BaseModel):
     accuracy: float = Field(description="coherent / stories.")
 
 
-class PermutationMetrics(BaseModel):
+class PermutationMetrics(WireModel):
     """Bookkeeping of permuted runs (position-bias control)."""
 
     model_config = _StrictModel
@@ -420,7 +421,7 @@ class PermutationMetrics(BaseModel):
     no_votes: int = Field(description="Majority mode: questions where every run was unparseable.")
 
 
-class McqMetrics(BaseModel):
+class McqMetrics(WireModel):
     """Scores over a set of results: the whole run, or one group of a breakdown."""
 
     model_config = _StrictModel
@@ -459,7 +460,7 @@ class McqMetrics(BaseModel):
     )
 
 
-class CrossLingualMetrics(BaseModel):
+class CrossLingualMetrics(WireModel):
     """Consistency of parallel items across languages (XToM): same id, several languages."""
 
     model_config = _StrictModel

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
+from bonusjudge_client.wire.base import WireModel
 from bonusjudge_client.wire.vocab import MetricName
 
 __all__ = ["CHARTOM_WINDOWS", "ContextWindow", "JudgeOverrides", "comma_list"]
@@ -52,7 +53,7 @@ def comma_list(value: str | Iterable[object]) -> tuple[str, ...]:
     )
 
 
-class JudgeOverrides(BaseModel):
+class JudgeOverrides(WireModel):
     """Per-request judge selection; unset (null) fields keep the service's defaults."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from bonusjudge_client.wire.base import WireModel
 from bonusjudge_client.wire.grading import ExtractRequest, GradeRequest, GradeResult
 from bonusjudge_client.wire.mcq import Aggregate, McqResult, McqSummary
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
@@ -45,7 +46,7 @@ _JUDGE_EXAMPLE: dict[str, Any] = {
 # -- errors --------------------------------------------------------------------------------------
 
 
-class ErrorInfo(BaseModel):
+class ErrorInfo(WireModel):
     """What went wrong, in the shape shared by every error the service returns."""
 
     type: str = Field(
@@ -61,7 +62,7 @@ class ErrorInfo(BaseModel):
     )
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(WireModel):
     """The body of every non-2xx response."""
 
     error: ErrorInfo = Field(description="The error.")
@@ -111,7 +112,7 @@ class GradeBody(GradeRequest):
         return GradeRequest.model_validate(self.model_dump(exclude={"judge"}))
 
 
-class BatchBody(BaseModel):
+class BatchBody(WireModel):
     """Body of ``POST /v1/grade/batch``."""
 
     model_config = ConfigDict(
@@ -140,7 +141,7 @@ class BatchBody(BaseModel):
     )
 
 
-class _Entry(BaseModel):
+class _Entry(WireModel):
     """The item an entry of a response or job stream is about."""
 
     index: int = Field(ge=0, description="0-based position of the item in the input.")
@@ -156,7 +157,7 @@ class BatchEntry(_Entry):
     error: ItemError | None = Field(default=None, description="Why it was not graded; else null.")
 
 
-class BatchResponse(BaseModel):
+class BatchResponse(WireModel):
     """Response of ``POST /v1/grade/batch``."""
 
     results: list[BatchEntry] = Field(description="One entry per input item, in input order.")
@@ -200,7 +201,7 @@ JobKind = Literal["grade", "mcq", "calibrate"]
 calibration run (``/v1/calibrate``)."""
 
 
-class JobBody(BaseModel):
+class JobBody(WireModel):
     """JSON body of ``POST /v1/jobs`` (JSONL and multipart uploads are accepted too)."""
 
     model_config = ConfigDict(
@@ -219,7 +220,7 @@ class JobBody(BaseModel):
     )
 
 
-class JobStatus(BaseModel):
+class JobStatus(WireModel):
     """Progress and identity of a grading job."""
 
     model_config = ConfigDict(
@@ -274,7 +275,7 @@ MAX_JOBS_PAGE = 500
 """Most jobs one ``GET /v1/jobs`` page returns (its ``limit`` query parameter)."""
 
 
-class JobList(BaseModel):
+class JobList(WireModel):
     """Response of ``GET /v1/jobs``: one page of the caller's grading jobs, newest first."""
 
     jobs: list[JobStatus] = Field(description="The caller's grading jobs, newest first.")
@@ -292,7 +293,7 @@ MetricOnly = Literal["rouge_l", "bertscore"]
 _BOTH_METRICS: tuple[MetricOnly, ...] = ("rouge_l", "bertscore")
 
 
-class MetricPair(BaseModel):
+class MetricPair(WireModel):
     """A response and the reference it is compared with."""
 
     model_config = ConfigDict(extra="forbid")
@@ -304,7 +305,7 @@ class MetricPair(BaseModel):
     )
 
 
-class MetricsBody(BaseModel):
+class MetricsBody(WireModel):
     """Body of ``POST /v1/metrics``."""
 
     model_config = ConfigDict(
@@ -340,7 +341,7 @@ class MetricsBody(BaseModel):
     )
 
 
-class MetricsEntry(BaseModel):
+class MetricsEntry(WireModel):
     """The metrics of one pair; a metric not requested is null."""
 
     rouge_l: RougeScore | None = Field(default=None, description="ROUGE-L F1, precision, recall.")
@@ -348,7 +349,7 @@ class MetricsEntry(BaseModel):
                                         "reason when the encoder cannot read the language).")
 
 
-class MetricsResponse(BaseModel):
+class MetricsResponse(WireModel):
     """Response of ``POST /v1/metrics``."""
 
     results: list[MetricsEntry] = Field(description="One entry per pair, in order.")
@@ -357,7 +358,7 @@ class MetricsResponse(BaseModel):
 # -- rubrics and health --------------------------------------------------------------------------
 
 
-class RubricSummary(BaseModel):
+class RubricSummary(WireModel):
     """A rubric as listed by the service."""
 
     id: str = Field(description="Rubric id.")
@@ -370,14 +371,14 @@ class RubricSummary(BaseModel):
     description: str = Field(description="What the rubric does.")
 
 
-class RubricList(BaseModel):
+class RubricList(WireModel):
     """Response of ``GET /v1/rubrics``."""
 
     rubrics: list[RubricSummary] = Field(description="Every rubric the service knows.")
     families: list[str] = Field(description="Rubric families a request may select.")
 
 
-class RubricPromptText(BaseModel):
+class RubricPromptText(WireModel):
     """The two message templates of one language."""
 
     system: str = Field(description="System message template (Jinja).")
@@ -394,20 +395,20 @@ class RubricDetail(RubricSummary):
     prompts: dict[str, RubricPromptText] = Field(description="Templates per language.")
 
 
-class Health(BaseModel):
+class Health(WireModel):
     """Response of ``GET /healthz``: the process is up."""
 
     status: Literal["ok"] = Field(description="Always `ok` when the service answers.")
 
 
-class ReadyCheck(BaseModel):
+class ReadyCheck(WireModel):
     """The outcome of one readiness check."""
 
     ok: bool = Field(description="Whether this part is ready.")
     detail: str = Field(description="What was checked and what was found.")
 
 
-class Readiness(BaseModel):
+class Readiness(WireModel):
     """Response of ``GET /readyz`` (200 when ready, else 503).
 
     A failing cache never makes the service unready: grading goes on uncached, so the ``cache``
@@ -471,7 +472,7 @@ MCQ_JOB_EXAMPLE: dict[str, Any] = {"items": [_MCQ_ITEM_EXAMPLE], "aggregate": "m
 """Example JSON body of ``POST /v1/mcq`` and ``POST /v1/mcq/jobs``."""
 
 
-class McqBody(BaseModel):
+class McqBody(WireModel):
     """Body of ``POST /v1/mcq`` and the JSON body of ``POST /v1/mcq/jobs``."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [MCQ_JOB_EXAMPLE]})
@@ -514,7 +515,7 @@ class McqEntry(_Entry):
     error: ItemError | None = Field(default=None, description="Why it was not scored; else null.")
 
 
-class McqResponse(BaseModel):
+class McqResponse(WireModel):
     """Response of ``POST /v1/mcq``."""
 
     results: list[McqEntry] = Field(description="One entry per input item, in input order.")
@@ -542,7 +543,7 @@ _CALIBRATE_EXAMPLE: dict[str, Any] = {
 }
 
 
-class CalibrateBody(BaseModel):
+class CalibrateBody(WireModel):
     """Body of ``POST /v1/calibrate``: a set (by name, or uploaded) and what to calibrate."""
 
     model_config = ConfigDict(
@@ -599,7 +600,7 @@ class CalibrateBody(BaseModel):
     )
 
 
-class SetProblem(BaseModel):
+class SetProblem(WireModel):
     """A line of the calibration set that did not load."""
 
     line: int = Field(description="1-based line (position in `items` for an upload).")
@@ -607,7 +608,7 @@ class SetProblem(BaseModel):
     id: str | None = Field(default=None, description="The line's id, when it could be read.")
 
 
-class CalibrationJob(BaseModel):
+class CalibrationJob(WireModel):
     """Status of a calibration run (``POST /v1/calibrate``, ``GET /v1/calibrate/{id}``)."""
 
     id: str = Field(description="Job id; also the id of its report.")
@@ -638,7 +639,7 @@ class CalibrationJob(BaseModel):
     )
 
 
-class ReportInfo(BaseModel):
+class ReportInfo(WireModel):
     """One stored calibration report."""
 
     id: str = Field(description="Report id (the id of the calibration job that wrote it).")
@@ -652,7 +653,7 @@ class ReportInfo(BaseModel):
     )
 
 
-class ReportList(BaseModel):
+class ReportList(WireModel):
     """Response of ``GET /v1/reports``."""
 
     reports: list[ReportInfo] = Field(description="Finished reports of the caller, newest first.")

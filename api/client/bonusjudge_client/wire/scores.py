@@ -6,12 +6,14 @@ live here so both sides share one definition.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from bonusjudge_client.wire.base import WireModel
 
 __all__ = ["BertScore", "RougeScore"]
 
 
-class RougeScore(BaseModel):
+class RougeScore(WireModel):
     """ROUGE-L of a response against its (best-matching) reference."""
 
     model_config = ConfigDict(frozen=True)
@@ -31,7 +33,7 @@ class RougeScore(BaseModel):
     )
 
 
-class BertScore(BaseModel):
+class BertScore(WireModel):
     """BERTScore of one response against its reference; values are None when not computable."""
 
     model_config = ConfigDict(frozen=True)

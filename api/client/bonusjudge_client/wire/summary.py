@@ -6,12 +6,14 @@ client reads them, so the models live here, shared.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from bonusjudge_client.wire.base import WireModel
 
 __all__ = ["GroupSummary", "Summary"]
 
 
-class GroupSummary(BaseModel):
+class GroupSummary(WireModel):
     """The aggregate figures of one group of results."""
 
     items: int = Field(description="Results in the group.")
