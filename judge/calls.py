@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState
@@ -68,6 +68,16 @@ class Backoff(Protocol):
     ) -> float:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
         ...
+
+
+class CallerOptions(TypedDict, total=False):
+    """The options of :class:`Caller` that a grader passes on (all optional; see ``Caller``)."""
+
+    retry_budget: RetryBudget | None
+    breaker: CircuitBreaker | None
+    rng: random.Random | None
+    sleep: Callable[[float], Awaitable[Any]]
+    cache_scope: Literal["shared", "per_key"]
 
 
 def rubric_ref(rubric: Rubric, language: Language) -> RubricRef:
@@ -208,12 +218,15 @@ class Caller:
         cache: The judge-call cache (a disabled one when caching is off).
         stats: The grader's counters, which the caller adds to.
         retry_budget: Retries allowed for the whole life of this caller (a run).
-        breaker: The breaker whose settings every judge's breaker copies.
+        breaker: The breaker whose settings every judge's breaker copies (the grader's default
+            judge gets this one itself).
         rng: Random source for backoff jitter (seedable for tests).
         sleep: The sleep used between retries (tests inject a fast one).
         backoff: The delay before each retry (``backoff_delay``; tests wrap it).
-        cache_scope: ``shared``: one cache for every caller (:data:`TENANT`); ``per_key``: each
-            caller's judge calls are cached apart.
+        cache_scope: ``shared``: one cache for every caller (:data:`TENANT`), a hit on an entry
+            another caller paid for reported as a fresh call; ``per_key``: each caller's judge
+            calls are cached apart (no caller ever sees another's entries, at the cost of
+            paying again).
     """
 
     def __init__(

@@ -17,17 +17,15 @@ silently zero, and nothing unscored counts as coverage.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
     Awaitable,
-    Callable,
     Iterable,
 )
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
 
 from pydantic import BaseModel
 
@@ -43,7 +41,7 @@ from bonusjudge_client.wire.grading import (
 from core.errors import JudgeOutputError, ProviderError
 from core.text import Language, count_words, detect_language, length_cap, truncate_words
 from judge.cache import Cache, JudgeCache
-from judge.calls import PROVIDER_REASONS, TENANT, Caller, CallSpec
+from judge.calls import PROVIDER_REASONS, TENANT, Caller, CallerOptions, CallSpec
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.judges import (
     BONUSJUDGE_VERSION,
@@ -88,15 +86,9 @@ class Grader:
         cache: The judge-call cache, on disk or in Redis (default: none; the CLI and service
             pass the one ``judge.cache.open_cache`` chooses).
         library: The rubric library (default: the shipped one).
-        retry_budget: Retries allowed for the whole life of this grader (a run).
-        breaker: Circuit breaker of the default judge (model, base URL); every other judge a
-            request selects gets its own, with the same settings.
-        rng: Random source for backoff jitter (seedable for tests).
-        sleep: The sleep used between retries (tests inject a fast one).
-        cache_scope: ``shared``: one cache for every caller (:data:`TENANT`), a hit on an entry
-            another caller paid for reported as a fresh call; ``per_key``: each caller's judge
-            calls are cached apart (no caller ever sees another's entries, at the cost of
-            paying again).
+        **caller: The caller's options, passed on to :class:`~judge.calls.Caller`
+            (:class:`~judge.calls.CallerOptions`: ``retry_budget`` for the grader's life,
+            ``breaker`` of the default judge, ``rng``, ``sleep``, ``cache_scope``).
 
     Attributes:
         caller: Makes every judge call (cache, provider, retries, budget, breakers).
@@ -111,11 +103,7 @@ class Grader:
         provider: Provider | None = None,
         cache: Cache | None = None,
         library: RubricLibrary | None = None,
-        retry_budget: RetryBudget | None = None,
-        breaker: CircuitBreaker | None = None,
-        rng: random.Random | None = None,
-        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-        cache_scope: Literal["shared", "per_key"] = "shared",
+        **caller: Unpack[CallerOptions],
     ) -> None:
         self.config = config or JudgeConfig()
         # A provider the grader makes is the grader's to close (its HTTP session); one passed in
@@ -131,13 +119,9 @@ class Grader:
             provider,
             cache if cache is not None else JudgeCache(None),
             self.stats,
-            retry_budget=retry_budget,
-            breaker=breaker,
-            rng=rng,
-            sleep=sleep,
             # Read from this module when the grader is made, so a test may wrap it here.
             backoff=backoff_delay,
-            cache_scope=cache_scope,
+            **caller,
         )
         self.caller.set_breaker(self.config, self.caller.breaker_template)
         # What a configuration loads (encoders, the matcher) is loaded on its first cache miss,
