@@ -11,4 +11,8 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # The docs site: a broken link or anchor fails here (strict). Built into a git-ignored folder;
 # nothing is fetched (no web fonts, the offline plugin's shim vendored).
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
+# The harnesses the scorer and generated-client tests run (inspect_ai, lm-eval, promptfoo...),
+# each in its own environment under .harness/, built once and rebuilt when its pins or the
+# light client change; an install that fails stops here, never a skipped test.
+scripts/harness-envs.sh
 .venv/bin/pytest "$@"
