@@ -17,19 +17,21 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, open_store
 from api.jobs.schema import GRADE
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
+from api.openapi import install_openapi
 from api.routes import calibration, grade, health, jobs, mcq, metrics, rubrics
 from api.services import calibration as calibration_service
 from api.services import grade_jobs
@@ -173,6 +175,37 @@ def build_grader(settings: Settings) -> Grader:
     )
 
 
+def service_app(lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
+    """The service's routes, API documentation and error handlers, without state or middleware.
+
+    What ``create_app`` serves, and all the OpenAPI document depends on: the document is the
+    same whatever the settings, so ``openapi_document`` builds it from this alone.
+
+    Args:
+        lifespan: What runs around the app's life (``create_app``'s starts the job runner).
+    """
+    app = FastAPI(
+        title="bonusjudge",
+        version=BONUSJUDGE_VERSION,
+        description=_DESCRIPTION,
+        lifespan=lifespan,
+        # FastAPI's pages load from CDNs; install_docs serves them from installed files.
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    install_docs(app)
+    for module in (grade, jobs, mcq, calibration, metrics, rubrics, health):
+        app.include_router(module.router)
+    install_openapi(app, [jobs.UPLOAD, mcq.UPLOAD])
+    return app
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document the service serves at ``/openapi.json`` (no settings, no state)."""
+    return service_app().openapi()
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -240,24 +273,12 @@ def create_app(
                 engine.cache.close()
             store.close()
 
-    app = FastAPI(
-        title="bonusjudge",
-        version=BONUSJUDGE_VERSION,
-        description=_DESCRIPTION,
-        lifespan=lifespan,
-        # FastAPI's pages load from CDNs; install_docs serves them from installed files.
-        docs_url=None,
-        redoc_url=None,
-    )
+    app = service_app(lifespan)
     app.state.settings = settings
     app.state.grader = engine
     app.state.jobs = manager
     app.state.observability = observability
     app.state.warmup = warmup
-    install_error_handlers(app)
-    install_docs(app)
-    for module in (grade, jobs, mcq, calibration, metrics, rubrics, health):
-        app.include_router(module.router)
     # add_middleware prepends: the last added is the outermost.
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, observability=observability)

@@ -279,21 +279,32 @@ async def _store_data_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in {
-        401: "Missing or invalid API key (when keys are configured).",
-        413: "Request body larger than `max_body_bytes`.",
-        422: "Invalid input; `error.field` names the field.",
-        503: "The judge this request needs is not configured, or the service's own "
-        "configuration fails (e.g. a model file is missing).",
-    }.items()
+ERROR_STATUSES: dict[int, str] = {
+    401: "Missing or invalid API key (when keys are configured).",
+    404: "No such job, report or rubric (another key's job is not found either).",
+    409: "The request does not fit the resource's current state (e.g. the job is still running).",
+    413: "Request body larger than `max_body_bytes`.",
+    415: "A body in a content type the route does not read; the message lists those it does.",
+    422: "Invalid input; `error.field` names the field.",
+    429: "A per-key quota (jobs, unfinished items, stored bytes) would be exceeded; the message "
+    "names the limit and the key's use, `Retry-After` says when to try again.",
+    500: "An unexpected error; the body says nothing more (the service log has the details).",
+    503: "Not now: the judge provider is in an outage, the encoder is still loading or the job "
+    "store cannot be written (each with `Retry-After`); or the judge this request needs is not "
+    "configured, or the service's own configuration fails (e.g. a model file is missing).",
 }
-"""OpenAPI ``responses`` entry shared by the routes: each error status documents ``ErrorBody``."""
+"""Every error status the service documents, with what it means; its body is ``ErrorBody``."""
 
-QUOTA_RESPONSE: dict[str, Any] = {
-    "model": ErrorBody,
-    "description": "A per-key quota (jobs, unfinished items, stored bytes) would be exceeded; "
-    "the message names the limit and the key's use, `Retry-After` says when to try again.",
-}
-"""OpenAPI ``responses`` entry for 429 on the routes that submit jobs."""
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` entries of these error statuses, each answering ``ErrorBody``.
+
+    Args:
+        statuses: Keys of ``ERROR_STATUSES``.
+    """
+    return {status: {"model": ErrorBody, "description": ERROR_STATUSES[status]}
+            for status in statuses}
+
+
+ERROR_RESPONSES = error_responses(401, 413, 422, 500, 503)
+"""The error answers every ``/v1`` route may give (its router documents them)."""

@@ -29,16 +29,18 @@ from api.jobs.schema import GRADE, SCHEMA_REVISION, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JOBS_DB, JobStore, open_store
 from api.jobs.uploads import (
+    JSONL_MEDIA_TYPE,
     JSONL_TYPES,
     JobUpload,
     RawItem,
     Upload,
+    UploadDoc,
     build_items,
     jsonl_items,
+    jsonl_schema,
     media_type,
     read_job_upload,
     read_upload,
-    upload_doc,
     with_line,
 )
 from api.jobs.worker import Worker
@@ -46,6 +48,7 @@ from api.jobs.worker import Worker
 __all__ = [
     "GRADE",
     "JOBS_DB",
+    "JSONL_MEDIA_TYPE",
     "JSONL_TYPES",
     "SCHEMA_REVISION",
     "STORE_ERRORS",
@@ -58,6 +61,7 @@ __all__ = [
     "Quota",
     "RawItem",
     "Upload",
+    "UploadDoc",
     "Usage",
     "Worker",
     "build_items",
@@ -65,12 +69,12 @@ __all__ = [
     "grading_summary",
     "job_status",
     "jsonl_items",
+    "jsonl_schema",
     "media_type",
     "open_store",
     "pack",
     "read_job_upload",
     "read_upload",
     "unpack",
-    "upload_doc",
     "with_line",
 ]

@@ -10,7 +10,7 @@ their service.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from fastapi import Request
@@ -123,50 +123,105 @@ async def read_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT
     )
 
 
-def upload_doc(
-    body_schema: str,
-    example: dict[str, Any],
-    jsonl_example: str,
-    *,
-    line: str,
-    form_fields: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The OpenAPI request body of a route that reads its submission with :func:`read_upload`.
+JSONL_MEDIA_TYPE = "application/x-ndjson"
+"""The content type the OpenAPI document names for JSON Lines (``JSONL_TYPES`` are all read)."""
 
-    FastAPI cannot see the formats such a route accepts (it reads the raw request), so the route
-    passes this as ``openapi_extra``: the JSON body, a JSONL body, and a multipart ``file``.
+COMPONENTS = "#/components/schemas/"
+"""Where a ``$ref`` of the OpenAPI document finds a named schema."""
+
+
+def jsonl_schema(lines: dict[str, Any], description: str) -> dict[str, Any]:
+    """The schema of a JSON Lines body, one JSON value per line, described by ``lines``.
+
+    OpenAPI 3.1 has no field for the schema of one line (3.2 adds ``itemSchema``); the OpenAPI
+    media-type registry models a JSON Lines document as the JSON array of its lines. That array
+    is stated with JSON Schema's own keywords for encoded strings (``contentMediaType``,
+    ``contentSchema``), on a binary string: what generators read as raw bytes, since none of
+    them parses JSON Lines itself (openapi-python-client, with the content-type override of
+    ``docs/openapi-python-client.yaml``: a ``File``; openapi-typescript: a string).
 
     Args:
-        body_schema: Name of the JSON body's component schema (``JobBody``).
+        lines: The schema of the whole document as an array (``{"type": "array", "items":
+            ...}``).
+        description: What the lines are.
+    """
+    return {
+        "type": "string",
+        "format": "binary",
+        "contentMediaType": JSONL_MEDIA_TYPE,
+        "contentSchema": lines,
+        "description": description,
+    }
+
+
+@dataclass(frozen=True)
+class UploadDoc:
+    """The OpenAPI description of a route that reads its submission with :func:`read_upload`.
+
+    FastAPI cannot see the formats such a route accepts (it reads the raw request), so the route
+    passes :attr:`operation` as ``openapi_extra``, and the app adds :meth:`schemas` to the
+    document: each of the three forms is a named schema, a JSON body (``body``), JSON Lines
+    (``lines``, one item of the JSON body's ``items`` per line) and a multipart ``file``
+    (``form``).
+
+    Attributes:
+        body: The JSON body model (``JobBody``); it carries the items in ``items``.
+        lines: Name of the JSON Lines body's schema (``JobLines``).
+        form: Name of the multipart body's schema (``JobForm``).
         example: An example JSON body.
-        jsonl_example: An example JSONL body.
-        line: What one JSONL line holds.
+        jsonl_example: An example JSON Lines body.
         form_fields: Multipart fields besides ``file``, with their descriptions.
     """
-    properties: dict[str, Any] = {
-        "file": {"type": "string", "format": "binary",
-                 "description": "JSONL file, one item per line."},
-    }
-    for name, description in (form_fields or {}).items():
-        properties[name] = {"type": "string", "description": description}
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": f"#/components/schemas/{body_schema}"},
-                    "example": example,
+
+    body: type[BaseModel]
+    lines: str
+    form: str
+    example: dict[str, Any]
+    jsonl_example: str
+    form_fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def operation(self) -> dict[str, Any]:
+        """The route's ``openapi_extra``: its request body in the three content types."""
+        return {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": COMPONENTS + self.body.__name__},
+                        "example": self.example,
+                    },
+                    JSONL_MEDIA_TYPE: {
+                        "schema": {"$ref": COMPONENTS + self.lines},
+                        "example": self.jsonl_example,
+                    },
+                    "multipart/form-data": {"schema": {"$ref": COMPONENTS + self.form}},
                 },
-                "application/x-ndjson": {
-                    "schema": {"type": "string", "description": line},
-                    "example": jsonl_example,
-                },
-                "multipart/form-data": {
-                    "schema": {"type": "object", "required": ["file"], "properties": properties},
-                },
-            },
+            }
         }
-    }
+
+    def schemas(self) -> dict[str, dict[str, Any]]:
+        """The named schemas :attr:`operation` refers to, and those they refer to in turn."""
+        body = self.body.model_json_schema(ref_template=COMPONENTS + "{model}")
+        named: dict[str, dict[str, Any]] = body.pop("$defs", {})
+        items = {key: value for key, value in body["properties"]["items"].items()
+                 if key not in ("title", "description")}
+        properties: dict[str, Any] = {
+            "file": {"type": "string", "format": "binary",
+                     "description": "JSON Lines file, one item per line."},
+        }
+        for name, description in self.form_fields.items():
+            properties[name] = {"type": "string", "description": description}
+        named[self.body.__name__] = body
+        named[self.lines] = jsonl_schema(
+            items, f"One item per line: what one entry of `{self.body.__name__}.items` holds. A "
+            "line that cannot be read is that item's error; the others are still taken.",
+        )
+        named[self.form] = {
+            "type": "object", "required": ["file"], "properties": properties,
+            "description": f"A multipart upload: `file` in the format of `{self.lines}`.",
+        }
+        return named
 
 
 def _judge_field(value: Any) -> JudgeOverrides | None:

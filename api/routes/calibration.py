@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import Response
 
 from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
+from api.errors import error_responses
 from api.routes.common import guarded_router
 from api.services import calibration as service
 from api.services import reports
@@ -19,7 +20,8 @@ router = guarded_router("/v1", "calibration", require_owner)
 
 
 @router.post(
-    "/calibrate", status_code=202, summary="Start a calibration run",
+    "/calibrate", status_code=202, operation_id="startCalibration",
+    summary="Start a calibration run", responses=error_responses(429),
     response_description="The calibration job, queued or already running.",
 )
 async def calibrate(
@@ -35,7 +37,10 @@ async def calibrate(
     return job
 
 
-@router.get("/calibrate/{job_id}", summary="A calibration run's status")
+@router.get(
+    "/calibrate/{job_id}", operation_id="getCalibration",
+    summary="A calibration run's status", responses=error_responses(404),
+)
 async def calibration_job(
     job_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
 ) -> CalibrationJob:
@@ -43,7 +48,7 @@ async def calibration_job(
     return await service.calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
 
 
-@router.get("/reports", summary="Stored calibration reports")
+@router.get("/reports", operation_id="listReports", summary="Stored calibration reports")
 async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
     """The caller's finished calibration reports, newest first."""
     return await reports.list_reports(jobs=jobs, owner=owner)
@@ -51,9 +56,12 @@ async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
 
 @router.get(
     "/reports/{report_id}",
+    operation_id="getReport",
+    response_class=Response,
     summary="A calibration report (report.json)",
-    responses={200: {"content": {"application/json": {}},
-                     "description": "The report's JSON (set, options, configs, metrics, ...)."}},
+    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
+                     "description": "The report's JSON (set, options, configs, metrics, ...)."},
+               **error_responses(404)},
 )
 async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The whole `report.json`: set, options, configurations, per-metric agreement, plots."""
@@ -65,8 +73,12 @@ async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response
 
 @router.get(
     "/reports/{report_id}/report.md",
+    operation_id="getReportMarkdown",
+    response_class=Response,
     summary="A calibration report as Markdown",
-    responses={200: {"content": {"text/markdown": {}}, "description": "The report's Markdown."}},
+    responses={200: {"content": {"text/markdown": {"schema": {"type": "string"}}},
+                     "description": "The report's Markdown."},
+               **error_responses(404)},
 )
 async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The human-readable report (`report.md`); its plots are under `files/`."""
@@ -76,9 +88,13 @@ async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) ->
 
 @router.get(
     "/reports/{report_id}/files/{name:path}",
+    operation_id="getReportFile",
+    response_class=Response,
     summary="A file of a calibration report",
-    responses={200: {"content": {"image/png": {}, "application/json": {}},
-                     "description": "A plot (PNG), a mapping (JSON) or another report file."}},
+    responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}},
+                                 "application/json": {"schema": {"type": "object"}}},
+                     "description": "A plot (PNG), a mapping (JSON) or another report file."},
+               **error_responses(404)},
 )
 async def get_report_file(
     report_id: str, name: str, jobs: JobsDep, owner: OwnerDep

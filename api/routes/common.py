@@ -7,9 +7,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from api.deps import JobsDep, OwnerDep
-from api.errors import ERROR_RESPONSES
+from api.errors import ERROR_RESPONSES, error_responses
+from api.jobs.uploads import COMPONENTS, JSONL_MEDIA_TYPE, jsonl_schema
 
 
 def guarded_router(prefix: str, tag: str, guard: Callable[..., Any]) -> APIRouter:
@@ -26,7 +28,8 @@ def guarded_router(prefix: str, tag: str, guard: Callable[..., Any]) -> APIRoute
 
 
 def add_results_route(
-    router: APIRouter, path: str, *, kind: str, entry: str, summary: str, name: str
+    router: APIRouter, path: str, *, kind: str, entry: type[BaseModel], summary: str,
+    operation_id: str,
 ) -> None:
     """Add ``GET path``: the results of a ``kind`` job, one ``entry`` JSON object per line.
 
@@ -34,9 +37,10 @@ def add_results_route(
         router: The job kind's router.
         path: The route's path (with ``{job_id}``).
         kind: The job kind (``grade``, ``mcq``); a job of another kind is not found.
-        entry: The schema of a line, for the OpenAPI page (``BatchEntry``).
+        entry: The model of a line (``BatchEntry``); the document names it, so some route must
+            return it in JSON too (it is then among the document's schemas).
         summary: The route's summary.
-        name: The route's name (its OpenAPI operation id is made from it).
+        operation_id: The route's OpenAPI operation id (``getJobResults``).
     """
 
     async def results(
@@ -52,11 +56,19 @@ def add_results_route(
         path,
         results,
         methods=["GET"],
-        name=name,
+        operation_id=operation_id,
         summary=summary,
         description="Entries finished so far, one JSON line each, in finishing order (partial "
         "while running).",
         response_class=StreamingResponse,
-        responses={200: {"content": {"application/x-ndjson": {}},
-                         "description": f"One `{entry}` JSON object per line."}},
+        responses={
+            200: {
+                "content": {JSONL_MEDIA_TYPE: {"schema": jsonl_schema(
+                    {"type": "array", "items": {"$ref": COMPONENTS + entry.__name__}},
+                    f"One `{entry.__name__}` JSON object per line.",
+                )}},
+                "description": f"One `{entry.__name__}` JSON object per line.",
+            },
+            **error_responses(404),
+        },
     )

@@ -11,7 +11,7 @@ from bonusjudge_client.wire.schemas import BatchBody, BatchResponse, ExtractBody
 router = guarded_router("/v1", "grading", bind_tenant)
 
 
-@router.post("/grade", summary="Grade one response")
+@router.post("/grade", operation_id="grade", summary="Grade one response")
 async def grade(
     body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
 ) -> GradeResult:
@@ -19,7 +19,7 @@ async def grade(
     return await grading.grade_one(body, grader=grader, settings=settings, ready=ready)
 
 
-@router.post("/grade/batch", summary="Grade a batch of responses")
+@router.post("/grade/batch", operation_id="gradeBatch", summary="Grade a batch of responses")
 async def grade_batch(
     body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
 ) -> BatchResponse:
@@ -27,7 +27,10 @@ async def grade_batch(
     return await grading.grade_batch(body, grader=grader, settings=settings, ready=ready)
 
 
-@router.post("/bonus-points", summary="Extract bonus points from a reference")
+@router.post(
+    "/bonus-points", operation_id="extractBonusPoints",
+    summary="Extract bonus points from a reference",
+)
 async def extract_points(
     body: ExtractBody, grader: GraderDep, settings: SettingsDep
 ) -> ExtractResult:

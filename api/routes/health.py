@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import GraderDep, ObservabilityDep, WarmupDep, require_owner
-from api.errors import ERROR_RESPONSES
+from api.errors import error_responses
 from api.observability import METRICS_CONTENT_TYPE
 from api.services.health import readiness
 from bonusjudge_client.wire.schemas import Health, Readiness
@@ -16,14 +16,14 @@ from bonusjudge_client.wire.schemas import Health, Readiness
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", summary="Liveness")
+@router.get("/healthz", operation_id="getHealth", summary="Liveness")
 async def healthz() -> Health:
     """The process answers (no auth, no checks)."""
     return Health(status="ok")
 
 
 @router.get(
-    "/readyz", summary="Readiness", response_model=Readiness,
+    "/readyz", operation_id="getReadiness", summary="Readiness", response_model=Readiness,
     responses={503: {"model": Readiness, "description": "Not ready; see the failing checks."}},
 )
 async def readyz(warmup: WarmupDep, grader: GraderDep) -> JSONResponse:
@@ -37,9 +37,11 @@ async def readyz(warmup: WarmupDep, grader: GraderDep) -> JSONResponse:
 
 
 @router.get(
-    "/metrics", summary="Prometheus metrics", dependencies=[Depends(require_owner)],
-    response_class=Response, responses={200: {"content": {METRICS_CONTENT_TYPE: {}}}, **{
-        k: v for k, v in ERROR_RESPONSES.items() if k == 401}},
+    "/metrics", operation_id="getPrometheusMetrics", summary="Prometheus metrics",
+    dependencies=[Depends(require_owner)], response_class=Response,
+    responses={200: {"content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}},
+                     "description": "The Prometheus text exposition format."},
+               **error_responses(401, 500)},
 )
 async def prometheus(observability: ObservabilityDep) -> Response:
     """Requests, latency, judge calls, cache hits, unscored by reason, tokens, cost, jobs."""

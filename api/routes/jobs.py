@@ -8,12 +8,20 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ConfigDict, field_validator
 
 from api.deps import JobContextDep, JobsDep, OwnerDep
-from api.errors import ERROR_RESPONSES, QUOTA_RESPONSE
-from api.jobs import GRADE, read_job_upload, upload_doc
+from api.errors import ERROR_RESPONSES, error_responses
+from api.jobs import GRADE, UploadDoc, read_job_upload
 from api.routes.common import add_results_route
 from api.services.jobs import list_grading_jobs, submit_grading_job
 from bonusjudge_client.wire.options import comma_list
-from bonusjudge_client.wire.schemas import JOB_EXAMPLE, MAX_JOBS_PAGE, JobList, JobState, JobStatus
+from bonusjudge_client.wire.schemas import (
+    JOB_EXAMPLE,
+    MAX_JOBS_PAGE,
+    BatchEntry,
+    JobBody,
+    JobList,
+    JobState,
+    JobStatus,
+)
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
 
@@ -24,10 +32,11 @@ _JSONL_EXAMPLE = (
     'Wickham lied to her.", "bonus_points": ["Elizabeth realises Wickham deceived her"], '
     '"context_1000": "...", "tom_dimension": "belief", "response": "She sees Wickham lied."}\n'
 )
-_UPLOAD_DOC = upload_doc(
-    "JobBody", JOB_EXAMPLE, _JSONL_EXAMPLE, line="One item (JSON object) per line.",
-    form_fields={"judge": "Optional judge selection as a JSON object."},
+UPLOAD = UploadDoc(
+    JobBody, "JobLines", "JobForm", JOB_EXAMPLE, _JSONL_EXAMPLE,
+    form_fields={"judge": "Optional judge selection as a JSON object (`JudgeOverrides`)."},
 )
+"""How ``POST /v1/jobs`` reads its three forms of submission (the app adds the schemas)."""
 
 
 class JudgeQuery(JudgeOverrides):
@@ -49,9 +58,9 @@ class JudgeQuery(JudgeOverrides):
 
 
 @router.post(
-    "", status_code=202, summary="Submit a grading job", openapi_extra=_UPLOAD_DOC,
-    response_description="The job, queued or already running.",
-    responses={429: QUOTA_RESPONSE},
+    "", status_code=202, operation_id="submitJob", summary="Submit a grading job",
+    openapi_extra=UPLOAD.operation, response_description="The job, queued or already running.",
+    responses=error_responses(415, 429),
 )
 async def submit_job(
     request: Request,
@@ -75,7 +84,7 @@ async def submit_job(
     return status
 
 
-@router.get("", summary="The caller's grading jobs")
+@router.get("", operation_id="listJobs", summary="The caller's grading jobs")
 async def list_jobs(
     jobs: JobsDep,
     owner: OwnerDep,
@@ -95,26 +104,33 @@ async def list_jobs(
     return await list_grading_jobs(jobs, owner, limit=limit, offset=offset, status=status)
 
 
-@router.get("/{job_id}", summary="A job's status")
+@router.get(
+    "/{job_id}", operation_id="getJob", summary="A job's status",
+    responses=error_responses(404),
+)
 async def get_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Progress of a job: counts, rate, ETA, judge."""
     return await jobs.status(job_id, owner)
 
 
 add_results_route(
-    router, "/{job_id}/results", kind=GRADE, entry="BatchEntry",
-    summary="Stream a job's results", name="job_results",
+    router, "/{job_id}/results", kind=GRADE, entry=BatchEntry,
+    summary="Stream a job's results", operation_id="getJobResults",
 )
 
 
-@router.get("/{job_id}/summary", summary="Aggregates of a job's results")
+@router.get(
+    "/{job_id}/summary", operation_id="getJobSummary",
+    summary="Aggregates of a job's results", responses=error_responses(404),
+)
 async def job_summary(job_id: str, jobs: JobsDep, owner: OwnerDep) -> Summary:
     """BPC, penalty rate, ROUGE-L, BERTScore and breakdowns over the results finished so far."""
     return await jobs.summary(job_id, owner)
 
 
 @router.post(
-    "/{job_id}/retry-unscored", status_code=202, summary="Grade a job's unscored items again"
+    "/{job_id}/retry-unscored", status_code=202, operation_id="retryUnscored",
+    summary="Grade a job's unscored items again", responses=error_responses(404, 409),
 )
 async def retry_unscored(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Queue a finished job's unscored items again (e.g. after a provider outage).
@@ -125,7 +141,10 @@ async def retry_unscored(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStat
     return await jobs.retry_unscored(job_id, owner)
 
 
-@router.delete("/{job_id}", summary="Cancel a job")
+@router.delete(
+    "/{job_id}", operation_id="cancelJob", summary="Cancel a job",
+    responses=error_responses(404),
+)
 async def cancel_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Cancel a job; results finished so far are kept. Cancelling a finished job changes nothing."""
     return await jobs.cancel(job_id, owner)

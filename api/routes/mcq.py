@@ -12,22 +12,27 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api.deps import GraderDep, JobContextDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
-from api.errors import ERROR_RESPONSES
-from api.jobs import read_upload, upload_doc
+from api.errors import ERROR_RESPONSES, error_responses
+from api.jobs import UploadDoc, read_upload
 from api.routes.common import add_results_route
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
 from bonusjudge_client.wire.mcq import Aggregate, McqSummary
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.options import comma_list
-from bonusjudge_client.wire.schemas import MCQ_JOB_EXAMPLE, JobStatus, McqBody, McqResponse
+from bonusjudge_client.wire.schemas import (
+    MCQ_JOB_EXAMPLE,
+    JobStatus,
+    McqBody,
+    McqEntry,
+    McqResponse,
+)
 
 router = APIRouter(prefix="/v1/mcq", tags=["multiple choice"], responses=ERROR_RESPONSES)
 
 _JSONL_EXAMPLE = json.dumps(MCQ_JOB_EXAMPLE["items"][0]) + "\n"
-_UPLOAD_DOC = upload_doc(
-    "McqBody", MCQ_JOB_EXAMPLE, _JSONL_EXAMPLE, line="One McqItem (JSON) per line."
-)
+UPLOAD = UploadDoc(McqBody, "McqJobLines", "McqJobForm", MCQ_JOB_EXAMPLE, _JSONL_EXAMPLE)
+"""How ``POST /v1/mcq/jobs`` reads its three forms of submission (the app adds the schemas)."""
 
 
 def options_query(
@@ -57,7 +62,8 @@ def options_query(
 
 
 @router.post(
-    "", summary="Score multiple-choice answers", dependencies=[Depends(bind_tenant)]
+    "", operation_id="scoreMcq", summary="Score multiple-choice answers",
+    dependencies=[Depends(bind_tenant)],
 )
 async def score_mcq(body: McqBody, grader: GraderDep, settings: SettingsDep) -> McqResponse:
     """Extract the chosen option of each item's response, score it, and summarise.
@@ -70,8 +76,9 @@ async def score_mcq(body: McqBody, grader: GraderDep, settings: SettingsDep) -> 
 
 
 @router.post(
-    "/jobs", status_code=202, summary="Submit a multiple-choice job", openapi_extra=_UPLOAD_DOC,
-    response_description="The job, queued or already running.",
+    "/jobs", status_code=202, operation_id="submitMcqJob", summary="Submit a multiple-choice job",
+    openapi_extra=UPLOAD.operation, response_description="The job, queued or already running.",
+    responses=error_responses(415, 429),
 )
 async def submit_mcq_job(
     request: Request,
@@ -92,25 +99,34 @@ async def submit_mcq_job(
     return status
 
 
-@router.get("/jobs/{job_id}", summary="A multiple-choice job's status")
+@router.get(
+    "/jobs/{job_id}", operation_id="getMcqJob", summary="A multiple-choice job's status",
+    responses=error_responses(404),
+)
 async def get_mcq_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Progress of the job: `scored` counts parsed answers, `unscored` unparseable ones."""
     return await jobs.status(job_id, owner, MCQ)
 
 
 add_results_route(
-    router, "/jobs/{job_id}/results", kind=MCQ, entry="McqEntry",
-    summary="Stream a multiple-choice job's results", name="mcq_job_results",
+    router, "/jobs/{job_id}/results", kind=MCQ, entry=McqEntry,
+    summary="Stream a multiple-choice job's results", operation_id="getMcqJobResults",
 )
 
 
-@router.get("/jobs/{job_id}/summary", summary="Summary of a multiple-choice job")
+@router.get(
+    "/jobs/{job_id}/summary", operation_id="getMcqJobSummary",
+    summary="Summary of a multiple-choice job", responses=error_responses(404),
+)
 async def mcq_job_summary(job_id: str, jobs: JobsDep, owner: OwnerDep) -> McqSummary:
     """Accuracy and breakdowns over the results finished so far, with the skipped lines."""
     return await service.mcq_job_summary(jobs, job_id, owner)
 
 
-@router.delete("/jobs/{job_id}", summary="Cancel a multiple-choice job")
+@router.delete(
+    "/jobs/{job_id}", operation_id="cancelMcqJob", summary="Cancel a multiple-choice job",
+    responses=error_responses(404),
+)
 async def cancel_mcq_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
     """Cancel the job; results finished so far are kept."""
     return await jobs.cancel(job_id, owner, MCQ)

@@ -10,7 +10,7 @@ from bonusjudge_client.wire.schemas import MetricsBody, MetricsResponse
 router = guarded_router("/v1", "metrics", require_owner)
 
 
-@router.post("/metrics", summary="ROUGE-L and BERTScore of pairs")
+@router.post("/metrics", operation_id="computeMetrics", summary="ROUGE-L and BERTScore of pairs")
 async def metrics(
     body: MetricsBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
 ) -> MetricsResponse:

@@ -10,13 +10,13 @@ example, so the OpenAPI page documents the whole contract (see ``/docs``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from bonusjudge_client.wire.base import WireModel
 from bonusjudge_client.wire.grading import ExtractRequest, GradeRequest, GradeResult
-from bonusjudge_client.wire.mcq import Aggregate, McqResult, McqSummary
+from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.options import JudgeOverrides
 from bonusjudge_client.wire.scores import BertScore, RougeScore
@@ -42,6 +42,30 @@ _JUDGE_EXAMPLE: dict[str, Any] = {
     "rubric": "chartom",
     "metrics": ["coverage", "defects", "rouge_l"],
 }
+
+# -- items a service validates one by one -------------------------------------------------------
+
+
+def _as_sent(value: Any) -> Any:
+    """The item unchanged: the service validates it alone, after the body is read."""
+    return value
+
+
+BatchItem = Annotated[
+    dict[str, Any], BeforeValidator(_as_sent, json_schema_input_type=GradeRequest)
+]
+"""An item of a batch: documented as a ``GradeRequest``, kept as sent. The service validates each
+item alone, so a bad one gets its own error entry instead of failing the whole body with 422."""
+
+JobItem = Annotated[
+    Any, BeforeValidator(_as_sent, json_schema_input_type=GradeRequest | dict[str, Any])
+]
+"""An item of a grading job: a ``GradeRequest`` or a CharToM-QA line (any object), kept as sent
+and validated alone (a bad one is recorded as that item's error)."""
+
+McqBodyItem = Annotated[Any, BeforeValidator(_as_sent, json_schema_input_type=McqItem)]
+"""An item of a multiple-choice call or job: documented as a ``McqItem``, kept as sent and
+validated alone (a bad one gets its own error entry)."""
 
 # -- errors --------------------------------------------------------------------------------------
 
@@ -130,7 +154,7 @@ class BatchBody(WireModel):
         },
     )
 
-    items: list[dict[str, Any]] = Field(
+    items: list[BatchItem] = Field(
         min_length=1,
         description="Items to grade, each an object with the fields of a grading request (as in "
         "`POST /v1/grade`). Items are validated one by one: a bad item gets an error entry and "
@@ -209,7 +233,7 @@ class JobBody(WireModel):
         json_schema_extra={"examples": [JOB_EXAMPLE]},
     )
 
-    items: list[Any] = Field(
+    items: list[JobItem] = Field(
         min_length=1,
         description="Items to grade: grading-request objects or CharToM-QA lines (`answer`, "
         "`bonus_points`, `context_0/1000/2000`, ..., plus `response`). Bad items are recorded "
@@ -477,7 +501,7 @@ class McqBody(WireModel):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [MCQ_JOB_EXAMPLE]})
 
-    items: list[Any] = Field(
+    items: list[McqBodyItem] = Field(
         min_length=1,
         description="Multiple-choice items (`McqItem`: id, choices, labels?, answer, response, "
         "task/ability/tom_dimension/language/story_id/slot_group/tags, permutation?). Items are "
