@@ -44,22 +44,38 @@ fail() {  # ENV LOG MESSAGE
   exit 1
 }
 
-# Install the light client as a user does (pip install DIR), from a clean copy: an in-tree build
-# folder could carry a module deleted since.
-install_client() {  # ENV LOG PINS
-  local copy
+# The light client as a user installs it: a wheel built (once a run) from a clean copy of its
+# sources; an in-tree build folder could carry a module deleted since.
+wheel=
+wheel_dir=
+trap 'rm -rf "$wheel_dir"' EXIT
+client_wheel() {  # LOG
+  if [ -n "$wheel" ]; then
+    return
+  fi
+  local copy out
   copy=$(mktemp -d)
+  out=$(mktemp -d)
+  wheel_dir=$out
   tar -C "$client" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ -cf - . \
     | tar -C "$copy" -xf -
-  # Its requirements, then itself again whatever its version says (the sources changed).
-  if ! "$root/$1/bin/python" -m pip install --progress-bar off -c "$3" "$copy" >>"$2" 2>&1 \
-      || ! "$root/$1/bin/python" -m pip install --progress-bar off --force-reinstall --no-deps \
-        "$copy" >>"$2" 2>&1
-  then
+  if ! "$python" -m pip wheel --progress-bar off --no-deps -w "$out" "$copy" >>"$1" 2>&1; then
     rm -rf "$copy"
-    fail "$1" "$2" "installing the light client failed"
+    fail client "$1" "building the light client's wheel failed"
   fi
   rm -rf "$copy"
+  wheel=$(echo "$out"/bonusjudge_client-*.whl)
+}
+
+install_client() {  # ENV LOG PINS
+  client_wheel "$2"
+  # Its requirements, then itself again whatever its version says (the sources changed).
+  if ! "$root/$1/bin/python" -m pip install --progress-bar off -c "$3" "$wheel" >>"$2" 2>&1 \
+      || ! "$root/$1/bin/python" -m pip install --progress-bar off --force-reinstall --no-deps \
+        "$wheel" >>"$2" 2>&1
+  then
+    fail "$1" "$2" "installing the light client failed"
+  fi
   # Installs alone: nothing heavy among the light client's requirements, however deep. The
   # harness may bring numpy or FastAPI itself; what is checked is what we pull in.
   if ! "$root/$1/bin/python" - >>"$2" 2>&1 <<'EOF'
