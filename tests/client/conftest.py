@@ -20,6 +20,7 @@ client and aggregator, so a harness's figures are checked against what the servi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / ".harness"
+HARNESS = ROOT / os.environ.get("HARNESS_DIR", ".harness")
+"""Where scripts/harness-envs.sh builds the environments (``HARNESS_DIR`` moves both)."""
 BUNDLED_ITEMS = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 
 UNGRADABLE = "UNGRADABLE"
@@ -58,7 +60,7 @@ def _harness_path(env: str, *parts: str) -> Path:
     path = HARNESS.joinpath(env, *parts)
     if not path.exists():
         pytest.fail(
-            f"{path.relative_to(ROOT)} is missing: build the harness environments with "
+            f"{path} is missing: build the harness environments with "
             "scripts/harness-envs.sh (scripts/test.sh does it before pytest)",
             pytrace=False,
         )
