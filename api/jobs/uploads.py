@@ -251,6 +251,18 @@ async def read_job_upload(request: Request) -> JobUpload:
     return JobUpload(upload.raw, judge)
 
 
+def storable_id(declared: object) -> str | None:
+    """The id an invalid item is stored and answered under: its own, NUL made visible.
+
+    Item validation refuses a NUL in an id, but the refused item is still kept (its error entry,
+    under the id it declared) and PostgreSQL's text cannot hold NUL: stored as U+FFFD, the entry
+    is the same on every store and still names the item.
+    """
+    if declared is None:
+        return None
+    return str(declared).replace("\x00", "\ufffd")
+
+
 def build_items(
     upload: JobUpload, *, context_window: int | None, settings: Settings
 ) -> list[JobItem]:
@@ -270,8 +282,7 @@ def build_items(
     out: list[JobItem] = []
     for index, (line, obj, problem) in enumerate(upload.raw):
         position = line if line is not None else index + 1
-        declared = obj.get("id") if isinstance(obj, dict) else None
-        declared_id = None if declared is None else str(declared)
+        declared_id = storable_id(obj.get("id") if isinstance(obj, dict) else None)
         error: ItemError | None = None
         request: GradeRequest | None = None
         if problem is not None:

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobItem, JobManager, JobRow, JobStore, Quota, RawItem, Upload, with_line
+from api.jobs.uploads import storable_id
 from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
@@ -147,8 +148,7 @@ def build_mcq_items(raw: Sequence[RawItem], settings: Settings) -> list[JobItem]
     out: list[JobItem] = []
     for index, (line, obj, problem) in enumerate(raw):
         position = line if line is not None else index + 1
-        declared = obj.get("id") if isinstance(obj, dict) else None
-        item_id = str(declared).strip() if declared is not None else ""
+        item_id = (storable_id(obj.get("id") if isinstance(obj, dict) else None) or "").strip()
         error: ItemError | None = None
         item: McqItem | None = None
         if problem is not None:

@@ -164,6 +164,28 @@ def test_json_job_lifecycle(app_for: Callable[..., FastAPI]) -> None:
                                       for t in ("coverage", "defects")})
 
 
+def test_an_id_with_nul_is_that_items_error_on_every_store(
+    app_for: Callable[..., FastAPI],
+) -> None:
+    # Postgres refused the whole upload (422) where SQLite took it (202): one answer on both.
+    app = app_for(FakeProvider(handler=Recorder()))
+    items = [item(1), {**item(2), "id": "bad\x00id"}]
+    with TestClient(app) as client:
+        created = client.post("/v1/jobs", json={"items": items})
+        assert created.status_code == 202, created.text
+        job = created.json()
+        assert (job["total"], job["invalid"]) == (1, 1)
+        assert wait_for(client, job["id"], finished)["status"] == "done"
+        entries = lines_of(client.get(f"/v1/jobs/{job['id']}/results"))
+        bad = next(e for e in entries if e["error"] is not None)
+        assert bad["id"] == "bad\ufffdid" and bad["error"]["field"] == "id"
+        assert "NUL" in bad["error"]["message"]
+        mcq = {"id": "q\x00", "choices": ["yes", "no"], "answer": "A", "response": "[[A]]"}
+        created = client.post("/v1/mcq/jobs", json={"items": [mcq]})
+        assert created.status_code == 202, created.text
+        assert created.json()["invalid"] == 1
+
+
 def test_jsonl_upload_with_bad_lines_and_chartom_items(app_for: Callable[..., FastAPI]) -> None:
     recorder = Recorder()
     app = app_for(FakeProvider(handler=recorder))

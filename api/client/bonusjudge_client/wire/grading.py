@@ -18,13 +18,16 @@ from pydantic_core import PydanticCustomError
 
 from bonusjudge_client.wire.base import WireModel
 from bonusjudge_client.wire.scores import BertScore, RougeScore
-from bonusjudge_client.wire.vocab import Language, UnscoredReason
+from bonusjudge_client.wire.vocab import ItemId, Language, UnscoredReason
 
 MAX_BONUS_POINTS = 32
 """Hard upper bound on bonus points per item; settings may lower it."""
 
 MAX_REFERENCES = 16
 """Most further reference answers one request may carry."""
+
+MAX_CONTEXT_WINDOW = 10_000_000
+"""Largest ``context_window`` (tokens of plot) an item may name."""
 
 TaskStatus = Literal["scored", "unscored", "not_assessed"]
 """How one judge task ended: ``not_assessed`` means the judge cannot do this task at all."""
@@ -116,7 +119,7 @@ class GradeRequest(WireModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    id: str | None = Field(
+    id: ItemId | None = Field(
         default=None,
         max_length=256,
         description="Caller's item id, echoed in the result (the CLI uses the line number when "
@@ -159,6 +162,9 @@ class GradeRequest(WireModel):
     context_window: int | None = Field(
         default=None,
         ge=0,
+        # No plot window is longer than a book: a bound keeps absurd numbers out of results,
+        # breakdown keys and error answers.
+        le=MAX_CONTEXT_WINDOW,
         description="Which plot window `context` is (CharToM: 0, 1000 or 2000 tokens); used for "
         "breakdowns by context length.",
     )

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from bonusjudge_client.wire.base import WireModel
+from bonusjudge_client.wire.vocab import ItemId
 
 ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
 """How the chosen option(s) were read from the response.
@@ -119,7 +120,7 @@ class McqItem(WireModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
 
-    id: str = Field(
+    id: ItemId = Field(
         min_length=1,
         description="Question id. Parallel items in several languages share an id (XToM); runs "
         "of one question over permuted options share id and language.",
@@ -160,7 +161,7 @@ class McqItem(WireModel):
     language: str | None = Field(
         default=None, description="Language code (en, zh, ...), for breakdowns and XToM."
     )
-    story_id: str | None = Field(
+    story_id: ItemId | None = Field(
         default=None,
         description="Story or scene the question belongs to; a story is coherently right only "
         "when all of its questions are right (ToMBench).",

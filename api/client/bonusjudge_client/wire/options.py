@@ -27,9 +27,22 @@ def _check_window(value: int | None) -> int | None:
     # Any other number would make every CharToM item of a job invalid, after a 202.
     if value is not None and value not in CHARTOM_WINDOWS:
         raise ValueError(
-            f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {value})"
+            f"must be one of {', '.join(map(str, CHARTOM_WINDOWS))} (got {shown_number(value)})"
         )
     return value
+
+
+def shown_number(value: int) -> str:
+    """``value`` as a message shows it: whole, or cut to its ends when longer than 20 digits.
+
+    An error answer echoes what was wrong, but a 4,000-digit number echoed whole is a
+    4 KB answer to a 4 KB request, and unreadable.
+    """
+    text = str(value)
+    if len(text) <= 20:
+        return text
+    digits = len(text.lstrip("-"))
+    return f"{text[:8]}...{text[-4:]}, a number of {digits} digits"
 
 
 ContextWindow = Annotated[int | None, AfterValidator(_check_window)]

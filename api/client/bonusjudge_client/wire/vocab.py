@@ -7,12 +7,15 @@ bottom of both and neither copies them.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
+
+from pydantic import AfterValidator
 
 __all__ = [
     "ALL_METRICS",
     "CALIBRATION_METRICS",
     "SUPPORTED_LANGUAGES",
+    "ItemId",
     "Language",
     "MetricName",
     "UnscoredReason",
@@ -48,3 +51,15 @@ UnscoredReason = Literal[
     "not_supported",
 ]
 """Why a judge task ended without a score. Aggregates count these, never as zero or coverage."""
+
+
+def _refuse_nul(value: str) -> str:
+    # PostgreSQL's text cannot hold NUL: a job store there refused the whole upload while SQLite
+    # took it. Refusing the id here gives one answer (this item invalid) on every store.
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character (\\u0000)")
+    return value
+
+
+ItemId = Annotated[str, AfterValidator(_refuse_nul)]
+"""An item's id: any text but NUL, which no job store can keep."""
