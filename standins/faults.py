@@ -85,7 +85,7 @@ FAULT_REASON: Final[Mapping[FaultKind, UnscoredReason]] = {
     "server_error": "provider_error",
     "timeout": "timeout",
     "reset": "provider_error",
-    "malformed_json": "validation_failure",
+    "malformed_json": "parse_failure",
     "invalid": "validation_failure",
     "truncated": "truncated_output",
     "refusal": "refusal",

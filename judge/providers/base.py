@@ -24,6 +24,7 @@ by ``tests/judge/providers/test_wire_contract.py`` against the strict ``standins
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -201,7 +202,29 @@ def failure_reason_of(*, refused: bool, finish_reason: Any, raw: str | None) -> 
         return "truncated_output"
     if raw is None or not raw.strip():
         return "empty_output"
+    if not _holds_json(raw):
+        return "parse_failure"
     return "validation_failure"
+
+
+def _holds_json(raw: str) -> bool:
+    """Whether ``raw`` holds a JSON value, alone or fenced (```json) or amid prose.
+
+    A reply that is not JSON at all (``{not json``) failed to parse; one that parses but breaks
+    the schema failed validation. The two call for different fixes (the structured-output mode
+    against the prompt or the model), so they are reported apart.
+    """
+    text = raw.strip()
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return False
+    start = min(starts)
+    end = text.rfind("}" if text[start] == "{" else "]")
+    try:
+        json.loads(text[start : end + 1])
+    except ValueError:
+        return False
+    return True
 
 
 _UNUSABLE_TEXT: dict[str, str] = {
@@ -227,8 +250,8 @@ def usable_text(*, refusal: str | None, finish_reason: Any, raw: str | None) -> 
         JudgeOutputError: the answer is unusable (``reason`` says why).
     """
     reason = failure_reason_of(refused=bool(refusal), finish_reason=finish_reason, raw=raw)
-    if reason == "validation_failure" and raw is not None:  # text: any complete answer is one
-        return raw
+    if reason in ("validation_failure", "parse_failure") and raw is not None:
+        return raw  # text: any complete answer is one
     kept = refusal if reason == "refusal" else raw if reason == "truncated_output" else None
     raise JudgeOutputError(_UNUSABLE_TEXT[reason], reason=reason, raw=kept)
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.errors import JudgeOutputError
 from judge.config import JudgeConfig
-from judge.providers.base import Completion
+from judge.providers.base import Completion, failure_reason_of
 
 FakeOutput = BaseModel | dict[str, Any] | str | BaseException
 """What a scripted attempt yields."""
@@ -99,6 +99,7 @@ class FakeProvider:
         """Answer from the script; see ``judge.providers.base.Provider.complete``."""
         attempts = 0
         last_error = ""
+        last_raw: str | None = None
         for _ in range(config.reasks + 1):
             attempts += 1
             call = FakeCall(list(messages), response_model, config, validation_context)
@@ -116,12 +117,14 @@ class FakeProvider:
                 parsed = self._parse(output, response_model, validation_context)
             except (ValidationError, ValueError) as exc:
                 last_error = str(exc)[:300]
+                last_raw = output if isinstance(output, str) else json.dumps(self._dump(output))
                 continue  # re-ask, as instructor does
             raw = output if isinstance(output, str) else json.dumps(self._dump(output))
             return self._completion(parsed, raw, attempts)
         raise JudgeOutputError(
             f"no valid answer after {attempts} attempt(s): {last_error}",
-            reason="validation_failure",
+            # The transports' classification: text that is not JSON failed to parse.
+            reason=failure_reason_of(refused=False, finish_reason=None, raw=last_raw),
             attempts=attempts,
         )
 

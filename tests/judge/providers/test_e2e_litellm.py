@@ -141,7 +141,7 @@ async def test_faithful_mode_malformed_reply_is_unscored(server):
     [
         ("rate_limit", "rate_limited"),
         ("server_error", "provider_error"),
-        ("malformed_json", "validation_failure"),
+        ("malformed_json", "parse_failure"),
         ("truncated", "truncated_output"),
         ("refusal", "refusal"),
         ("empty", "empty_output"),

@@ -31,3 +31,23 @@ def test_a_complete_text_answer_is_returned_as_is() -> None:
     assert usable_text(refusal=None, finish_reason="stop", raw=" [Defect]: None ") == (
         " [Defect]: None "
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("{not json", "parse_failure"),
+        ("{'points': [{'index': 1, 'covered': true}],}", "parse_failure"),
+        ("I think point 1 is covered.", "parse_failure"),
+        ('{"points": [{"index": 99}]}', "validation_failure"),
+        ('```json\n{"points": []}\n```', "validation_failure"),
+        ('Here it is: [{"index": 1}] as asked.', "validation_failure"),
+    ],
+)
+def test_an_answer_that_is_not_json_failed_to_parse(raw: str, reason: str) -> None:
+    # A reply with no JSON in it failed to parse; JSON that broke the schema failed validation.
+    assert failure_reason_of(refused=False, finish_reason="stop", raw=raw) == reason
+
+
+def test_a_text_answer_that_is_not_json_is_still_an_answer() -> None:
+    assert usable_text(refusal=None, finish_reason="stop", raw="[Defect]: None") == "[Defect]: None"
