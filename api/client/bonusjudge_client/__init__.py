@@ -31,6 +31,11 @@ responsibility:
 ``wire``       the models both sides share: ``grading`` (requests, results), ``schemas`` (bodies,
                jobs, errors), ``summary``, ``mcq``, ``scores``, ``options``, ``vocab``.
 
+The drop-in scorers, each imported only by the harness that uses it (none is a requirement of
+this package): ``inspect_ai`` (``bonusjudge_scorer``), ``lm_eval`` (``process_results`` and the
+aggregations), ``promptfoo`` (``get_assert``), and ``harness``, what they share (an item mapping
+as a request; BPC and penalty rate over a set, as the service's summary computes them).
+
 The two clients have the same methods, with the same arguments and results: where
 ``JudgeClient.m`` returns ``T``, ``AsyncJudgeClient.m`` returns a coroutine of ``T``, and where it
 returns an iterator (``grade_stream``, ``results``, ``mcq_results``), an async iterator of the
