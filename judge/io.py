@@ -20,28 +20,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from pydantic import AliasChoices, BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from bonusjudge_client.wire.chartom import CHARTOM_CONTEXT_KEYS, REQUEST_KEYS, chosen_window
 from bonusjudge_client.wire.grading import GradeRequest
 from core.errors import ConfigError, InputError, first_error
 from core.jsonl import BadLine, read_jsonl
 
-CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
-"""CharToM-QA's plot windows and the keys that hold them."""
-
-
-def _keys_of(name: str) -> tuple[str, ...]:
-    """The input keys a ``GradeRequest`` field is read from (its name and aliases)."""
-    alias = GradeRequest.model_fields[name].validation_alias
-    if isinstance(alias, AliasChoices):
-        return tuple(choice for choice in alias.choices if isinstance(choice, str))
-    return (name,)
-
-
-_RESPONDENT_KEYS = _keys_of("respondent")
+_RESPONDENT_KEYS = tuple(key for key, name in REQUEST_KEYS.items() if name == "respondent")
 """The keys naming the model that wrote a line's answer."""
 
-_REQUEST_FIELDS = set(GradeRequest.model_fields) | {*_keys_of("reference"), *_RESPONDENT_KEYS}
+_REQUEST_FIELDS = set(REQUEST_KEYS)
 
 
 def chartom_to_request(
@@ -73,17 +62,11 @@ def chartom_to_request(
         elif key not in CHARTOM_CONTEXT_KEYS.values() and key != "metadata":
             metadata[key] = value
     if "context" not in data:
-        windows = [w for w, key in CHARTOM_CONTEXT_KEYS.items() if key in obj]
-        if context_window is not None and context_window not in CHARTOM_CONTEXT_KEYS:
-            raise InputError(
-                f"context window must be one of {sorted(CHARTOM_CONTEXT_KEYS)}",
-                field="context_window",
-                line=line,
-            )
-        chosen = (
-            context_window if context_window is not None else (max(windows) if windows else None)
-        )
-        if chosen is not None and CHARTOM_CONTEXT_KEYS[chosen] in obj:
+        try:
+            chosen = chosen_window(obj, context_window)
+        except ValueError as exc:
+            raise InputError(str(exc), field="context_window", line=line) from exc
+        if chosen is not None:
             data["context"] = obj[CHARTOM_CONTEXT_KEYS[chosen]] or None
             data.setdefault("context_window", chosen)
     if data.get("id") is not None and not isinstance(data["id"], str):

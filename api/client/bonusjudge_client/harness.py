@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import AliasChoices
-
+from bonusjudge_client.wire.chartom import CHARTOM_CONTEXT_KEYS, REQUEST_KEYS, chosen_window
 from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 
 __all__ = [
@@ -34,25 +33,6 @@ __all__ = [
     "penalty_rate",
     "request_fields",
 ]
-
-CHARTOM_CONTEXT_KEYS = {0: "context_0", 1000: "context_1000", 2000: "context_2000"}
-"""CharToM-QA's plot windows (tokens of story before the question) and the keys that hold them."""
-
-
-def _field_keys() -> dict[str, str]:
-    """Every key a ``GradeRequest`` field is read from (its name and aliases) -> the field."""
-    keys: dict[str, str] = {}
-    for name, info in GradeRequest.model_fields.items():
-        keys[name] = name
-        if isinstance(info.validation_alias, AliasChoices):
-            for choice in info.validation_alias.choices:
-                if isinstance(choice, str):
-                    keys[choice] = name
-    return keys
-
-
-_FIELD_KEYS = _field_keys()
-"""The request's keys, aliases included (``answer`` for ``reference``, ``model_name``...)."""
 
 
 def request_fields(
@@ -70,19 +50,15 @@ def request_fields(
     Raises:
         ValueError: ``context_window`` is not one of CharToM's windows.
     """
-    if context_window is not None and context_window not in CHARTOM_CONTEXT_KEYS:
-        raise ValueError(f"context_window must be one of {sorted(CHARTOM_CONTEXT_KEYS)}")
+    window = chosen_window(item, context_window)
     fields: dict[str, Any] = {}
     for key, value in item.items():
-        name = _FIELD_KEYS.get(key)
+        name = REQUEST_KEYS.get(key)
         if name is not None and (name == key or name not in fields):
             fields[name] = value
-    if "context" not in fields or context_window is not None:
-        present = [window for window, key in CHARTOM_CONTEXT_KEYS.items() if key in item]
-        chosen = context_window if context_window is not None else max(present, default=None)
-        if chosen is not None and CHARTOM_CONTEXT_KEYS[chosen] in item:
-            fields["context"] = item[CHARTOM_CONTEXT_KEYS[chosen]] or None
-            fields["context_window"] = chosen
+    if window is not None and ("context" not in fields or context_window is not None):
+        fields["context"] = item[CHARTOM_CONTEXT_KEYS[window]] or None
+        fields["context_window"] = window
     return fields
 
 
