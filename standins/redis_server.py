@@ -62,7 +62,8 @@ def _pings(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            # A server with a password answers NOAUTH: it is up all the same.
+            return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
@@ -72,7 +73,8 @@ class RedisServer(StartStop):
 
     Args:
         port: TCP port (default: a free one, chosen when started).
-        host: Address to bind (loopback; the server has no password).
+        host: Address to bind (loopback).
+        password: ``requirepass``: clients must authenticate (default: no password).
         maxmemory: Memory limit (e.g. ``"64mb"``; default: none).
         policy: ``maxmemory-policy`` (``allkeys-lru``, what the README recommends).
         timeout: Seconds to wait for the first PONG.
@@ -86,8 +88,10 @@ class RedisServer(StartStop):
         maxmemory: str | None = None,
         policy: str = "allkeys-lru",
         timeout: float = 15.0,
+        password: str | None = None,
     ) -> None:
         self.host = host
+        self.password = password
         self.port = port or 0
         self._fixed_port = port is not None
         self._maxmemory = maxmemory
@@ -98,8 +102,9 @@ class RedisServer(StartStop):
 
     @property
     def url(self) -> str:
-        """``redis://HOST:PORT/0``."""
-        return f"redis://{self.host}:{self.port}/0"
+        """``redis://HOST:PORT/0`` (``redis://:PASSWORD@HOST:PORT/0`` with a password)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/0"
 
     @property
     def pid(self) -> int | None:
@@ -120,6 +125,8 @@ class RedisServer(StartStop):
         ]
         if self._maxmemory:
             cmd += ["--maxmemory", self._maxmemory]
+        if self.password:
+            cmd += ["--requirepass", self.password]
         return cmd
 
     def start(self) -> Self:

@@ -22,10 +22,10 @@ Failures are those of the disk cache: Redis down or too slow is a miss or a drop
 counted in ``errors`` and logged at most once a minute; grading goes on and nothing raises. No
 call waits longer than ``timeout`` (default 1 s; the URL's ``socket_timeout`` parameter sets it):
 it bounds connecting and each answer, and on the event loop the whole operation. After a
-failure that says the server is unreachable (refused, reset, timed out) a circuit opens: for
-``cooldown`` seconds (default 5) calls skip Redis at once (counted in ``skipped``), then one call
-tries again, and an answer closes the circuit. A dead Redis so costs one timeout per cooldown,
-not one per judge call.
+failure that says the server is unreachable (refused, reset, timed out) the circuit every backend
+shares (``judge.cache.base``) opens: for ``cooldown`` seconds (default 5) calls skip Redis at
+once (counted in ``skipped``), then one call tries again, and an answer closes the circuit. A
+dead Redis so costs one timeout per cooldown, not one per judge call.
 """
 
 from __future__ import annotations
@@ -35,13 +35,12 @@ import contextlib
 import logging
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.errors import ConfigError
-from core.retry import CircuitBreaker
-from judge.cache.base import CacheBase, encode_value
+from judge.cache.base import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, CacheBase, encode_value
 
 if TYPE_CHECKING:
     import redis
@@ -54,12 +53,6 @@ T = TypeVar("T")
 DEFAULT_PREFIX = "bonusjudge:"
 """What every key of ours starts with on a shared server."""
 
-DEFAULT_TIMEOUT = 1.0
-"""Seconds a Redis operation may take (connecting, then each answer) before it counts as failed."""
-
-DEFAULT_COOLDOWN = 5.0
-"""Seconds calls skip Redis after a failure that says it is unreachable."""
-
 _PROBE = "__probe__"
 """The readiness probe's key (behind the prefix; expires after a minute; not an entry)."""
 
@@ -69,22 +62,6 @@ _SCAN_BATCH = 1_000
 _POOL_SIZE = 64
 """Connections per event loop. More concurrent calls wait for one (a call takes ~0.1 ms):
 redis-py's default pool instead fails the 101st call at once."""
-
-Ticket = Literal["closed", "probe", "forced"]
-"""Why a call was let through: the circuit is closed, it is the one trial, or a forced probe."""
-
-
-def _circuit(cooldown: float) -> CircuitBreaker:
-    """Closed (try Redis) or open (skip it) for ``cooldown`` s after an unreachable server.
-
-    The shared breaker (``core.retry.CircuitBreaker``) with the cache's settings: it opens at
-    the first unreachable answer and its cool-down never grows. When the cool-down has passed,
-    one call (the probe) is let through while the others still skip; its answer closes the
-    circuit, its failure opens it again. Shared by every thread and event loop of the cache:
-    they all talk to the same server.
-    """
-    return CircuitBreaker(threshold=1, cooldown=cooldown, max_cooldown=cooldown)
-
 
 @dataclass
 class _LoopClient:
@@ -143,22 +120,6 @@ def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
-def _is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` says the server is unreachable or too slow (as opposed to a refusal).
-
-    A refused command (e.g. OOM under ``noeviction``) means the server answered: the circuit
-    stays closed, and the next call tries again.
-    """
-    import redis.exceptions
-
-    if isinstance(exc, redis.exceptions.MaxConnectionsError):
-        return False  # our own pool is busy (a ConnectionError subclass): the server is fine
-    return isinstance(
-        exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError,
-              TimeoutError)
-    )
-
-
 class RedisCache(CacheBase):
     """Judge outputs and metric values in a Redis server, as JSON text under prefixed keys.
 
@@ -183,20 +144,19 @@ class RedisCache(CacheBase):
         cooldown: float = DEFAULT_COOLDOWN,
         check: bool = True,
     ) -> None:
-        super().__init__(redact_url(url))
         if not prefix:
             raise ConfigError("the Redis key prefix must not be empty", field="prefix")
+        super().__init__(
+            redact_url(url), timeout=timeout or _timeout_of(url) or DEFAULT_TIMEOUT,
+            cooldown=cooldown,
+        )
         import redis
         import redis.asyncio.retry
         import redis.backoff
         import redis.retry
 
         self.prefix = prefix
-        self.timeout = timeout or _timeout_of(url) or DEFAULT_TIMEOUT
-        self.skipped = 0
-        """Calls that skipped Redis while its circuit was open (misses, dropped writes)."""
         self._url = url
-        self._circuit = _circuit(cooldown)
         self._probe_key = prefix + _PROBE
         self._pattern = _glob_escape(prefix) + "*"
         # One retry, only for a connection found broken (the server restarted, an idle
@@ -237,9 +197,23 @@ class RedisCache(CacheBase):
         return not self._circuit.is_open
 
     def _check_at_start(self) -> None:
-        """Ping the server once; an unreachable one is logged and counted, never raised."""
+        """Ping the server once; an unreachable one is logged and counted, never raised.
+
+        Raises:
+            ConfigError: (``cache_url``) the server answered but refused the credentials: unlike
+                an outage, that never mends by itself, and grading on uncached would pay for
+                every judge call again, so it stops start-up.
+        """
+        import redis.exceptions
+
         try:
             self._sync.ping()
+        except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+            raise ConfigError(
+                f"invalid setting cache_url: the Redis server at {self.location} refused the "
+                f"credentials ({type(exc).__name__}: {exc}); fix the user or password in the URL",
+                field="cache_url",
+            ) from exc
         except Exception as exc:
             self._done(exc)
             with self._lock:
@@ -256,56 +230,22 @@ class RedisCache(CacheBase):
     def _key(self, key: str) -> str:
         return self.prefix + key
 
-    def _note(self, exc: BaseException) -> BaseException:
-        """``exc``, with a message when it has none (asyncio's own timeout)."""
-        if isinstance(exc, TimeoutError) and not str(exc):
-            return TimeoutError(f"no answer within {self.timeout:g} s")
-        return exc
-
-    def _skip(self) -> None:
-        with self._lock:
-            self.skipped += 1
-
     # -- calls -------------------------------------------------------------------------------------
 
-    def _done(self, error: BaseException | None) -> None:
-        """Tell the circuit how a call that went to Redis ended (``error``, or None: answered).
+    def _is_outage(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the server is unreachable or too slow (as opposed to a refusal).
 
-        Only an unreachable server counts as a failure: any other error was an answer.
+        A refused command (e.g. OOM under ``noeviction``) means the server answered: the circuit
+        stays closed, and the next call tries again.
         """
-        if error is not None and _is_outage(error):
-            self._circuit.record_failure()
-        else:
-            self._circuit.record_success()
+        import redis.exceptions
 
-    @contextlib.contextmanager
-    def _attempt(self, action: str, *, force: bool = False) -> Iterator[bool]:
-        """Guard one call: yields whether it may go to Redis; its failure is logged, not raised.
-
-        The caller returns its fallback when the call was skipped (False) or failed (the error is
-        swallowed here, counted and logged). A cancelled call (``BaseException``) goes on up and
-        frees the trial for the next call.
-
-        Args:
-            action: What the call does, for the log line (``read``, ``write``, ...).
-            force: Go to Redis even when the circuit is open (the readiness probe).
-        """
-        ticket: Ticket | None = "forced" if force else self._circuit.admit()
-        if ticket is None:
-            self._skip()
-            yield False
-            return
-        try:
-            yield True
-        except Exception as exc:  # a cache never stops grading
-            self._done(exc)
-            self._failed(action, self._note(exc))
-        except BaseException:
-            if ticket == "probe":  # cancelled: the next call may try instead
-                self._circuit.release_probe()
-            raise
-        else:
-            self._done(None)
+        if isinstance(exc, redis.exceptions.MaxConnectionsError):
+            return False  # our own pool is busy (a ConnectionError subclass): the server is fine
+        return isinstance(
+            exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError,
+                  TimeoutError)
+        )
 
     def _run(
         self, action: str, op: Callable[[redis.Redis], T], fallback: T, *, force: bool = False

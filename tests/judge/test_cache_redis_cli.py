@@ -17,6 +17,7 @@ import redis
 from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
+from standins.redis_server import RedisServer
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process
@@ -113,3 +114,25 @@ def test_an_unreadable_cache_url_stops_the_run_with_the_setting_named(tmp_path: 
                  "--cache-url", "redis://localhost:notaport/0")
     assert done.returncode == 2, done.stderr[-3000:]
     assert "cache_url" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_redis_refusing_the_password_stops_the_run_before_any_judge_call(
+    tmp_path: Path,
+) -> None:
+    # An unreachable Redis mends; a wrong password does not, and grading on uncached would pay
+    # for every judge call again: the run stops at once, naming the setting, the password hidden.
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps(ITEMS[0]) + "\n")
+    with RedisServer(password="s3cret") as server, OpenAIStandIn() as judge:
+        for url in (server.url.replace("s3cret", "wrong"), server.url.replace(":s3cret@", "")):
+            done = grade(source, tmp_path / "out.jsonl", tmp_path / "cache", "--model",
+                         "openai/standin", "--api-base", judge.base_url, "--cache-url", url)
+            assert done.returncode == 2, done.stderr[-3000:]
+            last = done.stderr.strip().splitlines()[-1]
+            assert "cache_url" in last and "refused the credentials" in last, last
+            assert "wrong" not in done.stderr and "Traceback" not in done.stderr
+        assert judge.stats().requests == 0
+        right = grade(source, tmp_path / "out.jsonl", tmp_path / "cache", "--model",
+                      "openai/standin", "--api-base", judge.base_url, "--cache-url", server.url)
+        assert right.returncode == 0, right.stderr[-3000:]
+        assert "Redis" not in right.stderr

@@ -9,6 +9,8 @@ grading, with the cache reported degraded.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Generator
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from core.processes import free_port
 from judge.cache import RedisCache
 from judge.config import JudgeConfig, Settings
 from standins.openai_server import OpenAIStandIn
+from standins.processes import cli_env
+from standins.redis_server import RedisServer
 
 ITEM = {
     "id": "levin-1",
@@ -113,3 +117,20 @@ def test_a_redis_that_is_not_there_leaves_the_service_ready_and_degraded(
         errors = [line for line in metrics.splitlines()
                   if line.startswith("bonusjudge_cache_errors")]
         assert errors and float(errors[0].split()[-1]) >= 2  # the start and the probe
+
+
+@pytest.mark.process
+def test_bonusjudge_serve_stops_at_a_redis_refusing_the_password(tmp_path: Path) -> None:
+    # Before: the service started ready and graded uncached forever, paying for every call.
+    with RedisServer(password="s3cret") as server:
+        wrong = server.url.replace("s3cret", "wrong")
+        started = subprocess.run(
+            [sys.executable, "-m", "cli", "serve", "--port", str(free_port()),
+             "--cache-url", wrong],
+            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+            env=cli_env({"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}), check=False,
+        )
+    assert started.returncode == 2, started.stderr[-3000:]
+    last = started.stderr.strip().splitlines()[-1]
+    assert last.startswith("bonusjudge: error: invalid setting cache_url:"), last
+    assert "refused the credentials" in last and "wrong" not in started.stderr
