@@ -70,6 +70,22 @@ class Backoff(Protocol):
         ...
 
 
+MAX_STORED_RAW = 16_384
+"""Most characters of a judge's raw reply a cache entry keeps."""
+
+
+def stored_raw(raw: str | None) -> str | None:
+    """What a cache entry keeps of the judge's raw reply: all of it up to ``MAX_STORED_RAW``.
+
+    The validated value is bounded by its response model, but the reply around it is not (a
+    5 MB answer padded with whitespace or unknown fields validated and was cached whole); the
+    raw text is kept to read a verdict by, and its first 16 KB serve that.
+    """
+    if raw is None or len(raw) <= MAX_STORED_RAW:
+        return raw
+    return raw[:MAX_STORED_RAW] + f"... [{len(raw) - MAX_STORED_RAW} more characters not kept]"
+
+
 class CallerOptions(TypedDict, total=False):
     """The options of :class:`Caller` that a grader passes on (all optional; see ``Caller``)."""
 
@@ -349,7 +365,7 @@ class Caller:
             return state.failed(exc.reason, str(exc))
         if spec.config.cache:
             await self.cache.aset(
-                key, {"value": value, "raw": completion.raw_text, "tenant": tenant}
+                key, {"value": value, "raw": stored_raw(completion.raw_text), "tenant": tenant}
             )
         return CallOutcome(value, state.record("ok"))
 

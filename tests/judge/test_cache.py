@@ -7,11 +7,13 @@ Damage to the database file itself (garbage, truncation, a full disk) is in
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import diskcache
 
 from judge.cache import JudgeCache, judge_call_key, metric_key, schema_hash
+from judge.calls import MAX_STORED_RAW
 from judge.config import JudgeConfig
 from judge.providers.fake import FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement, coverage_model
@@ -228,3 +230,20 @@ def test_writes_past_the_size_limit_are_evicted_every_thousand_writes(tmp_path) 
     assert cache.get(f"k{cache_module._CULL_EVERY - 1}") == blob
     assert cache.get("k0") is None
     cache.close()
+
+
+async def test_a_huge_reply_is_cached_cut_to_its_first_16_kb(tmp_path) -> None:
+    # A 5 MB reply that validates (its answer padded with whitespace) was cached whole.
+    pad = " " * 5_000_000
+    fake = FakeProvider(handler=by_task(
+        [json.dumps(covering(1, n=2)) + pad], [json.dumps(defects()) + pad]))
+    cache = JudgeCache(tmp_path / "c")
+    result = await grader(fake, cache=cache).grade(request())
+    assert result.coverage is not None and result.coverage.covered == 1
+    for record in result.provenance.calls:
+        entry = cache.get(record.cache_key)
+        assert entry is not None and len(entry["raw"]) < MAX_STORED_RAW + 100
+        assert entry["raw"].endswith("more characters not kept]")
+    silent = FakeProvider(handler=by_task([], []))  # any call would fail: served from the cache
+    again = await grader(silent, cache=cache).grade(request())
+    assert again.coverage is not None and again.coverage.covered == 1 and silent.calls == []
