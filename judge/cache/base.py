@@ -8,23 +8,53 @@ in a folder and in Redis.
 
 ``CacheBase`` holds the counters and the failure rule of every backend: a failing read is a
 miss, a failing write is dropped, both are counted in ``errors`` and logged at most once per
-``LOG_INTERVAL`` seconds (a broken cache fails every call; one line a minute says so).
+``LOG_INTERVAL`` seconds (a broken cache fails every call; one line a minute says so). It also
+holds the circuit both backends guard their calls with (``_attempt``): no call waits longer than
+``timeout``, and after a call that says the store is unavailable (Redis unreachable or too slow,
+a ``cache.db`` another process keeps locked) calls skip the store for ``cooldown`` seconds
+(counted in ``skipped``), then one call tries again and an answer closes the circuit. A store
+that is down so costs one timeout per cool-down, not one per judge call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from core.retry import CircuitBreaker
 
 log = logging.getLogger("bonusjudge.cache")
 
 LOG_INTERVAL = 60.0
 """Seconds between two logged cache errors: a broken cache fails every call, one line says so."""
+
+DEFAULT_TIMEOUT = 1.0
+"""Seconds a cache operation may take before it counts as failed (and the store unavailable)."""
+
+DEFAULT_COOLDOWN = 5.0
+"""Seconds calls skip the store after a failure that says it is unavailable."""
+
+Ticket = Literal["closed", "probe", "forced"]
+"""Why a call was let through: the circuit is closed, it is the one trial, or a forced probe."""
+
+
+def _circuit(cooldown: float) -> CircuitBreaker:
+    """Closed (use the store) or open (skip it) for ``cooldown`` s after it was unavailable.
+
+    The shared breaker (``core.retry.CircuitBreaker``) with the cache's settings: it opens at
+    the first failure that says the store is unavailable and its cool-down never grows. When the
+    cool-down has passed, one call (the probe) is let through while the others still skip; its
+    answer closes the circuit, its failure opens it again. Shared by every thread and event loop
+    of the cache: they all use the same store.
+    """
+    return CircuitBreaker(threshold=1, cooldown=cooldown, max_cooldown=cooldown)
 
 
 def encode_value(value: Any) -> str:
@@ -123,17 +153,30 @@ class Cache(Protocol):
 class CacheBase:
     """Counters and the rate-limited failure log every backend shares.
 
-    Subclasses set ``location`` and call ``_failed`` for each failed operation and ``_counted``
-    for each read.
+    Subclasses run each call to the store inside ``_attempt`` (or call ``_failed`` for a failed
+    operation themselves), call ``_counted`` for each read, and say in ``_is_outage`` which
+    failures mean the store is unavailable.
+
+    Args:
+        location: Where the entries live, for messages (never a password).
+        timeout: Seconds an operation may take.
+        cooldown: Seconds calls skip the store after it was found unavailable.
     """
 
     directory: Path | None = None
 
-    def __init__(self, location: str) -> None:
+    def __init__(
+        self, location: str, *, timeout: float = DEFAULT_TIMEOUT, cooldown: float = DEFAULT_COOLDOWN
+    ) -> None:
         self._location = location
         self.stats = CacheStats()
         self.errors = 0
         """Cache opens, reads and writes that failed since it was made (grading went on)."""
+        self.timeout = timeout
+        """Seconds an operation may take before it counts as failed."""
+        self.skipped = 0
+        """Calls that skipped the store while its circuit was open (misses, dropped writes)."""
+        self._circuit = _circuit(cooldown)
         self._lock = threading.Lock()
         self._next_log = 0.0
         self._unlogged = 0
@@ -168,6 +211,62 @@ class CacheBase:
             "cache %s failed in %s (%s: %s); going on uncached%s",
             action, self._location, type(exc).__name__, exc, more,
         )
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the store is unavailable (opens the circuit), not a refusal.
+
+        A call that ran out of its time is one; backends add their own (an unreachable server).
+        """
+        return isinstance(exc, TimeoutError)
+
+    def _note(self, exc: BaseException) -> BaseException:
+        """``exc``, with a message when it has none (asyncio's own timeout)."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return TimeoutError(f"no answer within {self.timeout:g} s")
+        return exc
+
+    def _skip(self) -> None:
+        with self._lock:
+            self.skipped += 1
+
+    def _done(self, error: BaseException | None) -> None:
+        """Tell the circuit how a call that went to the store ended (``error``, or None: answered).
+
+        Only a failure that says the store is unavailable counts: any other error was an answer.
+        """
+        if error is not None and self._is_outage(error):
+            self._circuit.record_failure()
+        else:
+            self._circuit.record_success()
+
+    @contextlib.contextmanager
+    def _attempt(self, action: str, *, force: bool = False) -> Iterator[bool]:
+        """Guard one call: yields whether it may go to the store; its failure is logged, not raised.
+
+        The caller returns its fallback when the call was skipped (False) or failed (the error is
+        swallowed here, counted and logged). A cancelled call (``BaseException``) goes on up and
+        frees the trial for the next call.
+
+        Args:
+            action: What the call does, for the log line (``read``, ``write``, ...).
+            force: Go to the store even when the circuit is open (the readiness probe).
+        """
+        ticket: Ticket | None = "forced" if force else self._circuit.admit()
+        if ticket is None:
+            self._skip()
+            yield False
+            return
+        try:
+            yield True
+        except Exception as exc:  # a cache never stops grading
+            self._done(exc)
+            self._failed(action, self._note(exc))
+        except BaseException:
+            if ticket == "probe":  # cancelled: the next call may try instead
+                self._circuit.release_probe()
+            raise
+        else:
+            self._done(None)
 
     def _hold_log(self) -> None:
         """Count the next ``LOG_INTERVAL`` seconds of errors into one later line.
