@@ -4,29 +4,56 @@ diskcache is SQLite-backed and safe for several processes sharing one folder on 
 replicas on several machines share a Redis server instead (``judge.cache.redis_cache``).
 
 A cache is disposable: a failing read is a miss and a failing write is dropped (counted in
-``JudgeCache.errors`` and logged at most once a minute), a database that is damaged when opened is
-moved aside (``cache.db.corrupt-<time>-<pid>``) for an empty one, and when even that fails grading
-runs uncached. Grading never stops because of the cache.
+``JudgeCache.errors`` and logged at most once a minute), a database that is damaged, found so when
+opened or while in use, is moved aside (``cache.db.corrupt-<time>-<pid>``) for an empty one, and
+when even that fails grading runs uncached. Grading never stops because of the cache:
+
+* SQLite reads the file with ``read``, never through a memory map (diskcache maps the first
+  64 MB by default): a mapped page past the end of a file someone truncated is a SIGBUS that
+  kills the process, where a read past the end is an error this module handles.
+* Callers on an event loop (``aget``/``aset``) never run SQLite on it: their calls run on two
+  threads of the cache's own (reads, writes), and the loop waits at most ``timeout`` for each.
+  Another process holding ``cache.db``'s lock makes a call fail after ``timeout`` (SQLite's busy
+  timeout is the same), and then calls skip the folder for ``cooldown`` seconds, as the Redis
+  cache skips an unreachable server (``judge.cache.base``): misses and dropped writes, until a
+  trial call finds the lock gone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from judge.cache.base import CacheBase, encode_value
+from judge.cache.base import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, CacheBase, encode_value
 
 log = logging.getLogger("bonusjudge.cache")
+
+T = TypeVar("T")
 
 _CULL_EVERY = 1_000
 """Writes between two evictions (entries a writer adds past the size limit before one: a few MB)."""
 
 _CORRUPT_CODES = frozenset({11, 26})
 """SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB."""
+
+_LOCKED_CODES = frozenset({5, 6})
+"""SQLite's primary result codes for a lock another connection holds: SQLITE_BUSY, SQLITE_LOCKED."""
+
+Lane = Literal["read", "write"]
+"""Which of the cache's two threads runs a call for an event loop: reads, or writes and evictions.
+
+One thread each: a call takes tens of microseconds, mostly under the GIL, so more threads only
+add switches; writers of one process never wait for each other's SQLite lock (four did, in
+SQLite's busy-wait, past a second under load); and in WAL mode reads go on beside a write."""
 
 
 def _make_private(folder: Path) -> None:
@@ -53,15 +80,30 @@ class JudgeCache(CacheBase):
     Args:
         directory: The cache folder (created if missing). None disables caching entirely.
         size_limit: Evict least-recently-stored entries beyond this many bytes.
+        timeout: Seconds a call may wait (for another process's lock, or on the event loop).
+        cooldown: Seconds calls skip the folder after a call ran out of time.
     """
 
-    def __init__(self, directory: str | Path | None, *, size_limit: int = 4 * 2**30) -> None:
-        super().__init__(str(directory) if directory is not None else "(no cache)")
+    def __init__(
+        self,
+        directory: str | Path | None,
+        *,
+        size_limit: int = 4 * 2**30,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
+    ) -> None:
+        super().__init__(
+            str(directory) if directory is not None else "(no cache)",
+            timeout=timeout, cooldown=cooldown,
+        )
         self.directory = Path(directory) if directory is not None else None
         self.moved_aside: Path | None = None
-        """Where a database found damaged when opening was moved, if one was."""
+        """Where the last database found damaged (when opening or in use) was moved, if one was."""
         self._cache: Any = None
         self._size_limit = size_limit
+        self._opened: tuple[int, int] | None = None  # (device, inode) of the cache.db in use
+        self._swap = threading.Lock()  # held while a damaged database is replaced
+        self._lanes: dict[Lane, ThreadPoolExecutor] = {}
         if self.directory is not None:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -79,13 +121,19 @@ class JudgeCache(CacheBase):
         _make_private(self.directory)
         # eviction "least-recently-stored" avoids a write on every read (LRU would). cull_limit=0:
         # diskcache's check for expired and excess entries on every write is a quarter of a
-        # write's CPU; ``set`` culls every _CULL_EVERY writes instead.
-        return diskcache.Cache(
+        # write's CPU; ``set`` culls every _CULL_EVERY writes instead. sqlite_mmap_size=0: no
+        # memory map (see the module's docstring); diskcache stores it in the database, so every
+        # connection, each thread's included, reads without one. timeout: SQLite's busy timeout.
+        cache = diskcache.Cache(
             str(self.directory),
+            timeout=self.timeout,
             size_limit=self._size_limit,
             eviction_policy="least-recently-stored",
             cull_limit=0,
+            sqlite_mmap_size=0,
         )
+        self._opened = _identity(self.directory / "cache.db")
+        return cache
 
     def _recover(self, exc: Exception) -> Any:
         """A fresh database after ``exc`` stopped the folder opening, or None to run uncached.
@@ -119,91 +167,253 @@ class JudgeCache(CacheBase):
         )
         return None
 
+    def _damaged(self, broken: Any, exc: Exception) -> None:
+        """Replace ``broken``, the database in use, found damaged: moved aside, an empty one opened.
+
+        Done once per damaged database, by the first call that finds the damage; calls meanwhile
+        are misses. When the file at ``cache.db`` is no longer the one opened (another process
+        sharing the folder replaced it, or it was removed), nothing is moved: the file there is
+        opened. A database that cannot be made leaves grading uncached, as at start. Never raises.
+
+        Args:
+            broken: The diskcache database the damage was found in.
+            exc: What the call raised.
+        """
+        assert self.directory is not None
+        database = self.directory / "cache.db"
+        with self._swap:
+            if self._cache is not broken:
+                return  # another call found the damage first
+            self._cache = None
+            _close_quietly(broken)  # this thread's connection; each lane closes its own
+            with self._lock:
+                lanes = list(self._lanes.values())
+            for lane in lanes:
+                with contextlib.suppress(RuntimeError):  # closed meanwhile
+                    lane.submit(_close_quietly, broken)
+            ours = _identity(database) == self._opened
+            self._hold_log()  # the line below says it; the calls failing meanwhile are counted
+            try:
+                if ours:
+                    self.moved_aside = _move_aside(database)
+                self._cache = self._open()
+            except Exception as again:  # the folder is read-only, the disk full, ...
+                with self._lock:
+                    self.errors += 1
+                log.warning(
+                    "cache database in %s was damaged while in use (%s), and no new one could be "
+                    "made (%s: %s); grading goes on uncached",
+                    self.directory, exc, type(again).__name__, again,
+                )
+                return
+        done = f"moved aside to {self.moved_aside}" if ours else "another process replaced it"
+        log.warning(
+            "cache database in %s was damaged while in use (%s); %s, starting empty",
+            self.directory, exc, done,
+        )
+
     @property
     def enabled(self) -> bool:
         """Whether a cache folder is in use."""
         return self._cache is not None
 
+    # -- calls -------------------------------------------------------------------------------------
+
+    def _note(self, exc: BaseException) -> BaseException:
+        """``exc``, with a message saying what a timeout on a folder means when it has none."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return TimeoutError(
+                f"no answer within {self.timeout:g} s: another process holds cache.db's lock, "
+                "or the disk is that slow"
+            )
+        return exc
+
+    def _call(self, op: Callable[[Any], T], fallback: T) -> T:
+        """``op`` on the database in use, in the calling thread (``fallback`` when there is none).
+
+        Raises:
+            TimeoutError: another connection held the lock ``op`` needs past ``timeout``.
+            Exception: what ``op`` raised otherwise; damage it found has replaced the database.
+        """
+        cache = self._cache
+        if cache is None:
+            return fallback
+        try:
+            return op(cache)
+        except Exception as exc:
+            if _is_locked(exc):
+                raise TimeoutError(
+                    f"cache.db stayed locked for {self.timeout:g} s (another process holds it)"
+                ) from exc
+            if _is_corrupt(exc):
+                self._damaged(cache, exc)
+            raise
+
+    def _run(
+        self, action: str, op: Callable[[Any], T], fallback: T, *, force: bool = False
+    ) -> T:
+        """``op`` in the calling thread, or ``fallback`` when it fails or the circuit is open.
+
+        Args:
+            action: What the call does, for the log line (``read``, ``write``, ...).
+            op: The call, given the diskcache database.
+            fallback: What a failed or skipped call returns.
+            force: Go to the folder even when the circuit is open (the readiness probe).
+        """
+        with self._attempt(action, force=force) as allowed:
+            if allowed:
+                return self._call(op, fallback)
+        return fallback
+
+    async def _arun(self, lane: Lane, op: Callable[[Any], T], fallback: T) -> T:
+        """``op`` on the cache's ``lane`` thread, or ``fallback`` when it fails or is skipped.
+
+        The event loop waits at most ``timeout`` (queueing included); a call still running then
+        ends on its thread within SQLite's busy timeout, and its result is dropped.
+        """
+        with self._attempt(lane) as allowed:
+            if allowed:
+                loop = asyncio.get_running_loop()
+                async with asyncio.timeout(self.timeout):
+                    return await loop.run_in_executor(self._lane(lane), self._call, op, fallback)
+        return fallback
+
+    def _lane(self, lane: Lane) -> ThreadPoolExecutor:
+        """The thread that runs ``lane``'s calls, started on first use (again after ``close``)."""
+        with self._lock:
+            if lane not in self._lanes:
+                self._lanes[lane] = ThreadPoolExecutor(
+                    1, thread_name_prefix=f"bonusjudge-cache-{lane}"
+                )
+            return self._lanes[lane]
+
+    def _wrote(self, *, background: bool) -> None:
+        """Count a stored entry; every ``_CULL_EVERY`` entries, evict down to the size limit.
+
+        Args:
+            background: Evict on the cache's write thread without waiting (callers on an event
+                loop: eviction may take longer than a call may wait), else here.
+        """
+        if self._stored() % _CULL_EVERY:
+            return
+        if background:
+            self._lane("write").submit(self._run, "cull", _cull, None)
+        else:
+            self._run("cull", _cull, None)
+
     def get(self, key: str) -> Any | None:
         """The JSON value stored under ``key``, or None (counted as a hit or a miss)."""
         if self._cache is None:
             return None
-        try:
-            raw = self._cache.get(key)
-        except Exception as exc:  # a damaged entry or file is a miss, never a crash
-            self._failed("read", exc)
-            raw = None
-        return self._counted(raw)
+        return self._counted(self._run("read", lambda c: c.get(key), None))
 
     def set(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value under ``key`` (dropped, and counted, if that fails)."""
         if self._cache is None:
             return
         blob = encode_value(value)
-        try:
-            self._cache.set(key, blob)
-        except Exception as exc:  # a full disk or a damaged file: the result is already paid for
-            self._failed("write", exc)
-            return
-        if self._stored() % _CULL_EVERY == 0:
-            try:
-                self._cache.cull()  # drop expired entries, then evict down to the size limit
-            except Exception as exc:
-                self._failed("cull", exc)
+        if self._run("write", lambda c: bool(c.set(key, blob)), False):
+            self._wrote(background=False)
 
     async def aget(self, key: str) -> Any | None:
-        """``get`` for the engine's event loop.
+        """``get`` for callers on an event loop.
 
-        A local SQLite read takes tens of microseconds: cheaper in the loop than a thread hop.
+        Run on the cache's read thread; the loop waits for it at most ``timeout``.
         """
-        return self.get(key)
+        if self._cache is None:
+            return None
+        return self._counted(await self._arun("read", lambda c: c.get(key), None))
 
     async def aset(self, key: str, value: Any) -> None:
-        """``set`` for the engine's event loop (a local write, done in the loop like ``aget``)."""
-        self.set(key, value)
+        """``set`` for callers on an event loop, as ``aget`` (on the cache's write thread)."""
+        if self._cache is None:
+            return
+        blob = encode_value(value)
+        if await self._arun("write", lambda c: bool(c.set(key, blob)), False):
+            self._wrote(background=True)
 
     def writable(self) -> bool:
-        """Whether a probe value can be written and read back (readiness check)."""
+        """Whether a probe value can be written and read back (readiness check).
+
+        Tried even while the circuit is open, so readiness sees a released lock at once (and its
+        answer closes the circuit for every other call).
+        """
         if self._cache is None:
             return False
-        try:
-            self._cache.set("__probe__", "1", expire=60)
-            return bool(self._cache.get("__probe__") == "1")
-        except Exception as exc:
-            self._failed("probe", exc)
-            return False
+
+        def probe(cache: Any) -> bool:
+            cache.set("__probe__", "1", expire=60)
+            return bool(cache.get("__probe__") == "1")
+
+        return self._run("probe", probe, False, force=True)
 
     def volume(self) -> int:
         """Bytes the cache occupies on disk (0 when disabled or unreadable)."""
-        if self._cache is None:
-            return 0
-        try:
-            return int(self._cache.volume())
-        except Exception as exc:
-            self._failed("read", exc)
-            return 0
+        return self._run("read", lambda c: int(c.volume()), 0)
 
     def __len__(self) -> int:
         """Entries in the folder (0 when disabled or unreadable)."""
-        if self._cache is None:
-            return 0
-        try:
-            return len(self._cache)
-        except Exception as exc:
-            self._failed("read", exc)
-            return 0
+        return self._run("read", lambda c: len(c), 0)
 
     def close(self) -> None:
-        """Close the underlying database (a failure is counted, never raised)."""
-        if self._cache is not None:
-            try:
-                self._cache.close()
-            except Exception as exc:
-                self._failed("close", exc)
+        """Close the database's connections and stop the cache's threads (never raises).
+
+        Each thread closes its own connection (diskcache keeps one per thread) after the calls
+        queued before it, each within ``timeout``; a failure is counted. A later call starts
+        them again.
+        """
+        with self._lock:
+            lanes, self._lanes = list(self._lanes.values()), {}
+        cache = self._cache
+        for lane in lanes:
+            if cache is not None:
+                lane.submit(self._disconnect, cache)
+            lane.shutdown(wait=True)
+        if cache is not None:
+            self._disconnect(cache)
+
+    def _disconnect(self, cache: Any) -> None:
+        """Close the calling thread's connection to ``cache`` (a failure is counted)."""
+        try:
+            cache.close()
+        except Exception as exc:
+            self._failed("close", exc)
 
     async def aclose(self) -> None:
-        """``close`` for callers on an event loop."""
-        self.close()
+        """``close`` for callers on an event loop (on a thread: it waits for calls under way)."""
+        await asyncio.to_thread(self.close)
+
+
+def _close_quietly(cache: Any) -> None:
+    """Close the calling thread's connection to a damaged database; its failure tells nothing."""
+    with contextlib.suppress(Exception):
+        cache.close()
+
+
+def _cull(cache: Any) -> None:
+    """Drop expired entries, then evict down to the size limit."""
+    cache.cull()
+
+
+def _identity(database: Path) -> tuple[int, int] | None:
+    """The (device, inode) of ``database``, or None when there is none."""
+    try:
+        stat = database.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _is_locked(exc: BaseException) -> bool:
+    """Whether ``exc`` says another connection held a lock past SQLite's busy timeout."""
+    import diskcache
+
+    if isinstance(exc, diskcache.Timeout):  # diskcache's word for SQLite's "database is locked"
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return (code is not None and code & 0xFF in _LOCKED_CODES) or "locked" in str(exc)
+    return False
 
 
 def _is_corrupt(exc: BaseException) -> bool:
@@ -222,10 +432,11 @@ def _is_corrupt(exc: BaseException) -> bool:
 
 
 def _move_aside(database: Path) -> Path:
-    """Rename ``database`` and its -wal/-shm files to ``<name>.corrupt-<UTC time>-<pid>``.
+    """Rename ``database`` and its -wal/-shm files to ``<name>.corrupt-<UTC time>-<pid>[-n]``.
 
     The pid keeps two processes that find the same damage in the same second from overwriting
-    each other's copy. The journal files go along: SQLite would replay a stale -wal into the new
+    each other's copy, and ``-n`` a process's own earlier copy from that second (damage found in
+    use can recur). The journal files go along: SQLite would replay a stale -wal into the new
     database.
 
     Args:
@@ -234,7 +445,11 @@ def _move_aside(database: Path) -> Path:
     Returns:
         The new path of the database.
     """
-    suffix = f".corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    stem = f".corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    suffix, n = stem, 1
+    while database.with_name(database.name + suffix).exists():
+        n += 1
+        suffix = f"{stem}-{n}"
     target = database.with_name(database.name + suffix)
     database.rename(target)
     for extra in ("-wal", "-shm"):

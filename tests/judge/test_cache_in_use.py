@@ -1,0 +1,226 @@
+"""A cache in use never takes the process down (issue 31 part 4), run as users run it.
+
+An attack run truncated the live ``cache.db`` under ``bonusjudge serve`` and ``bonusjudge grade``:
+both died of SIGBUS (exit 135, no log line), since SQLite read the database through a memory map
+and a mapped page past the new end of the file is a bus error. Another process holding the
+database's write lock froze the service: cache calls ran on its event loop, so a 75 s lock made
+``/healthz`` take 73 s. Here the real CLI and ``bonusjudge serve`` grade through the OpenAI
+stand-in judge while the test damages or locks their cache folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import diskcache
+import httpx
+import pytest
+
+from standins.openai_server import OpenAIStandIn
+from standins.processes import ServiceProcess, cli_env, run_cli
+
+# Every test here starts a process (the CLI, bonusjudge serve, a lock holder): not in the fast loop.
+pytestmark = pytest.mark.process
+
+SIZES = {"zero": lambda size: 0, "half": lambda size: size // 2}
+"""How far ``cache.db`` is truncated: to nothing, or to half its size."""
+
+
+def fill(folder: Path, entries: int = 3_000) -> Path:
+    """A cache folder as earlier runs leave it: about 1.5 MB of entries, checkpointed into
+    ``cache.db`` by diskcache's defaults (which read the file through a memory map).
+
+    The keys are hex digests like the cache's own, so every lookup of a graded item walks the
+    index to a leaf page of its own: a process that reads pages past a truncation reads many.
+    """
+    earlier = diskcache.Cache(str(folder))
+    with earlier.transact():
+        for n in range(entries):
+            earlier.set(hashlib.sha256(str(n).encode()).hexdigest(), "x" * 300)
+    earlier.close()
+    return folder / "cache.db"
+
+
+def lines(count: int, tag: str) -> list[dict[str, Any]]:
+    """CharToM lines (the CLI's input) with one bonus point each."""
+    return [
+        {"id": f"{tag}{n}", "question": f"How does Levin feel ({n})?",
+         "answer": f"He feels humiliated ({n}).", "bonus_points": [f"Levin feels humiliated {n}"],
+         "response": f"He is ashamed ({tag}{n}).", "tom_dimension": "emotion"}
+        for n in range(count)
+    ]
+
+
+def requests(count: int, tag: str) -> list[dict[str, Any]]:
+    """Grading requests for the service: the same items, the reference under its own name."""
+    return [{"reference": line.pop("answer"), **line} for line in lines(count, tag)]
+
+
+def serve_args(judge: OpenAIStandIn, folder: Path) -> list[str]:
+    return ["--model", "openai/standin", "--api-base", judge.base_url,
+            "--metrics", "coverage,defects", "--cache-dir", str(folder)]
+
+
+def batch(service: ServiceProcess, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Grade ``items`` through ``/v1/grade/batch``; the service dying on the way fails the test."""
+    try:
+        answer = httpx.post(f"{service.url}/v1/grade/batch", json={"items": items}, timeout=120)
+    except httpx.TransportError as exc:
+        assert service.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            service.proc.wait(5)  # a process killed by a signal: its exit status says which
+        pytest.fail(f"bonusjudge serve went away ({type(exc).__name__}, exit "
+                    f"{service.proc.returncode}): {service.log()[-2000:]}")
+    assert answer.status_code == 200, answer.text
+    results = [entry["result"] for entry in answer.json()["results"]]
+    assert [r["status"] for r in results] == ["scored"] * len(items), answer.text
+    return results
+
+
+def cached(results: list[dict[str, Any]]) -> list[bool]:
+    """Whether every judge call of each result was served from the cache."""
+    return [all(call["cached"] for call in r["provenance"]["calls"]) for r in results]
+
+
+def wait_for(what: str, check: Any, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_truncating_cache_db_under_a_cli_grade_leaves_it_grading(tmp_path: Path, size: str) -> None:
+    folder = tmp_path / "cache"
+    database = fill(folder)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines(40, "it-")))
+    out = tmp_path / "out.jsonl"
+    truncated = threading.Event()
+    # Judge answers take 0.3 s, so 40 items at 16 at once take three rounds: the file is cut
+    # when the first items are written (their cache entries wait in the write-ahead log, which
+    # then says the database is larger than the file), and the later rounds look the cache up.
+    with OpenAIStandIn(latency=0.3) as judge:
+
+        def truncate_after_the_first_results() -> None:
+            deadline = time.monotonic() + 120
+            while not (out.exists() and out.stat().st_size) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            os.truncate(database, SIZES[size](database.stat().st_size))
+            truncated.set()
+
+        cutter = threading.Thread(target=truncate_after_the_first_results, daemon=True)
+        cutter.start()
+        done = run_cli(["grade", str(source), "--out", str(out),
+                        "--metrics", "coverage,defects", "--cache-dir", str(folder),
+                        "--model", "openai/standin", "--api-base", judge.base_url,
+                        "--no-preflight", "--quiet"])
+        cutter.join(5)
+    assert truncated.is_set()
+    # today: -7 (SIGBUS; a shell says 135), nothing in stderr
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(o["id"] for o in graded) == sorted(f"it-{n}" for n in range(40))
+    assert all(o["status"] == "scored" for o in graded)
+    assert "was damaged while in use" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+def test_truncating_cache_db_under_serve_leaves_it_serving(tmp_path: Path, size: str) -> None:
+    folder = tmp_path / "cache"
+    database = fill(folder)
+    env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
+    with OpenAIStandIn() as judge, \
+            ServiceProcess(serve_args(judge, folder), tmp_path, env=env) as service:
+        batch(service, requests(5, "a"))  # the cache is open and in use
+        os.truncate(database, SIZES[size](database.stat().st_size))
+        batch(service, requests(30, "b"))  # today: the service dies of SIGBUS here
+        assert service.proc is not None and service.proc.poll() is None
+        wait_for("the damage logged", lambda: "was damaged while in use" in service.log())
+        # An empty database took its place: what is graded now is cached again.
+        batch(service, requests(5, "c"))
+        before = judge.stats().requests
+        again = batch(service, requests(5, "c"))
+        assert cached(again) == [True] * 5 and judge.stats().requests == before
+        assert httpx.get(f"{service.url}/healthz", timeout=10).status_code == 200
+
+
+@contextlib.contextmanager
+def write_lock(database: Path, seconds: float) -> Iterator[None]:
+    """Another process holding ``database``'s write lock (``BEGIN EXCLUSIVE``) for ``seconds``."""
+    code = (
+        "import sqlite3, sys, time\n"
+        "con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
+        "con.execute('BEGIN EXCLUSIVE')\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "con.rollback()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(database), str(seconds)],
+                              stdout=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.wait(seconds + 30)
+
+
+LOCKED = 8.0
+"""Seconds the lock is held: well past the cache's timeout (1 s), short of diskcache's (60 s)."""
+
+
+def test_a_locked_cache_db_neither_freezes_serve_nor_stops_grading(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
+    with OpenAIStandIn() as judge, \
+            ServiceProcess(serve_args(judge, folder), tmp_path, env=env) as service:
+        batch(service, requests(2, "warm"))
+        graded: list[list[dict[str, Any]]] = []
+        took: list[float] = []
+
+        def grade_three_batches() -> None:
+            for n in range(3):
+                sent = time.monotonic()
+                graded.append(batch(service, requests(10, f"l{n}-")))
+                took.append(time.monotonic() - sent)
+
+        with write_lock(folder / "cache.db", LOCKED):
+            locked = time.monotonic()
+            grader = threading.Thread(target=grade_three_batches, daemon=True)
+            grader.start()
+            latencies = []
+            while time.monotonic() - locked < LOCKED - 1 or grader.is_alive():
+                assert time.monotonic() - locked < 120, "grading under the lock never ended"
+                sent = time.monotonic()
+                assert httpx.get(f"{service.url}/healthz", timeout=60).status_code == 200
+                latencies.append(time.monotonic() - sent)
+                time.sleep(0.1)
+            grader.join()
+        print(f"/healthz under the lock: {len(latencies)} requests, max {max(latencies):.3f} s, "
+              f"median {sorted(latencies)[len(latencies) // 2]:.3f} s; batches of 10 took "
+              + ", ".join(f"{t:.2f}" for t in took) + " s")
+        # today: about LOCKED s (a write waited for the lock on the event loop)
+        assert max(latencies) < 1.0, latencies
+        assert len(graded) == 3 and all(not any(cached(results)) for results in graded)
+        assert "going on uncached" in service.log()
+        # Released: within a cool-down the cache stores and serves again.
+        rounds = iter(range(1000))
+
+        def cache_is_back() -> bool:
+            items = requests(2, f"r{next(rounds)}-")
+            batch(service, items)
+            return cached(batch(service, items)) == [True, True]
+
+        wait_for("the cache working again after the lock", cache_is_back)
+        print(f"the cache served again {time.monotonic() - locked - LOCKED:.1f} s after the lock "
+              "ended")
