@@ -7,16 +7,33 @@ the files.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Response
 
 from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
 from api.errors import error_responses
+from api.jobs import JobManager
 from api.routes.common import guarded_router
 from api.services import calibration as service
 from api.services import reports
 from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, ReportList
 
 router = guarded_router("/v1", "calibration", require_owner)
+
+_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _file_responses(description: str, schemas: dict[str, dict[str, Any]]) -> dict[int | str, Any]:
+    """What a route serving a report file answers: the file (its content types), or a 404."""
+    content = {media: {"schema": schema} for media, schema in schemas.items()}
+    return {200: {"content": content, "description": description}, **error_responses(404)}
+
+
+async def _report_file(report_id: str, name: str, jobs: JobManager, owner: str) -> Response:
+    """The file ``name`` of a report, as its own media type."""
+    content, media = await reports.report_content(report_id, name, jobs=jobs, owner=owner)
+    return Response(content, media_type=media)
 
 
 @router.post(
@@ -59,16 +76,12 @@ async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
     operation_id="getReport",
     response_class=Response,
     summary="A calibration report (report.json)",
-    responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
-                     "description": "The report's JSON (set, options, configs, metrics, ...)."},
-               **error_responses(404)},
+    responses=_file_responses("The report's JSON (set, options, configs, metrics, ...).",
+                              {"application/json": _OBJECT}),
 )
 async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The whole `report.json`: set, options, configurations, per-metric agreement, plots."""
-    content, media = await reports.report_content(
-        report_id, "report.json", jobs=jobs, owner=owner
-    )
-    return Response(content, media_type=media)
+    return await _report_file(report_id, "report.json", jobs, owner)
 
 
 @router.get(
@@ -76,14 +89,11 @@ async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response
     operation_id="getReportMarkdown",
     response_class=Response,
     summary="A calibration report as Markdown",
-    responses={200: {"content": {"text/markdown": {"schema": {"type": "string"}}},
-                     "description": "The report's Markdown."},
-               **error_responses(404)},
+    responses=_file_responses("The report's Markdown.", {"text/markdown": {"type": "string"}}),
 )
 async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The human-readable report (`report.md`); its plots are under `files/`."""
-    content, media = await reports.report_content(report_id, "report.md", jobs=jobs, owner=owner)
-    return Response(content, media_type=media)
+    return await _report_file(report_id, "report.md", jobs, owner)
 
 
 @router.get(
@@ -91,10 +101,10 @@ async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) ->
     operation_id="getReportFile",
     response_class=Response,
     summary="A file of a calibration report",
-    responses={200: {"content": {"image/png": {"schema": {"type": "string", "format": "binary"}},
-                                 "application/json": {"schema": {"type": "object"}}},
-                     "description": "A plot (PNG), a mapping (JSON) or another report file."},
-               **error_responses(404)},
+    responses=_file_responses(
+        "A plot (PNG), a mapping (JSON) or another report file.",
+        {"image/png": {"type": "string", "format": "binary"}, "application/json": _OBJECT},
+    ),
 )
 async def get_report_file(
     report_id: str, name: str, jobs: JobsDep, owner: OwnerDep
@@ -104,5 +114,4 @@ async def get_report_file(
     For example `scatter_rouge_l.png` or `mappings/rouge_l.json` (see `files` in
     `GET /v1/reports`). A name leaving the folder, a hidden file or another type is a 404.
     """
-    content, media = await reports.report_content(report_id, name, jobs=jobs, owner=owner)
-    return Response(content, media_type=media)
+    return await _report_file(report_id, name, jobs, owner)
