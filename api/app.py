@@ -14,7 +14,7 @@ while the body streams in (chunked uploads have no length).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -134,14 +134,7 @@ def install_docs(app: FastAPI) -> None:
     app.mount(DOCS_STATIC, StaticFiles(directory=str(assets)), name="docs-static")
     openapi_url = app.openapi_url or "/openapi.json"
 
-    def urls(request: Request) -> tuple[str, str]:
-        # Behind a proxy serving the app under a prefix, every URL the page loads needs it too.
-        root = str(request.scope.get("root_path", "")).rstrip("/")
-        return root + openapi_url, root + DOCS_STATIC
-
-    @app.get("/docs", include_in_schema=False)
-    async def swagger_ui(request: Request) -> HTMLResponse:
-        spec, static = urls(request)
+    def swagger_ui(spec: str, static: str) -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url=spec, title=f"{app.title} - Swagger UI",
             swagger_js_url=f"{static}/swagger-ui-bundle.js",
@@ -150,15 +143,24 @@ def install_docs(app: FastAPI) -> None:
             swagger_ui_parameters=app.swagger_ui_parameters,
         )
 
-    @app.get("/redoc", include_in_schema=False)
-    async def redoc(request: Request) -> HTMLResponse:
-        spec, static = urls(request)
+    def redoc(spec: str, static: str) -> HTMLResponse:
         # No Google Fonts either: ReDoc falls back to the browser's fonts.
         return get_redoc_html(
             openapi_url=spec, title=f"{app.title} - ReDoc",
             redoc_js_url=f"{static}/redoc.standalone.js",
             redoc_favicon_url=f"{static}/favicon.png", with_google_fonts=False,
         )
+
+    def served(page: Callable[[str, str], HTMLResponse]) -> Callable[..., Awaitable[HTMLResponse]]:
+        async def route(request: Request) -> HTMLResponse:
+            # Behind a proxy serving the app under a prefix, every URL the page loads needs it.
+            root = str(request.scope.get("root_path", "")).rstrip("/")
+            return page(root + openapi_url, root + DOCS_STATIC)
+
+        return route
+
+    for path, page in (("/docs", swagger_ui), ("/redoc", redoc)):
+        app.add_api_route(path, served(page), methods=["GET"], include_in_schema=False)
 
 
 def build_grader(settings: Settings) -> Grader:
