@@ -7,6 +7,7 @@ the files.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Response
@@ -24,10 +25,17 @@ router = guarded_router("/v1", "calibration", require_owner)
 _OBJECT: dict[str, Any] = {"type": "object"}
 
 
-def _file_responses(description: str, schemas: dict[str, dict[str, Any]]) -> dict[int | str, Any]:
-    """What a route serving a report file answers: the file (its content types), or a 404."""
+def _file_route(
+    path: str, operation_id: str, summary: str, answer: str, schemas: dict[str, dict[str, Any]]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``@router.get`` for a route serving a report file: the file (``answer``, in the content
+    types of ``schemas``) or a 404.
+    """
     content = {media: {"schema": schema} for media, schema in schemas.items()}
-    return {200: {"content": content, "description": description}, **error_responses(404)}
+    return router.get(
+        path, operation_id=operation_id, summary=summary, response_class=Response,
+        responses={200: {"content": content, "description": answer}, **error_responses(404)},
+    )
 
 
 async def _report_file(report_id: str, name: str, jobs: JobManager, owner: str) -> Response:
@@ -71,40 +79,28 @@ async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
     return await reports.list_reports(jobs=jobs, owner=owner)
 
 
-@router.get(
-    "/reports/{report_id}",
-    operation_id="getReport",
-    response_class=Response,
-    summary="A calibration report (report.json)",
-    responses=_file_responses("The report's JSON (set, options, configs, metrics, ...).",
-                              {"application/json": _OBJECT}),
+@_file_route(
+    "/reports/{report_id}", "getReport", "A calibration report (report.json)",
+    "The report's JSON (set, options, configs, metrics, ...).", {"application/json": _OBJECT},
 )
 async def get_report(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The whole `report.json`: set, options, configurations, per-metric agreement, plots."""
     return await _report_file(report_id, "report.json", jobs, owner)
 
 
-@router.get(
-    "/reports/{report_id}/report.md",
-    operation_id="getReportMarkdown",
-    response_class=Response,
-    summary="A calibration report as Markdown",
-    responses=_file_responses("The report's Markdown.", {"text/markdown": {"type": "string"}}),
+@_file_route(
+    "/reports/{report_id}/report.md", "getReportMarkdown", "A calibration report as Markdown",
+    "The report's Markdown.", {"text/markdown": {"type": "string"}},
 )
 async def get_report_markdown(report_id: str, jobs: JobsDep, owner: OwnerDep) -> Response:
     """The human-readable report (`report.md`); its plots are under `files/`."""
     return await _report_file(report_id, "report.md", jobs, owner)
 
 
-@router.get(
-    "/reports/{report_id}/files/{name:path}",
-    operation_id="getReportFile",
-    response_class=Response,
-    summary="A file of a calibration report",
-    responses=_file_responses(
-        "A plot (PNG), a mapping (JSON) or another report file.",
-        {"image/png": {"type": "string", "format": "binary"}, "application/json": _OBJECT},
-    ),
+@_file_route(
+    "/reports/{report_id}/files/{name:path}", "getReportFile", "A file of a calibration report",
+    "A plot (PNG), a mapping (JSON) or another report file.",
+    {"image/png": {"type": "string", "format": "binary"}, "application/json": _OBJECT},
 )
 async def get_report_file(
     report_id: str, name: str, jobs: JobsDep, owner: OwnerDep
