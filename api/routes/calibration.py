@@ -28,8 +28,9 @@ _OBJECT: dict[str, Any] = {"type": "object"}
 def _file_route(
     path: str, operation_id: str, summary: str, answer: str, schemas: dict[str, dict[str, Any]]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``@router.get`` for a route serving a report file: the file (``answer``, in the content
-    types of ``schemas``) or a 404.
+    """``@router.get`` for a route serving a report file.
+
+    It answers the file (``answer`` describes it, in the content types of ``schemas``) or a 404.
     """
     content = {media: {"schema": schema} for media, schema in schemas.items()}
     return router.get(
