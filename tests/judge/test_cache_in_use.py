@@ -5,15 +5,18 @@ both died of SIGBUS (exit 135, no log line), since SQLite read the database thro
 and a mapped page past the new end of the file is a bus error. Another process holding the
 database's write lock froze the service: cache calls ran on its event loop, so a 75 s lock made
 ``/healthz`` take 73 s. Here the real CLI and ``bonusjudge serve`` grade through the OpenAI
-stand-in judge while the test damages or locks their cache folder.
+stand-in judge while the test damages or locks their cache folder; the first test shows the
+rule in-process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,11 +29,9 @@ import diskcache
 import httpx
 import pytest
 
+from judge.cache import JudgeCache
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess, cli_env, run_cli
-
-# Every test here starts a process (the CLI, bonusjudge serve, a lock holder): not in the fast loop.
-pytestmark = pytest.mark.process
 
 SIZES = {"zero": lambda size: 0, "half": lambda size: size // 2}
 """How far ``cache.db`` is truncated: to nothing, or to half its size."""
@@ -99,6 +100,42 @@ def wait_for(what: str, check: Any, seconds: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+async def test_a_lock_costs_one_timeout_off_the_loop_then_calls_skip_until_it_goes(
+    tmp_path: Path,
+) -> None:
+    cache = JudgeCache(tmp_path / "cache", timeout=0.3, cooldown=0.5)
+    await cache.aset("k", {"v": 1})
+    assert await cache.aget("k") == {"v": 1}
+    stalls: list[float] = []
+
+    async def tick() -> None:  # how long the loop goes without running anything else
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            stalls.append(time.monotonic() - before - 0.01)
+
+    ticker = asyncio.create_task(tick())
+    other = sqlite3.connect(tmp_path / "cache" / "cache.db", isolation_level=None, timeout=30)
+    other.execute("BEGIN EXCLUSIVE")  # another connection holds the write lock
+    started = time.monotonic()
+    await cache.aset("a", {"v": 2})  # waits at most its timeout, then is dropped
+    took = time.monotonic() - started
+    assert await cache.aget("k") is None  # skipped: the circuit is open
+    await cache.aset("b", {"v": 3})  # skipped at once
+    assert time.monotonic() - started < took + 0.1
+    assert 0.25 < took < 1.0 and max(stalls) < 0.1, (took, max(stalls))
+    assert cache.errors == 1 and cache.skipped == 2 and cache.stats.writes == 1
+    other.rollback()  # the lock goes: after the cool-down the folder is used again
+    await asyncio.sleep(0.6)
+    await cache.aset("c", {"v": 4})
+    assert await cache.aget("c") == {"v": 4}, cache.errors
+    # ("a" may be there: its thread kept waiting for the lock after the loop gave up on it)
+    ticker.cancel()
+    other.close()
+    await cache.aclose()
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("size", sorted(SIZES))
 def test_truncating_cache_db_under_a_cli_grade_leaves_it_grading(tmp_path: Path, size: str) -> None:
     folder = tmp_path / "cache"
@@ -135,6 +172,7 @@ def test_truncating_cache_db_under_a_cli_grade_leaves_it_grading(tmp_path: Path,
     assert "was damaged while in use" in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("size", sorted(SIZES))
 def test_truncating_cache_db_under_serve_leaves_it_serving(tmp_path: Path, size: str) -> None:
     folder = tmp_path / "cache"
@@ -179,6 +217,7 @@ LOCKED = 8.0
 """Seconds the lock is held: well past the cache's timeout (1 s), short of diskcache's (60 s)."""
 
 
+@pytest.mark.process
 def test_a_locked_cache_db_neither_freezes_serve_nor_stops_grading(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
