@@ -40,6 +40,7 @@ async def _cache_check(grader: Grader) -> tuple[ReadyCheck, bool]:
     """The cache check and whether the cache is degraded.
 
     Always ok: a failing cache only costs repeated judge calls, so the service keeps serving.
+    Degraded while the cache cannot be written now (probed here), not for a past error.
     The detail counts errors and never names the folder or quotes an error (``/readyz`` needs no
     key, and an OSError's text carries the path).
     """
@@ -47,12 +48,12 @@ async def _cache_check(grader: Grader) -> tuple[ReadyCheck, bool]:
     if not cache.enabled and cache.directory is None:
         return ReadyCheck(ok=True, detail="disabled: judge calls are not cached"), False
     writable = cache.enabled and await asyncio.to_thread(cache.writable)
-    if writable and not cache.degraded:
-        return ReadyCheck(ok=True, detail="writable"), False
-    if not cache.enabled:
-        state = "could not be opened"
-    else:
-        state = "writable now" if writable else "not writable now"
+    if writable:
+        # What is true now: a cache that failed once and works again is not degraded (it was
+        # until restart); the errors since start stay in the detail and in /metrics.
+        since = f" ({cache.errors} cache error(s) since start)" if cache.errors else ""
+        return ReadyCheck(ok=True, detail=f"writable{since}"), False
+    state = "could not be opened" if not cache.enabled else "not writable now"
     detail = (
         f"degraded: {cache.errors} cache error(s) since start, cache {state}; grading goes on "
         "uncached where the cache fails"
