@@ -49,6 +49,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in _USER_FOLDERS:
         _saved_environ[name] = os.environ.get(name)
         os.environ[name] = os.path.join(home, name.lower())
+    if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+        # pytest-xdist already runs a worker per core (scripts/test-fast.sh): torch's own thread
+        # per core in every worker would fight the other workers (the BERT tests took up to three
+        # times their CPU time). Set before any test imports torch, which reads it then.
+        _saved_environ["OMP_NUM_THREADS"] = None
+        os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

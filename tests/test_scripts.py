@@ -145,9 +145,11 @@ def test_setup_shows_the_end_of_pips_log_when_it_fails(tmp_path: Path) -> None:
 
 # -- test-fast.sh ---------------------------------------------------------------------------------
 
-# Logs its name, its arguments and HF_HUB_OFFLINE (the script must set it), then exits CODE.
+# Logs its name, its arguments, HF_HUB_OFFLINE and BONUSJUDGE_FUZZ_EXAMPLES (the script sets
+# both) and whether PYTHONDONTWRITEBYTECODE is unset (the script unsets it), then exits CODE.
 ARGS_LOGGER = (
-    '#!/usr/bin/env bash\necho "$(basename "$0") $* ${{HF_HUB_OFFLINE:-}}" >> "{log}"\n'
+    '#!/usr/bin/env bash\necho "$(basename "$0") $* ${{HF_HUB_OFFLINE:-}}'
+    ' ${{BONUSJUDGE_FUZZ_EXAMPLES:-}} ${{PYTHONDONTWRITEBYTECODE-unset}}" >> "{log}"\n'
     "exit {code}\n"
 )
 
@@ -166,18 +168,27 @@ def test_fast_loop_lints_then_runs_the_in_process_tests_with_the_callers_argumen
     tmp_path: Path,
 ) -> None:
     script, log = fast_tree(tmp_path)
-    done = run(script, {"HF_HUB_OFFLINE": ""}, "tests/judge", "-k", "cache")
+    done = run(
+        script, {"HF_HUB_OFFLINE": "", "PYTHONDONTWRITEBYTECODE": "1"}, "tests/judge", "-k", "cache"
+    )
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == [
-        "ruff check . 1",
-        "pytest -m not process -x -q tests/judge -k cache 1",
+        "ruff check . 1 5 unset",
+        "pytest -n auto --dist worksteal -m not process and not slow -x -q tests/judge -k cache"
+        " 1 5 unset",
     ]
+
+
+def test_fast_loop_keeps_a_fuzz_example_count_the_caller_sets(tmp_path: Path) -> None:
+    script, log = fast_tree(tmp_path)
+    assert run(script, {"BONUSJUDGE_FUZZ_EXAMPLES": "20"}).returncode == 0
+    assert log.read_text().splitlines()[-1].endswith(" 1 20 unset")
 
 
 def test_fast_loop_stops_at_lint_errors_and_passes_pytests_exit_code_on(tmp_path: Path) -> None:
     script, log = fast_tree(tmp_path, ruff_code=1)
     assert run(script, {}).returncode == 1
-    assert log.read_text().splitlines() == ["ruff check . 1"]
+    assert log.read_text().splitlines() == ["ruff check . 1 5 unset"]
     script, log = fast_tree(tmp_path / "again", pytest_code=5)
     assert run(script, {}).returncode == 5
 

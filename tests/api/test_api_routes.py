@@ -208,7 +208,6 @@ def test_openapi_documents_fields_and_examples(client: TestClient) -> None:
         "application/json"]["schema"]["$ref"].endswith("/ErrorBody")
 
 
-@pytest.mark.slow
 def test_bertscore_and_encoder_readiness(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:

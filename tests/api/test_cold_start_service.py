@@ -18,7 +18,6 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -45,7 +44,6 @@ def wait_until(predicate: Any, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.slow
 def test_encoder_routes_answer_503_with_retry_after_until_the_warm_up_ends(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader],
 ) -> None:

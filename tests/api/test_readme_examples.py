@@ -21,8 +21,6 @@ README = ROOT / "README.md"
 CLIENTS_DOC = ROOT / "docs" / "clients.md"
 README_URL = "http://127.0.0.1:8000"
 
-pytestmark = pytest.mark.slow
-
 
 def python_blocks(text: str) -> list[str]:
     """The bodies of the ```python blocks of a Markdown text, in order."""

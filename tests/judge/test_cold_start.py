@@ -37,7 +37,6 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     return run_python(code, cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=TIMEOUT)
 
 
-@pytest.mark.slow
 def test_cli_first_grade_on_an_empty_cache_succeeds_three_times(tmp_path: Path) -> None:
     inputs = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
     for run in range(3):
@@ -65,7 +64,6 @@ def test_cli_first_grade_on_an_empty_cache_succeeds_three_times(tmp_path: Path) 
         print(f"cold run {run}: exit 0, {len(results)} lines, {wall:.1f} s")
 
 
-@pytest.mark.slow
 def test_first_matcher_load_and_bertscore_import_in_two_threads_at_once() -> None:
     # The engine's two batch threads, started together on nothing imported yet: the matcher
     # embeds (loading the encoder), BERTScore scores (importing bert_score).
@@ -108,7 +106,6 @@ def test_first_matcher_load_and_bertscore_import_in_two_threads_at_once() -> Non
     assert proc.stdout.strip().endswith("ok")
 
 
-@pytest.mark.slow
 def test_prepare_loads_exactly_what_the_metrics_need() -> None:
     proc = _python(
         """

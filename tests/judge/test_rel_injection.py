@@ -220,7 +220,6 @@ async def test_engine_prompts_contain_every_injection(language: str) -> None:
 # -- the embedded matcher --------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_embedded_matcher_does_not_cover_points_for_injections() -> None:
     """Report what the default judge (embedded-matcher) makes of each injection; none covers."""
     from core.errors import ConfigError

@@ -19,6 +19,9 @@ from calibration.fit.lexicon import (
 from judge.matcher.lexicon import LEXICON_PATH, LEXICON_ZH_PATH
 
 
+# Both WordNet tests read the whole database (117,659 synsets, 8-9 s each): `slow`, so the fast
+# loop leaves them out and scripts/test.sh runs them.
+@pytest.mark.slow
 def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
     tmp_path: Path,
 ) -> None:
@@ -31,6 +34,7 @@ def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
     assert chinese.read_bytes() == LEXICON_ZH_PATH.read_bytes()
 
 
+@pytest.mark.slow
 def test_wordnet_is_read_by_line_despite_its_windows_line_ends() -> None:
     folder = default_wordnet_dir()
     assert folder is not None

@@ -31,8 +31,6 @@ from judge.matcher import (
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytestmark = pytest.mark.slow
-
 
 class _NoEncoder:
     """Stands in for the encoder where none may be used (Chinese path)."""

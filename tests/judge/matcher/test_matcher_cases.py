@@ -35,7 +35,6 @@ from judge.matcher.lexicon import Lexicon
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytestmark = pytest.mark.slow
 
 CASES_PATH = Path(__file__).parent / "data" / "matcher_paraphrase_cases.jsonl"
 

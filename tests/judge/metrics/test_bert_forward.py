@@ -272,7 +272,6 @@ def test_hidden_states_match_transformers(texts: list[str]) -> None:
     _compare_states(texts)
 
 
-@pytest.mark.slow
 def test_a_text_scores_the_same_whatever_its_batch() -> None:
     import torch
 
@@ -285,7 +284,6 @@ def test_a_text_scores_the_same_whatever_its_batch() -> None:
     assert float((alone - batched).abs().max()) <= 1e-5
 
 
-@pytest.mark.slow
 def test_forward_rejects_a_bad_layer_and_over_long_input() -> None:
     import torch
 
@@ -388,7 +386,6 @@ def test_transformers_backend_gives_the_same_scores(tmp_path: Path) -> None:
             assert getattr(mine, field) == pytest.approx(getattr(expected, field), abs=1e-6)
 
 
-@pytest.mark.slow
 def test_one_encoder_serves_threads_at_once() -> None:
     from concurrent.futures import ThreadPoolExecutor
 

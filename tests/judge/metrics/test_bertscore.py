@@ -11,7 +11,6 @@ from judge.metrics import BertScore, BertScorer, bertscore, get_encoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytestmark = pytest.mark.slow
 
 PARAPHRASE = ("He was sad because he lost his friend.", "Losing his friend made him unhappy.")
 UNRELATED = ("He was sad because he lost his friend.", "The stock market closed higher today.")

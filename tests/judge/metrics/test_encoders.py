@@ -148,7 +148,6 @@ def test_importing_metrics_does_not_import_heavy_libraries() -> None:
 # --- embeddings (loads the packaged model once per test session) ------------------------------
 
 
-@pytest.mark.slow
 def test_embed_shape_dtype_and_unit_norm() -> None:
     texts = ["He was sad.", "She wanted revenge on her brother.", "", "他很伤心"]
     vectors = get_encoder().embed(texts)
@@ -157,14 +156,12 @@ def test_embed_shape_dtype_and_unit_norm() -> None:
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-@pytest.mark.slow
 def test_embed_empty_list() -> None:
     vectors = get_encoder().embed([])
     assert vectors.shape == (0, 384)
     assert vectors.dtype == np.float32
 
 
-@pytest.mark.slow
 def test_embed_keeps_order_and_dedupes_consistently() -> None:
     encoder = get_encoder()
     short, long_ = "sad", "He was heartbroken because his oldest friend had betrayed him."
@@ -177,7 +174,6 @@ def test_embed_keeps_order_and_dedupes_consistently() -> None:
     np.testing.assert_allclose(encoder.embed([long_], batch_size=1)[0], forward[1], atol=1e-5)
 
 
-@pytest.mark.slow
 def test_embed_similarity_is_meaningful() -> None:
     a, b, c = get_encoder().embed(
         [
@@ -189,7 +185,6 @@ def test_embed_similarity_is_meaningful() -> None:
     assert float(a @ b) > float(a @ c) + 0.3
 
 
-@pytest.mark.slow
 def test_embed_matches_sentence_transformers() -> None:
     st = pytest.importorskip("sentence_transformers")
     texts = ["He was sad.", "A much longer sentence about a character who hides her intentions."]
@@ -198,7 +193,6 @@ def test_embed_matches_sentence_transformers() -> None:
     np.testing.assert_allclose(get_encoder().embed(texts), expected, atol=1e-5)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["a single string", [1, 2], ["ok", None]])
 def test_embed_rejects_bad_texts(bad: object) -> None:
     with pytest.raises(ValueError, match="texts"):
@@ -210,7 +204,6 @@ def test_embed_rejects_bad_batch_size() -> None:
         get_encoder().embed(["a"], batch_size=0)
 
 
-@pytest.mark.slow
 def test_get_encoder_caches_per_spec_and_shares_weights() -> None:
     default = get_encoder()
     assert get_encoder() is default
