@@ -10,6 +10,7 @@ Open the app with ``TestClient(app)`` as a context manager: its lifespan then ru
 from __future__ import annotations
 
 import os
+import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -21,6 +22,7 @@ import pytest
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.jobs import JOBS_DB, open_store
 from bonusjudge_client.wire.vocab import MetricName
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
@@ -79,15 +81,30 @@ def make_grader(tmp_path: Path) -> Callable[..., Grader]:
     return build
 
 
+@pytest.fixture(scope="session")
+def migrated_jobs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new SQLite job store at this code's schema, migrated once per session (per worker).
+
+    Migrating a new store runs every Alembic revision (about 45 ms of CPU); ``make_app`` copies
+    this file into each test's data folder instead, for the hundreds of services the tests
+    build. The migrations themselves are tested in ``tests/api/jobs/test_migrations.py``.
+    """
+    folder = tmp_path_factory.mktemp("migrated-store")
+    open_store(Settings(data_dir=folder)).close()
+    assert sorted(path.name for path in folder.iterdir()) == [JOBS_DB]  # no WAL left behind
+    return folder / JOBS_DB
+
+
 @pytest.fixture
 def make_app(
-    tmp_path: Path, make_grader: Callable[..., Grader]
+    tmp_path: Path, make_grader: Callable[..., Grader], migrated_jobs_db: Path
 ) -> Callable[..., FastAPI]:
     """Build the service: ``make_app(grader=None, *, provider=None, **options)``.
 
     ``options`` are ``Settings`` fields, and ``create_app``'s ``poll_seconds`` (0.05),
     ``lease_seconds`` (5), ``drain_timeout`` and ``warm_up``. Without a grader, one is built by
-    ``make_grader(provider)``.
+    ``make_grader(provider)``. A SQLite job store the test has not made itself starts as a copy
+    of ``migrated_jobs_db``.
     """
 
     def build(
@@ -98,6 +115,10 @@ def make_app(
             if key in options:
                 app_options[key] = options.pop(key)
         settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **options)
+        store = settings.resolved_data_dir() / JOBS_DB
+        if settings.jobs_url is None and not store.exists():
+            store.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(migrated_jobs_db, store)
         engine = grader if grader is not None else make_grader(provider)
         return create_app(settings, grader=engine, **app_options)
 
