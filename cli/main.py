@@ -52,7 +52,9 @@ SUBCOMMANDS = (
         "score multiple-choice answers (ToMBench, CogToM, XToM, ToMValley, CharToM MC)",
     ),
     Subcommand("calibrate", "cli.calibrate", "correlate judges and metrics with human ratings"),
-    Subcommand("openapi", None, "print the service's OpenAPI document (docs/openapi.json)"),
+    Subcommand(
+        "openapi", "cli.openapi", "print the service's OpenAPI document (docs/openapi.json)"
+    ),
 )
 """Every subcommand, in the order ``--help`` lists them."""
 
@@ -78,36 +80,12 @@ def _cmd_hash_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_openapi(args: argparse.Namespace) -> int:
-    """Print the OpenAPI document the service serves, or write it to ``--out``."""
-    from api.app import openapi_document
-    from api.openapi import render
-
-    text = render(openapi_document())
-    if args.out is None:
-        sys.stdout.write(text)
-    else:
-        with open(args.out, "w", encoding="utf-8") as out:
-            out.write(text)
-    return 0
-
-
 def _register(sub: argparse._SubParsersAction, command: Subcommand) -> None:  # type: ignore[type-arg]
     """Add ``command`` with all its options."""
     if command.module is not None:
         importlib.import_module(command.module).register(sub)
     elif command.name == "rubrics":
         sub.add_parser("rubrics", help=command.help).set_defaults(func=_cmd_rubrics)
-    elif command.name == "openapi":
-        openapi = sub.add_parser(
-            "openapi", help=command.help,
-            description="Print the OpenAPI document the service serves at /openapi.json, built "
-            "without starting it (it does not depend on the settings). The repository keeps it "
-            "as docs/openapi.json: after changing the API, run `bonusjudge openapi --out "
-            "docs/openapi.json` and review the diff.",
-        )
-        openapi.add_argument("--out", metavar="FILE", help="write it to FILE instead of stdout")
-        openapi.set_defaults(func=_cmd_openapi)
     else:
         hash_key = sub.add_parser("hash-key", help=command.help)
         hash_key.add_argument("key")

@@ -33,6 +33,7 @@ SHOWN_BY: dict[str, tuple[str, ...]] = {
     "cli/serve.py": ("serve",),
     "cli/mcq.py": ("mcq",),
     "cli/calibrate.py": ("calibrate",),
+    "cli/openapi.py": ("openapi",),
     "cli/main.py": ("",),
     # The judge options' group and the settings: the subcommands built on add_judge_options.
     "cli/common.py": ("grade", "serve", "calibrate"),
