@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from judge.cache.base import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, CacheBase, encode_value
+from judge.cache.base import DEFAULT_COOLDOWN, CacheBase, encode_value
 
 log = logging.getLogger("bonusjudge.cache")
 
@@ -154,13 +154,25 @@ def _make_private(folder: Path) -> None:
             continue
 
 
+DISK_TIMEOUT = 5.0
+"""Seconds a disk cache call may wait, queueing on its thread included.
+
+Longer than a Redis call's (``DEFAULT_TIMEOUT``): the calls of a burst (64 items finishing at
+once) queue on one thread, and on a loaded machine a burst of local writes can take past 1 s,
+which would count as a failure and skip the cache for a cool-down. Off the event loop, a wait
+delays only the call that waits, never the service; a lock held past it still degrades to
+uncached.
+"""
+
+
 class JudgeCache(CacheBase):
     """A diskcache folder holding judge outputs and metric values as JSON text.
 
     Args:
         directory: The cache folder (created if missing). None disables caching entirely.
         size_limit: Evict least-recently-stored entries beyond this many bytes.
-        timeout: Seconds a call may wait (for another process's lock, or on the event loop).
+        timeout: Seconds a call may wait (for another process's lock, or on the event loop);
+            default ``DISK_TIMEOUT``.
         cooldown: Seconds calls skip the folder after a call ran out of time.
     """
 
@@ -169,7 +181,7 @@ class JudgeCache(CacheBase):
         directory: str | Path | None,
         *,
         size_limit: int = 4 * 2**30,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DISK_TIMEOUT,
         cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
         super().__init__(

@@ -214,7 +214,8 @@ def write_lock(database: Path, seconds: float) -> Iterator[None]:
 
 
 LOCKED = 8.0
-"""Seconds the lock is held: well past the cache's timeout (1 s), short of diskcache's (60 s)."""
+"""Seconds the lock is held: past the cache's timeout (DISK_TIMEOUT, 5 s), short of diskcache's
+own (60 s)."""
 
 
 @pytest.mark.process
