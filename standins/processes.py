@@ -93,6 +93,8 @@ class ServiceProcess(StartStop):
         env: Extra environment variables (e.g. ``BONUSJUDGE_MAX_BONUS_POINTS``).
         ready: Wait for ``/readyz`` (True) or only ``/healthz`` (False).
         timeout: Seconds to wait for it to come up.
+        code: Another checkout to run instead of this one (a benchmark's "before" run): the
+            service starts there, with its light client first on the import path.
     """
 
     def __init__(
@@ -103,12 +105,16 @@ class ServiceProcess(StartStop):
         env: Mapping[str, str] | None = None,
         ready: bool = True,
         timeout: float = 120.0,
+        code: Path | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"serve-{self.port}.log"
         self._cmd = [sys.executable, "-m", "cli", "serve", "--port", str(self.port), *args]
         self._env = cli_env(env)
+        self._cwd = code
+        if code is not None:
+            self._env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "api" / "client")])
         self._ready = ready
         self._timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
@@ -121,7 +127,7 @@ class ServiceProcess(StartStop):
         """
         log = open(self.log_path, "wb")  # noqa: SIM115 - the child writes to it until it stops
         self.proc = subprocess.Popen(self._cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     env=self._env)
+                                     env=self._env, cwd=self._cwd)
         proc = self.proc
         path = "/readyz" if self._ready else "/healthz"
         if wait_until_answers(
