@@ -11,6 +11,15 @@ when even that fails grading runs uncached. Grading never stops because of the c
 * SQLite reads the file with ``read``, never through a memory map (diskcache maps the first
   64 MB by default): a mapped page past the end of a file someone truncated is a SIGBUS that
   kills the process, where a read past the end is an error this module handles.
+* For the same reason the database keeps a rollback journal (``journal_mode=delete``), not
+  diskcache's write-ahead log: WAL mode always maps ``cache.db-shm`` (its shared index, which
+  no setting reads with ``read``), and truncating it under a live process was a SIGBUS too. The
+  cost: a reader waits while a write commits (microseconds; one read and one write thread per
+  process, below), so under a read-write race about a third of WAL's calls per second (5.8k reads
+  and 550 writes a second against 16k and 1.7k, two threads of one process), far more than
+  judge calls need. ``synchronous=off``: the journal is not fsynced per write (7.8 ms a write on
+  this machine's disk, against 0.3 ms); a process crash still leaves a sound database, and the
+  damage an OS crash or power loss may cause is found and moved aside as any other.
 * Callers on an event loop (``aget``/``aset``) never run SQLite on it: their calls run on two
   threads of the cache's own (reads, writes), and the loop waits at most ``timeout`` for each.
   Another process holding ``cache.db``'s lock makes a call fail after ``timeout`` (SQLite's busy
@@ -47,6 +56,10 @@ _CULL_EVERY = 1_000
 _CORRUPT_CODES = frozenset({11, 26})
 """SQLite's primary result codes for a damaged file: SQLITE_CORRUPT and SQLITE_NOTADB."""
 
+_JOURNALS = ("-journal", "-wal", "-shm")
+"""SQLite's files beside ``cache.db``: the rollback journal, and the write-ahead log and its
+shared index that folders made before the rollback journal (diskcache's default) still have."""
+
 _LOCKED_CODES = frozenset({5, 6})
 """SQLite's primary result codes for a lock another connection holds: SQLITE_BUSY, SQLITE_LOCKED."""
 
@@ -55,7 +68,7 @@ LaneName = Literal["read", "write"]
 
 One thread each: a call takes tens of microseconds, mostly under the GIL, so more threads only
 add switches; writers of one process never wait for each other's SQLite lock (four did, in
-SQLite's busy-wait, past a second under load); and in WAL mode reads go on beside a write."""
+SQLite's busy-wait, past a second under load); and reads wait only while a write commits."""
 
 _Outcome = tuple[Any, BaseException | None]
 """A call's value, or what it raised."""
@@ -141,13 +154,14 @@ def _make_private(folder: Path) -> None:
 
     Cached judge outputs quote the graded answers. diskcache creates its files with the umask's
     mode; the folder's mode keeps other users out of those created later (value files). An
-    empty ``cache.db`` is made 0600 before diskcache opens it: SQLite gives -wal/-shm its mode.
+    empty ``cache.db`` is made 0600 before diskcache opens it: SQLite gives its journal (and an
+    older folder's -wal/-shm) its mode.
     """
     database = folder / "cache.db"
     if not database.exists():
         os.close(os.open(database, os.O_RDWR | os.O_CREAT, 0o600))
-    for path, mode in ((folder, 0o700), (database, 0o600),
-                       (folder / "cache.db-wal", 0o600), (folder / "cache.db-shm", 0o600)):
+    journals = [database.with_name(database.name + extra) for extra in _JOURNALS]
+    for path, mode in ((folder, 0o700), (database, 0o600), *((j, 0o600) for j in journals)):
         try:
             os.chmod(path, mode)
         except OSError:  # absent, or another user's folder: diskcache reports what matters
@@ -215,7 +229,9 @@ class JudgeCache(CacheBase):
         # diskcache's check for expired and excess entries on every write is a quarter of a
         # write's CPU; ``set`` culls every _CULL_EVERY writes instead. sqlite_mmap_size=0: no
         # memory map (see the module's docstring); diskcache stores it in the database, so every
-        # connection, each thread's included, reads without one. timeout: SQLite's busy timeout.
+        # connection, each thread's included, reads without one. journal_mode=delete (a folder in
+        # WAL mode is converted when opened) and synchronous=0: no -shm to map, no fsync per
+        # write (the module's docstring). timeout: SQLite's busy timeout.
         cache = diskcache.Cache(
             str(self.directory),
             timeout=self.timeout,
@@ -223,6 +239,8 @@ class JudgeCache(CacheBase):
             eviction_policy="least-recently-stored",
             cull_limit=0,
             sqlite_mmap_size=0,
+            sqlite_journal_mode="delete",
+            sqlite_synchronous=0,
         )
         self._opened = _identity(self.directory / "cache.db")
         return cache
@@ -505,7 +523,11 @@ def _is_locked(exc: BaseException) -> bool:
 
 
 def _is_corrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) says the SQLite file itself is damaged."""
+    """Whether ``exc`` (or what caused it) says the SQLite file itself is damaged.
+
+    A database truncated to nothing is a valid empty one to SQLite: its loss shows as diskcache's
+    tables missing ("no such table"), which only a damaged or replaced file explains.
+    """
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, sqlite3.DatabaseError):
@@ -513,19 +535,19 @@ def _is_corrupt(exc: BaseException) -> bool:
             if code is not None and code & 0xFF in _CORRUPT_CODES:
                 return True
             text = str(seen).lower()
-            if "malformed" in text or "not a database" in text:
+            if "malformed" in text or "not a database" in text or "no such table" in text:
                 return True
         seen = seen.__cause__ or seen.__context__
     return False
 
 
 def _move_aside(database: Path) -> Path:
-    """Rename ``database`` and its -wal/-shm files to ``<name>.corrupt-<UTC time>-<pid>[-n]``.
+    """Rename ``database`` and its journal files to ``<name>.corrupt-<UTC time>-<pid>[-n]``.
 
     The pid keeps two processes that find the same damage in the same second from overwriting
     each other's copy, and ``-n`` a process's own earlier copy from that second (damage found in
-    use can recur). The journal files go along: SQLite would replay a stale -wal into the new
-    database.
+    use can recur). The journal files go along: SQLite would replay a stale -wal or a hot
+    -journal into the new database.
 
     Args:
         database: The damaged ``cache.db``.
@@ -540,7 +562,7 @@ def _move_aside(database: Path) -> Path:
         suffix = f"{stem}-{n}"
     target = database.with_name(database.name + suffix)
     database.rename(target)
-    for extra in ("-wal", "-shm"):
+    for extra in _JOURNALS:
         journal = database.with_name(database.name + extra)
         if journal.exists():
             journal.rename(journal.with_name(journal.name + suffix))

@@ -193,6 +193,80 @@ def test_truncating_cache_db_under_serve_leaves_it_serving(tmp_path: Path, size:
         assert httpx.get(f"{service.url}/healthz", timeout=10).status_code == 200
 
 
+def truncate_journals(folder: Path) -> list[str]:
+    """Truncate every SQLite file beside ``cache.db`` to nothing; the names of those there were."""
+    cut = sorted(path.name for path in folder.glob("cache.db-*"))
+    for name in cut:
+        os.truncate(folder / name, 0)
+    return cut
+
+
+def test_a_cache_in_use_keeps_no_shared_memory_file(tmp_path: Path) -> None:
+    # WAL mode maps cache.db-shm into memory whatever sqlite_mmap_size says, so truncating it
+    # under a live process was a SIGBUS (see the process tests below). A folder made in WAL mode
+    # (diskcache's default, as earlier versions left it) is converted when opened.
+    folder = tmp_path / "cache"
+    fill(folder, entries=10)
+    cache = JudgeCache(folder)
+    for n in range(50):
+        cache.set(f"k{n}", {"v": n})
+    assert cache.get("k7") == {"v": 7}
+    # today: ['cache.db-shm', 'cache.db-wal']
+    assert sorted(p.name for p in folder.glob("cache.db-*")) == []
+    assert truncate_journals(folder) == []
+    cache.close()
+
+
+@pytest.mark.process
+def test_truncating_cache_db_journals_under_serve_leaves_it_serving(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    fill(folder)
+    env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
+    with OpenAIStandIn() as judge, \
+            ServiceProcess(serve_args(judge, folder), tmp_path, env=env) as service:
+        batch(service, requests(5, "a"))  # the cache is open and in use
+        cut = truncate_journals(folder)  # today: cache.db-shm and -wal; a SIGBUS follows
+        print(f"truncated: {cut}")
+        first = batch(service, requests(30, "b"))
+        again = batch(service, requests(30, "b"))
+        assert service.proc is not None and service.proc.poll() is None
+        assert not any(cached(first)) and cached(again) == [True] * 30
+        assert httpx.get(f"{service.url}/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.process
+def test_truncating_cache_db_journals_under_a_cli_grade_leaves_it_grading(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "cache"
+    fill(folder)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines(40, "j-")))
+    out = tmp_path / "out.jsonl"
+    cut: list[str] = []
+    with OpenAIStandIn(latency=0.3) as judge:
+
+        def truncate_after_the_first_results() -> None:
+            deadline = time.monotonic() + 120
+            while not (out.exists() and out.stat().st_size) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            cut.extend(truncate_journals(folder))
+
+        cutter = threading.Thread(target=truncate_after_the_first_results, daemon=True)
+        cutter.start()
+        done = run_cli(["grade", str(source), "--out", str(out),
+                        "--metrics", "coverage,defects", "--cache-dir", str(folder),
+                        "--model", "openai/standin", "--api-base", judge.base_url,
+                        "--no-preflight", "--quiet"])
+        cutter.join(5)
+    print(f"truncated: {cut}")
+    # today: -7 (SIGBUS; a shell says 135), nothing in stderr
+    assert done.returncode == 0, (done.returncode, cut, done.stderr[-2000:])
+    graded = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(o["id"] for o in graded) == sorted(f"j-{n}" for n in range(40))
+    assert all(o["status"] == "scored" for o in graded)
+
+
 @contextlib.contextmanager
 def write_lock(database: Path, seconds: float) -> Iterator[None]:
     """Another process holding ``database``'s write lock (``BEGIN EXCLUSIVE``) for ``seconds``."""
