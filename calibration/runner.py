@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
 from core.errors import InputError, first_error
 from judge.aggregate import summarize
-from judge.cache import JudgeCache, open_cache
+from judge.cache import Cache, JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
@@ -115,9 +115,10 @@ async def _grade_all(
     config: JudgeConfig,
     items: Sequence[CalibrationItem],
     writer: ResultWriter,
+    pace: Pace,
     bar: tqdm[Any] | None = None,
 ) -> dict[str, GradeResult | str]:
-    """Grade the items not yet in ``writer``; returns id -> result, or id -> invalid reason.
+    """Grade the items not yet in ``writer``, paced; returns id -> result, or id -> invalid reason.
 
     A stored grade stands only for the same content graded by the same judge
     (:func:`judge.resume.stale_reason`): an edited item, or a grade of another judge version or
@@ -151,12 +152,54 @@ async def _grade_all(
         print(f"{writer.path}: grading {len(stale)} item(s) again: {detail}", file=sys.stderr)
     if bar is not None:
         bar.update(len(out))
-    async for result in grader.grade_many(todo, config=config):
+    async for result in _paced(grader, config, todo, pace):
         writer.write(result)
         out[result.id] = result
         if bar is not None:
             bar.update(1)
     return out
+
+
+async def _paced(
+    grader: Grader,
+    config: JudgeConfig,
+    todo: Sequence[tuple[str, GradeRequest]],
+    pace: Pace,
+) -> AsyncIterator[GradeResult]:
+    """Grade ``todo``, at most ``pace.width()`` items in flight, yielding results as they end.
+
+    The width is read again whenever a slot frees up, so a service run keeps to its current
+    share of the grader. When ``pace.stop()`` turns true no item is started any more; those in
+    flight finish (and are yielded), then :class:`Halted` is raised. Leaving early (the run's
+    task cancelled: ``DELETE /v1/calibrate/{id}``) cancels the items in flight, and with them
+    their provider requests.
+
+    Raises:
+        Halted: ``pace.stop()`` turned true before every item was started.
+    """
+    pending: set[asyncio.Task[GradeResult]] = set()
+    position = 0
+    try:
+        while True:
+            while (
+                position < len(todo) and len(pending) < max(1, pace.width())
+                and not pace.stop()
+            ):
+                item_id, request = todo[position]
+                position += 1
+                pending.add(asyncio.ensure_future(
+                    grader.grade(request, config=config, item_id=item_id)
+                ))
+            if not pending:
+                break
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                yield task.result()
+    finally:
+        for task in pending:
+            task.cancel()
+    if position < len(todo):
+        raise Halted(f"stopped with {len(todo) - position} of {len(todo)} item(s) not started")
 
 
 def _say_not_reused(grades: Path, config: JudgeConfig) -> None:
@@ -231,6 +274,252 @@ def _metric_scores(
     return scores, reasons, points, defects
 
 
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How a run feeds the engine: how many items it may have in flight, and when to stop.
+
+    The CLI grades at its judge's concurrency; the service gives a run the share of its one
+    grader that a job gets (``JobManager.share``), read again as other jobs start and end,
+    and stops feeding when the job must halt (shutdown, or making room for another key).
+
+    Attributes:
+        width: Items this run may have in flight now (at least 1 is used).
+        stop: Whether to stop feeding items: those in flight finish and are kept, then the
+            run raises :class:`Halted`.
+    """
+
+    width: Callable[[], int]
+    stop: Callable[[], bool] = _never
+
+    @classmethod
+    def fixed(cls, width: int) -> Pace:
+        """A constant width that never stops (the command line's pace)."""
+        return cls(width=lambda: width)
+
+
+class Halted(Exception):
+    """A run stopped feeding items before its grading passes ended (``Pace.stop``).
+
+    What was graded is in the run's grade files, so the next run resumes from there.
+    """
+
+
+@dataclass(frozen=True)
+class GradingPass:
+    """One pass over the set: a judge configuration and the metrics read from its results.
+
+    Attributes:
+        label: ``metrics`` (ROUGE-L and BERTScore alone) or the judge's model.
+        config: The configuration every item is graded with.
+        names: The calibration metrics read from its results.
+    """
+
+    label: str
+    config: JudgeConfig
+    names: list[str]
+
+
+def plan_passes(
+    base: JudgeConfig,
+    *,
+    judges: Sequence[str],
+    metrics: Sequence[str],
+    items: Sequence[CalibrationItem],
+) -> list[GradingPass]:
+    """The grading passes a run makes: one for the plain metrics, one per judge.
+
+    A judge pass asks only for ``coverage``; ``defects`` is asked too only when the set rates
+    key points (K-QA), whose report compares the contradicted points with the judge's defect
+    flag. A coverage calibration of any other set made one defects call per item that no
+    figure of the report used (10,000 of them for ``evouna_tq``).
+
+    Args:
+        base: The default judge configuration (the settings' or the service's).
+        judges: Judge model strings; default: ``base``'s model.
+        metrics: Any of rouge_l, bertscore, coverage.
+        items: The items graded (whether they rate key points).
+    """
+    plain = [m for m in metrics if m in METRIC_ONLY]
+    judged = [m for m in metrics if m not in METRIC_ONLY]
+    passes: list[GradingPass] = []
+    if plain:
+        cfg = base.model_copy(update={"metrics": tuple(plain), "concurrency": 256})
+        passes.append(GradingPass("metrics", cfg, plain))
+    if not judged:
+        return passes
+    key_points = any(item.key_point for item in items)
+    for model in judges or [base.model]:
+        wanted: tuple[MetricName, ...] = (
+            ("coverage", "defects") if key_points and model != EMBEDDED_JUDGE else ("coverage",)
+        )
+        cfg = base.model_copy(update={"model": model, "metrics": wanted})
+        passes.append(GradingPass(model, cfg, judged))
+    return passes
+
+
+@dataclass
+class GradedSet:
+    """What the grading passes of a run gathered, for :func:`write_calibration`."""
+
+    subset: LoadedSet
+    run: CalibrationRun
+    scores: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    reasons: dict[str, dict[str, str]] = field(default_factory=dict)
+    points: dict[str, dict[str, bool | None]] = field(default_factory=dict)
+    defects: dict[str, dict[str, bool | None]] = field(default_factory=dict)
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metric_configs: dict[str, str] = field(default_factory=dict)
+    retests: dict[str, dict[str, float | None]] = field(default_factory=dict)
+
+
+def calibration_subset(dataset: LoadedSet, limit: int | None) -> LoadedSet:
+    """The part of ``dataset`` a run grades (its first ``limit`` items).
+
+    Raises:
+        InputError: (``set``) the set has no item.
+    """
+    items = dataset.items[:limit] if limit else list(dataset.items)
+    if not items:
+        # Refused before the folder and its grade files exist: an unreadable set (a CSV read
+        # as JSONL, say) used to leave empty grades-*.jsonl behind.
+        raise InputError(
+            f"calibration set {dataset.name} has no item to grade "
+            f"({len(dataset.problems)} line(s) could not be read)",
+            field="set",
+        )
+    return LoadedSet(
+        name=dataset.name,
+        path=dataset.path,
+        sha256=dataset.sha256,
+        items=items,
+        problems=dataset.problems,
+        scale=dataset.scale,
+    )
+
+
+async def grade_passes(
+    subset: LoadedSet,
+    passes: Sequence[GradingPass],
+    *,
+    folder: Path,
+    grader: Grader | None = None,
+    cache: Cache | None = None,
+    retest: bool = False,
+    pace: Pace | None = None,
+    progress: bool = False,
+) -> GradedSet:
+    """Grade ``subset`` in each pass (and once more uncached per judge with ``retest``).
+
+    Each pass's results go to ``folder/grades-<config hash>-<metrics>.jsonl`` as they finish,
+    and a run resumes from them. With ``grader`` (the service's), every call shares its
+    concurrency, cache and breakers; without one, each pass gets its own grader on ``cache``,
+    closed when the pass ends (the CLI). ``retest`` grades each judge exactly once more with
+    the cache off: it doubles a judge's calls and nothing more.
+
+    Raises:
+        Halted: ``pace.stop`` said to stop before the passes ended.
+    """
+    items = subset.items
+    graded = GradedSet(subset=subset, run=CalibrationRun(files=None))  # type: ignore[arg-type]
+    for grading in passes:
+        label, cfg, names = grading.label, grading.config, grading.names
+        own = grader is None
+        engine = Grader(cfg, cache=cache) if grader is None else grader
+        run_pace = pace or Pace.fixed(cfg.concurrency)
+        try:
+            # The metrics are part of the name: a metrics-only plan and a judge plan may share
+            # a config hash (it leaves metrics out), and must not read each other's results.
+            grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
+            await asyncio.to_thread(_say_not_reused, grades, cfg)
+            # The results are kept once, in `_grade_all`'s answer; the writer only streams them.
+            writer = await asyncio.to_thread(ResultWriter(grades, keep=False).open)
+            started = time.monotonic()
+            bar = _progress(label, len(items), enabled=progress)
+            try:
+                results = await _grade_all(engine, cfg, items, writer, run_pace, bar)
+            finally:
+                bar.close()
+                writer.close()
+            graded.run.timings[label] = round(time.monotonic() - started, 2)
+            _gather(graded, label, cfg, names, results)
+            if retest and label != "metrics":
+                fresh = cfg.model_copy(update={"cache": False})
+                retester = Grader(fresh, cache=JudgeCache(None)) if own else engine
+                bar = _progress(f"{label} (retest)", len(items), enabled=progress)
+                try:
+                    again = await _retest(retester, fresh, items, run_pace, bar)
+                finally:
+                    bar.close()
+                    if own:
+                        await retester.aclose()
+                s2, _, _, _ = _metric_scores(again, names, label)
+                graded.retests.update(s2)
+        finally:
+            if own:
+                await engine.aclose()
+    return graded
+
+
+def _gather(
+    graded: GradedSet,
+    label: str,
+    cfg: JudgeConfig,
+    names: list[str],
+    results: dict[str, GradeResult | str],
+) -> None:
+    """Add one pass's results to what the report is built from."""
+    graded.run.graded[label] = len(results)
+    summary = summarize(r for r in results.values() if isinstance(r, GradeResult))
+    graded.run.summaries[label] = {
+        "items": summary.items,
+        "unscored": summary.unscored,
+        "unscored_rate": summary.unscored_rate,
+        "bpc": summary.bpc,
+        "bpc_all": summary.bpc_all,
+        "warnings": summary.warnings,
+    }
+    s, r, p, d = _metric_scores(results, names, label)
+    for name in s:
+        graded.scores[name] = s[name]
+        graded.metric_configs[name] = label
+    graded.reasons.update(r)
+    graded.points.update(p)
+    graded.defects.update(d)
+    graded.configs[label] = {
+        **cfg.model_dump(mode="json", exclude={"api_key"}),
+        "config_hash": cfg.config_hash(),
+        "judge_version": cfg.judge_version,
+    }
+
+
+def write_calibration(
+    graded: GradedSet, *, folder: Path, seed: int = 0, n_resamples: int = 1000
+) -> CalibrationRun:
+    """Build the report of graded passes and write it to ``folder`` (CPU-bound: bootstraps)."""
+    run = graded.run
+    for label, figures in run.summaries.items():
+        if label in graded.configs:
+            graded.configs[label]["grading_summary"] = figures
+    report = build_report(
+        graded.subset,
+        configs=graded.configs,
+        scores=graded.scores,
+        unscored=graded.reasons,
+        point_verdicts=graded.points or None,
+        defects=graded.defects or None,
+        metric_configs=graded.metric_configs,
+        retest=graded.retests or None,
+        seed=seed,
+        n_resamples=n_resamples,
+    )
+    run.files = write_report(report, folder)
+    return run
+
+
 def run_calibration(
     dataset: LoadedSet,
     *,
@@ -245,6 +534,9 @@ def run_calibration(
     progress: bool = False,
 ) -> CalibrationRun:
     """Grade ``dataset`` with each judge configuration and write the report to ``out_dir``.
+
+    The command line's run: each pass has a grader of its own on the settings' cache (the
+    service grades with its one grader instead: ``grade_passes(grader=...)``).
 
     Args:
         dataset: The loaded calibration set (at least one item).
@@ -263,124 +555,27 @@ def run_calibration(
     Raises:
         InputError: (``set``) the set has no item; nothing has been created.
     """
-    items = dataset.items[:limit] if limit else list(dataset.items)
-    if not items:
-        # Refused before the folder and its grade files exist: an unreadable set (a CSV read
-        # as JSONL, say) used to leave empty grades-*.jsonl behind.
-        raise InputError(
-            f"calibration set {dataset.name} has no item to grade "
-            f"({len(dataset.problems)} line(s) could not be read)",
-            field="set",
-        )
+    subset = calibration_subset(dataset, limit)
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    subset = LoadedSet(
-        name=dataset.name,
-        path=dataset.path,
-        sha256=dataset.sha256,
-        items=items,
-        problems=dataset.problems,
-        scale=dataset.scale,
-    )
+    passes = plan_passes(settings.judge, judges=judges, metrics=metrics, items=subset.items)
     cache = open_cache(settings, enabled=settings.judge.cache)
-    run = CalibrationRun(files=None)  # type: ignore[arg-type]
-    scores: dict[str, dict[str, float | None]] = {}
-    reasons: dict[str, dict[str, str]] = {}
-    points: dict[str, dict[str, bool | None]] = {}
-    defects: dict[str, dict[str, bool | None]] = {}
-    configs: dict[str, dict[str, Any]] = {}
-    metric_configs: dict[str, str] = {}
-    retests: dict[str, dict[str, float | None]] = {}
-
-    plain = [m for m in metrics if m in METRIC_ONLY]
-    judged = [m for m in metrics if m not in METRIC_ONLY]
-    plans: list[tuple[str, JudgeConfig, list[str]]] = []
-    if plain:
-        cfg = settings.judge.model_copy(update={"metrics": tuple(plain), "concurrency": 256})
-        plans.append(("metrics", cfg, plain))
-    for model in judges or [settings.judge.model]:
-        if not judged:
-            break
-        wanted: tuple[MetricName, ...] = (
-            ("coverage",) if model == "embedded-matcher" else ("coverage", "defects")
+    try:
+        graded = asyncio.run(
+            grade_passes(
+                subset, passes, folder=folder, cache=cache, retest=retest, progress=progress
+            )
         )
-        cfg = settings.judge.model_copy(update={"model": model, "metrics": wanted})
-        plans.append((model, cfg, judged))
-
-    for label, cfg, names in plans:
-        grader = Grader(cfg, cache=cache)
-        # The metrics are part of the name: a metrics-only plan and a judge plan may share a
-        # config hash (it leaves metrics out), and must not read each other's results as done.
-        grades = folder / f"grades-{cfg.config_hash()}-{'-'.join(cfg.metrics)}.jsonl"
-        _say_not_reused(grades, cfg)
-        # The results are kept once, in `_grade_all`'s answer; the writer only streams them.
-        writer = ResultWriter(grades, keep=False).open()
-        started = time.monotonic()
-        bar = _progress(label, len(items), enabled=progress)
-        try:
-            results = asyncio.run(_grade_all(grader, cfg, items, writer, bar))
-        finally:
-            bar.close()
-            writer.close()
-        run.timings[label] = round(time.monotonic() - started, 2)
-        run.graded[label] = len(results)
-        summary = summarize(r for r in results.values() if isinstance(r, GradeResult))
-        run.summaries[label] = {
-            "items": summary.items,
-            "unscored": summary.unscored,
-            "unscored_rate": summary.unscored_rate,
-            "bpc": summary.bpc,
-            "bpc_all": summary.bpc_all,
-            "warnings": summary.warnings,
-        }
-        s, r, p, d = _metric_scores(results, names, label)
-        for name in s:
-            scores[name] = s[name]
-            metric_configs[name] = label
-        reasons.update(r)
-        points.update(p)
-        defects.update(d)
-        configs[label] = {
-            **cfg.model_dump(mode="json", exclude={"api_key"}),
-            "config_hash": cfg.config_hash(),
-            "judge_version": cfg.judge_version,
-        }
-        if retest and label != "metrics":
-            fresh = cfg.model_copy(update={"cache": False})
-            bar = _progress(f"{label} (retest)", len(items), enabled=progress)
-            try:
-                again = asyncio.run(
-                    _retest(Grader(fresh, cache=JudgeCache(None)), fresh, items, bar)
-                )
-            finally:
-                bar.close()
-            s2, _, _, _ = _metric_scores(again, names, label)
-            retests.update(s2)
-        asyncio.run(grader.aclose())
-    cache.close()
-    for label, figures in run.summaries.items():
-        if label in configs:
-            configs[label]["grading_summary"] = figures
-    report = build_report(
-        subset,
-        configs=configs,
-        scores=scores,
-        unscored=reasons,
-        point_verdicts=points or None,
-        defects=defects or None,
-        metric_configs=metric_configs,
-        retest=retests or None,
-        seed=seed,
-        n_resamples=n_resamples,
-    )
-    run.files = write_report(report, folder)
-    return run
+    finally:
+        cache.close()
+    return write_calibration(graded, folder=folder, seed=seed, n_resamples=n_resamples)
 
 
 async def _retest(
     grader: Grader,
     config: JudgeConfig,
     items: Sequence[CalibrationItem],
+    pace: Pace,
     bar: tqdm[Any] | None = None,
 ) -> dict[str, GradeResult | str]:
     out: dict[str, GradeResult | str] = {}
@@ -392,7 +587,7 @@ async def _retest(
             out[item.id] = "invalid_item"
     if bar is not None:
         bar.update(len(out))
-    async for result in grader.grade_many(todo, config=config):
+    async for result in _paced(grader, config, todo, pace):
         out[result.id] = result
         if bar is not None:
             bar.update(1)

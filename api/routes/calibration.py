@@ -74,6 +74,21 @@ async def calibration_job(
     return await service.calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
 
 
+@router.delete(
+    "/calibrate/{job_id}", operation_id="cancelCalibration",
+    summary="Cancel a calibration run", responses=error_responses(404),
+)
+async def cancel_calibration(
+    job_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
+) -> CalibrationJob:
+    """Stop a queued or running run; its status then says `cancelled`.
+
+    No judge call is started after this and those in flight are abandoned. A finished run is
+    left as it is.
+    """
+    return await service.cancel_calibration(job_id, jobs=jobs, owner=owner, settings=settings)
+
+
 @router.get("/reports", operation_id="listReports", summary="Stored calibration reports")
 async def list_reports(jobs: JobsDep, owner: OwnerDep) -> ReportList:
     """The caller's finished calibration reports, newest first."""

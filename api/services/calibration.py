@@ -17,9 +17,12 @@ same process's data folder (after a clean shutdown at once, after a crash when t
 completes it without repeating judge calls; another replica starts it over. A file lock in the
 folder keeps two runs of one report apart.
 
-The run executes in a daemon thread rather than ``asyncio.to_thread``: the default executor's
-threads are joined at interpreter exit, so a long run would hold a shutting-down service hostage;
-a daemon thread is simply dropped, and the next process resumes its work.
+A run grades on the service's event loop with the service's grader (its concurrency, cache and
+breakers), at most a job's share in flight, so ``DELETE /v1/calibrate/{id}`` stops it at once
+(``cancel_calibration``). Building the report (bootstraps, plots) executes in a daemon thread
+rather than ``asyncio.to_thread``: the default executor's threads are joined at interpreter
+exit, so a long report would hold a shutting-down service hostage; a daemon thread is simply
+dropped, and the next process resumes the work.
 
 Sets are chosen by name only (shared or bundled): a request can never make the service read an
 arbitrary path. An uploaded set is written to the scratch folder (``input.jsonl``), kept in the
@@ -30,6 +33,7 @@ listed in the status.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -50,6 +54,7 @@ from core.errors import ConfigError, InputError, JudgeError
 from judge.config import Settings
 
 if TYPE_CHECKING:
+    from calibration.runner import GradedSet
     from calibration.sets import LoadedSet
 
 log = logging.getLogger("bonusjudge.calibration")
@@ -264,6 +269,21 @@ async def calibration_job(
     return await asyncio.to_thread(calibration_status, row, jobs.store)
 
 
+async def cancel_calibration(
+    job_id: str, *, jobs: JobManager, owner: str, settings: Settings
+) -> CalibrationJob:
+    """Cancel ``owner``'s calibration run ``job_id``; its status then says ``cancelled``.
+
+    The run's task is cancelled here (another replica's at its next lease renewal, within
+    ``poll_seconds``), and with it the judge calls in flight. A finished run is left as it is.
+
+    Raises:
+        NotFound: no such calibration job for ``owner``.
+    """
+    await jobs.cancel(job_id, owner, CALIBRATE)
+    return await calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
+
+
 # -- starting a run ------------------------------------------------------------------------------
 
 
@@ -393,7 +413,17 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 
 
 def make_runner(settings: Settings) -> JobRunner:
-    """The ``calibrate`` job runner for a service with these settings."""
+    """The ``calibrate`` job runner for a service with these settings.
+
+    A run grades with the service's own grader, on the service's event loop: its judge calls
+    share the grader's concurrency, cache and breakers with every other request, and the run
+    keeps to a job's share of that concurrency (``JobManager.share``), as grading jobs do. A
+    run built its own grader per judge before, so each run added 16 calls in flight to the
+    service's 16 (96 with six runs), and could not be stopped. Since the run is the job's task,
+    cancelling the job (``DELETE /v1/calibrate/{id}``) cancels the items in flight, and with
+    them their provider requests. Only building the report (bootstraps, plots: CPU) runs in a
+    daemon thread.
+    """
 
     async def run(manager: JobManager, job_id: str, row: JobRow) -> None:
         options = json.loads(row["options"])
@@ -406,32 +436,45 @@ def make_runner(settings: Settings) -> JobRunner:
             log.info("calibration %s: its folder is locked by another run; retrying later", job_id)
             await asyncio.sleep(manager.poll_seconds)
             return
-        if not await asyncio.to_thread(manager.store.start_run, job_id, manager.token):
-            os.close(fd)
-            return
-        # The service's default judge (possibly injected) is the calibration's default judge.
-        base = settings.model_copy(update={"judge": manager.grader.config})
+        handed_over = False  # once the report's thread runs, it releases the lock
+        try:
+            # Imported in a thread: the calibration package pulls in scipy and matplotlib
+            # (seconds), which must not stall the event loop everyone's requests share.
+            await asyncio.to_thread(importlib.import_module, "calibration.runner")
+            from calibration.runner import Halted, write_calibration
 
-        def work() -> dict[str, Any]:
-            from calibration.runner import run_calibration
-
+            if not await asyncio.to_thread(manager.store.start_run, job_id, manager.token):
+                return
             try:
-                dataset = load_dataset(options, folder, settings)
-                outcome = run_calibration(
-                    dataset, settings=base, judges=options["judges"],
-                    metrics=options["metrics"], limit=options.get("limit"), out_dir=folder,
-                    retest=bool(options.get("retest")), seed=int(options["seed"]),
-                    n_resamples=int(options["resamples"]),
-                )
-                summary = {"timings": outcome.timings, "graded": outcome.graded}
-                (folder / RUN_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
-                # Into the store before the job is done: a status saying "done" has a report.
-                manager.store.put_files(job_id, kept_files(folder))
-                return summary
-            finally:
-                os.close(fd)  # releases the lock
+                graded = await _grade(manager, job_id, options, folder)
+            except Halted:
+                # Shutting down or making room: what was graded is in the grade files, and
+                # the next run of the job resumes from them.
+                log.info("calibration %s: stopped; left to resume", job_id)
+                return
+            except (JudgeError, ValueError) as exc:
+                await _failed(manager, job_id, folder, exc)
+                return
 
-        pending = in_daemon_thread(work, f"bonusjudge-calibrate-{job_id[:8]}")
+            def work() -> dict[str, Any]:
+                try:
+                    outcome = write_calibration(
+                        graded, folder=folder, seed=int(options["seed"]),
+                        n_resamples=int(options["resamples"]),
+                    )
+                    summary = {"timings": outcome.timings, "graded": outcome.graded}
+                    (folder / RUN_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+                    # Into the store before the job is done: a status saying "done" has a report.
+                    manager.store.put_files(job_id, kept_files(folder))
+                    return summary
+                finally:
+                    os.close(fd)  # releases the lock
+
+            pending = in_daemon_thread(work, f"bonusjudge-calibrate-{job_id[:8]}")
+            handed_over = True
+        finally:
+            if not handed_over:
+                os.close(fd)
         stopping: asyncio.Future[Any] = asyncio.ensure_future(manager.stopping.wait())
         try:
             await asyncio.wait([pending, stopping], return_when=asyncio.FIRST_COMPLETED)
@@ -444,20 +487,49 @@ def make_runner(settings: Settings) -> JobRunner:
         try:
             summary = pending.result()
         except (JudgeError, ValueError) as exc:
-            # Input and statistics problems (too few rated items, a set the judge cannot
-            # grade) are the caller's to read; anything else stays in the log.
-            log.warning("calibration %s failed: %s", job_id, exc)
-            await asyncio.to_thread(manager.store.fail, job_id, manager.token,
-                                    f"calibration failed: {exc}")
-            await asyncio.to_thread(shutil.rmtree, folder, True)
+            await _failed(manager, job_id, folder, exc)
             return
-        graded = max((int(v) for v in summary["graded"].values()), default=0)
+        graded_items = max((int(v) for v in summary["graded"].values()), default=0)
         total = int(row["total"])
         await asyncio.to_thread(
-            manager.store.set_progress, job_id, manager.token, total, min(graded, total)
+            manager.store.set_progress, job_id, manager.token, total, min(graded_items, total)
         )
         if await asyncio.to_thread(manager.store.complete_if_finished, job_id, manager.token):
             # The report is in the store: the scratch folder has served its purpose.
             await asyncio.to_thread(shutil.rmtree, folder, True)
 
+    async def _grade(
+        manager: JobManager, job_id: str, options: dict[str, Any], folder: Path
+    ) -> GradedSet:
+        """Load the run's set and grade it with the service's grader, paced as a job."""
+        from calibration.runner import Pace, calibration_subset, grade_passes, plan_passes
+
+        dataset = await asyncio.to_thread(load_dataset, options, folder, settings)
+        subset = calibration_subset(dataset, options.get("limit"))
+        grader = manager.grader
+        # The service's default judge (possibly injected) is the calibration's default judge.
+        passes = plan_passes(
+            grader.config, judges=options["judges"], metrics=options["metrics"],
+            items=subset.items,
+        )
+        for grading in passes:
+            await grader.prepare(grading.config)
+        width = grader.config.concurrency
+        pace = Pace(width=lambda: manager.share(width), stop=lambda: manager.halted(job_id))
+        return await grade_passes(
+            subset, passes, folder=folder, grader=grader,
+            retest=bool(options.get("retest")), pace=pace,
+        )
+
     return run
+
+
+async def _failed(manager: JobManager, job_id: str, folder: Path, exc: Exception) -> None:
+    """Mark a run failed with why, and remove its scratch folder.
+
+    Input and statistics problems (too few rated items, a set the judge cannot grade) are the
+    caller's to read; anything else stays in the log.
+    """
+    log.warning("calibration %s failed: %s", job_id, exc)
+    await asyncio.to_thread(manager.store.fail, job_id, manager.token, f"calibration failed: {exc}")
+    await asyncio.to_thread(shutil.rmtree, folder, True)

@@ -178,21 +178,31 @@ def test_allowed_judges_reach_the_runner(
 
     seen: dict[str, Any] = {}
 
-    def recorder(dataset: Any, **kwargs: Any) -> Any:
-        seen.update(kwargs, n_items=len(dataset.items))
-        return calibration.runner.CalibrationRun(files=None, timings={"x": 1.0},  # type: ignore[arg-type]
-                                                 graded={"x": 1})
+    async def grading(subset: Any, passes: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs, passes=passes, n_items=len(subset.items))
+        run = calibration.runner.CalibrationRun(files=None, timings={"x": 1.0},  # type: ignore[arg-type]
+                                                graded={"x": 1})
+        return calibration.runner.GradedSet(subset=subset, run=run)
 
-    monkeypatch.setattr(calibration.runner, "run_calibration", recorder)
+    def report(graded: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return graded.run
+
+    monkeypatch.setattr(calibration.runner, "grade_passes", grading)
+    monkeypatch.setattr(calibration.runner, "write_calibration", report)
     body = {"set": "example", "judges": ["other/judge", "fake/judge"], "metrics": ["coverage"],
             "limit": 2, "seed": 7, "resamples": 150, "retest": True}
     answer = http.post("/v1/calibrate", json=body, headers=AUTH)
     assert answer.status_code == 202, answer.text
     assert answer.json()["judges"] == ["other/judge", "fake/judge"]
     assert wait_done(http, answer.json()["id"])["status"] == "done"
-    assert seen["judges"] == ["other/judge", "fake/judge"] and seen["metrics"] == ["coverage"]
-    assert (seen["limit"], seen["seed"], seen["n_resamples"], seen["retest"]) == (2, 7, 150, True)
-    assert seen["settings"].judge.model == "fake/judge" and seen["n_items"] == 16
+    assert [p.label for p in seen["passes"]] == ["other/judge", "fake/judge"]
+    assert [p.config.model for p in seen["passes"]] == ["other/judge", "fake/judge"]
+    assert all(p.names == ["coverage"] for p in seen["passes"])
+    # Only the metric asked for: no defects calls (the example set rates answers, not points).
+    assert all(p.config.metrics == ("coverage",) for p in seen["passes"])
+    assert (seen["seed"], seen["n_resamples"], seen["retest"]) == (7, 150, True)
+    assert seen["n_items"] == 2  # the limit
     # Without judges, coverage calibrates the service's own judge.
     default = http.post("/v1/calibrate", json={"set": "example", "metrics": ["coverage"]},
                         headers=AUTH)
@@ -238,7 +248,7 @@ def test_a_failed_run_reports_why(http: TestClient, monkeypatch: pytest.MonkeyPa
     def broken(*args: Any, **kwargs: Any) -> None:
         raise ValueError("not enough rated items to fit a mapping")
 
-    monkeypatch.setattr(calibration.runner, "run_calibration", broken)
+    monkeypatch.setattr(calibration.runner, "write_calibration", broken)
     job = http.post("/v1/calibrate", json={"set": "example", **FAST}, headers=AUTH).json()
     status = wait_done(http, job["id"])
     assert status["status"] == "failed"

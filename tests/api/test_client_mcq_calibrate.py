@@ -111,6 +111,7 @@ def test_calibration_round_trip(client: JudgeClient) -> None:
     final = client.wait_calibration(job.id, poll_interval=0.05, timeout=60)
     assert final.status == "done" and final.report == f"/v1/reports/{job.id}"
     assert client.calibration_status(job.id).status == "done"
+    assert client.cancel_calibration(job.id).status == "done"  # a finished run stays as it is
     listed = client.reports()
     assert [r.id for r in listed] == [job.id] and listed[0].items == 8
     report = client.report(job.id)
@@ -167,6 +168,7 @@ async def test_async_mcq_job_and_calibration(aclient: AsyncJudgeClient) -> None:
     assert "rouge_l" in await aclient.report_markdown(run.id)
     assert (await aclient.report_file(run.id, "report.json")).startswith(b"{")
     assert (await aclient.calibration_status(run.id)).report == f"/v1/reports/{run.id}"
+    assert (await aclient.cancel_calibration(run.id)).status == "done"
 
 
 # -- request shapes -----------------------------------------------------------------------------

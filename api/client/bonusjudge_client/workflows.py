@@ -35,6 +35,7 @@ from bonusjudge_client.calls import (
     calibrate_call,
     check_offset,
     check_poll,
+    estimate_call,
     extract_call,
     grade_call,
     id_path,
@@ -53,6 +54,7 @@ from bonusjudge_client.wire.schemas import (
     BatchEntry,
     CalibrationJob,
     CalibrationMetric,
+    EstimateResponse,
     Health,
     JobList,
     JobState,
@@ -115,6 +117,30 @@ class GradingFlows(FlowCore):
         """One ``grade_many`` batch: its outcomes at their input positions."""
         _, placed = yield from self._batch(chunk, judge, start)
         return placed
+
+    @operation
+    def estimate(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        judge: JudgeInput = None,
+        price_in: float | None = None,
+        price_out: float | None = None,
+    ) -> Flow[EstimateResponse]:
+        """What grading ``items`` would cost, with no judge call sent (``POST /v1/estimate``).
+
+        The judge calls the service would make after its cache, their prompt tokens (counted
+        with the model's tokenizer), the expected completion tokens and the price, per task and
+        in all. Items go as a job's do: ``GradeRequest``s or mappings (CharToM lines too).
+
+        Args:
+            items: The items a batch or job would grade.
+            judge: Per-request judge selection (must be allow-listed by the service).
+            price_in: USD per million prompt tokens, for a model litellm does not price.
+            price_out: USD per million completion tokens (with ``price_in``).
+        """
+        call = estimate_call(items, judge, price_in, price_out)
+        return (yield from self._call_model(call, EstimateResponse))
 
     @operation
     def extract_points(
@@ -392,6 +418,15 @@ class CalibrationFlows(FlowCore):
     def calibration_status(self, job_id: str) -> Flow[CalibrationJob]:
         """A calibration run's status (``GET /v1/calibrate/{id}``)."""
         return (yield from self._get(id_path("/v1/calibrate", job_id, "job_id"), CalibrationJob))
+
+    @operation
+    def cancel_calibration(self, job_id: str) -> Flow[CalibrationJob]:
+        """Cancel a calibration run (``DELETE /v1/calibrate/{id}``); its status says cancelled.
+
+        No judge call of the run starts after this; a finished run is left as it is.
+        """
+        call = Call("DELETE", id_path("/v1/calibrate", job_id, "job_id"))
+        return (yield from self._call_model(call, CalibrationJob))
 
     @operation
     def wait_calibration(
