@@ -5,6 +5,10 @@ memory reveals a key. A request's key is hashed and compared with every configur
 constant time (``hmac.compare_digest``). The digest that matched is the caller's identity: jobs are
 owned by it, and another key's jobs are invisible. With no key configured, every caller is the
 anonymous owner ``""`` and the service binds to loopback only (``api.serve``).
+
+``/metrics`` is the operator's: its counters span every key (jobs, tokens, cost, cache hits), so
+it takes one of ``Settings.operator_keys`` (a Prometheus scraper's bearer token), never a
+tenant's API key (403). With neither kind of key configured (loopback development) it is open.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import hmac
 
 from fastapi import Request
 
-from api.errors import Unauthorized
+from api.errors import Forbidden, Unauthorized
 from judge.config import Settings
 
 ANONYMOUS = ""
@@ -50,10 +54,40 @@ def authenticate(request: Request, settings: Settings) -> str:
     if token is None:
         raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
     digest = hash_key(token)
-    matched = False
-    # Compare with every digest (no early exit), so timing says nothing about which matched.
-    for known in settings.api_keys:
-        matched |= hmac.compare_digest(digest, known)
-    if not matched:
+    if not _known(digest, settings.api_keys):
         raise Unauthorized("invalid API key")
     return digest
+
+
+def authenticate_operator(request: Request, settings: Settings) -> None:
+    """Let an operator through to service-wide data (``/metrics``); refuse anyone else.
+
+    Open when no key of either kind is configured, as every route is then.
+
+    Raises:
+        Unauthorized: keys are configured and the request has no key, or an unknown one.
+        Forbidden: the key is a tenant's API key, not an operator key.
+    """
+    if not settings.api_keys and not settings.operator_keys:
+        return
+    token = bearer_token(request)
+    if token is None:
+        raise Unauthorized("missing operator key: send `Authorization: Bearer <key>`")
+    digest = hash_key(token)
+    if _known(digest, settings.operator_keys):
+        return
+    if _known(digest, settings.api_keys):
+        raise Forbidden(
+            "this API key cannot read /metrics: its counters cover every key, so it needs an "
+            "operator key (setting operator_keys)"
+        )
+    raise Unauthorized("invalid operator key")
+
+
+def _known(digest: str, digests: list[str]) -> bool:
+    """Whether ``digest`` is one of ``digests``, compared in constant time."""
+    matched = False
+    # Compare with every digest (no early exit), so timing says nothing about which matched.
+    for known in digests:
+        matched |= hmac.compare_digest(digest, known)
+    return matched

@@ -15,7 +15,7 @@ from typing import Annotated, TypeVar, cast
 
 from fastapi import Depends, Request
 
-from api.auth import authenticate
+from api.auth import authenticate, authenticate_operator
 from api.errors import Unavailable
 from api.jobs import JobManager
 from api.observability import EncoderWarmup, Observability
@@ -125,6 +125,11 @@ the request computes; 503 with ``Retry-After`` while the encoder it needs is sti
 async def require_owner(request: Request, settings: SettingsDep) -> str:
     """Authenticate the request; the caller's identity (key digest, or "" when auth is off)."""
     return authenticate(request, settings)
+
+
+async def require_operator(request: Request, settings: SettingsDep) -> None:
+    """Let only an operator key through (when keys are configured): 401, or 403 for an API key."""
+    authenticate_operator(request, settings)
 
 
 OwnerDep = Annotated[str, Depends(require_owner)]

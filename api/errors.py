@@ -14,6 +14,7 @@ Service errors::
     └── ServiceError
         ├── NotFound               404  unknown job or rubric (or another key's job)
         ├── Unauthorized           401  missing or invalid API key
+        ├── Forbidden              403  a valid key that may not do this (an API key on /metrics)
         ├── UnsupportedMediaType   415  a job upload in a format the service does not read
         ├── QuotaExceeded          429  a key's jobs, queued items or stored bytes at their limit
         └── JudgeNotConfigured     503  the request needs an LLM judge and none is configured
@@ -80,6 +81,10 @@ class Unauthorized(ServiceError):
     """The request lacks a valid API key."""
 
 
+class Forbidden(ServiceError):
+    """The key is valid, but not one that may do this (a tenant's API key on ``/metrics``)."""
+
+
 class UnsupportedMediaType(ServiceError):
     """A body in a format the route does not read."""
 
@@ -142,6 +147,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     # The service's own errors.
     NotFound: (404, "not_found"),
     Unauthorized: (401, "unauthorized"),
+    Forbidden: (403, "forbidden"),
     UnsupportedMediaType: (415, "unsupported_media_type"),
     Conflict: (409, "conflict"),
     QuotaExceeded: (429, "quota_exceeded"),
@@ -281,6 +287,7 @@ async def _store_data_error(request: Request, exc: Exception) -> JSONResponse:
 
 ERROR_STATUSES: dict[int, str] = {
     401: "Missing or invalid API key (when keys are configured).",
+    403: "A valid key that may not do this: an API key on an operator's route (`/metrics`).",
     404: "No such job, report or rubric (another key's job is not found either).",
     409: "The request does not fit the resource's current state (e.g. the job is still running).",
     413: "Request body larger than `max_body_bytes`.",

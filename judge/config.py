@@ -275,6 +275,12 @@ class Settings(BaseSettings):
         description="Accepted API keys, as `sha256:<hex digest>` (`bonusjudge hash-key KEY`) or "
         "plain keys, which are hashed on load and never kept.",
     )
+    operator_keys: list[str] = Field(
+        default_factory=list,
+        description="Keys that may read `/metrics` (service-wide counters: every API key's jobs, "
+        "tokens, cost and cache hits), given as `api_keys` are; an API key there gets 403. With "
+        "neither `api_keys` nor `operator_keys` configured, `/metrics` needs no key.",
+    )
     max_batch: int = Field(default=256, ge=1, le=10_000, description="Items per batch request.")
     max_job_items: int = Field(default=100_000, ge=1, description="Items per job.")
     max_body_bytes: int = Field(default=20_000_000, ge=1_000, description="Request body limit.")
@@ -326,7 +332,7 @@ class Settings(BaseSettings):
             raise ValueError("expected a postgresql:// URL")
         return value or None
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", "operator_keys")
     @classmethod
     def _hash_keys(cls, value: list[str]) -> list[str]:
         # Keys are kept only as sha256 digests, so a dump of the settings reveals none. A digest
@@ -343,7 +349,7 @@ class Settings(BaseSettings):
                 out.append(hashlib.sha256(key.encode()).hexdigest())
         return out
 
-    @field_serializer("api_keys")
+    @field_serializer("api_keys", "operator_keys")
     def _dump_digests(self, value: list[str]) -> list[str]:
         # Dumped digests say what they are, so loading a dump does not hash them again.
         return [f"sha256:{digest}" for digest in value]

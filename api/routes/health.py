@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
-from api.deps import GraderDep, ObservabilityDep, WarmupDep, require_owner
+from api.deps import GraderDep, ObservabilityDep, WarmupDep, require_operator
 from api.errors import error_responses
 from api.observability import METRICS_CONTENT_TYPE
 from api.services.health import readiness
@@ -38,12 +38,16 @@ async def readyz(warmup: WarmupDep, grader: GraderDep) -> JSONResponse:
 
 @router.get(
     "/metrics", operation_id="getPrometheusMetrics", summary="Prometheus metrics",
-    dependencies=[Depends(require_owner)], response_class=Response,
+    dependencies=[Depends(require_operator)], response_class=Response,
     responses={200: {"content": {METRICS_CONTENT_TYPE: {"schema": {"type": "string"}}},
                      "description": "The Prometheus text exposition format."},
-               **error_responses(401, 500)},
+               **error_responses(401, 403, 500)},
 )
 async def prometheus(observability: ObservabilityDep) -> Response:
-    """Requests, latency, judge calls, cache hits, unscored by reason, tokens, cost, jobs."""
+    """Requests, latency, judge calls, cache hits, unscored by reason, tokens, cost, jobs.
+
+    The counters span every API key, so when keys are configured this takes an operator key
+    (`operator_keys`); an API key gets 403.
+    """
     payload = await asyncio.to_thread(observability.render)
     return Response(payload, media_type=METRICS_CONTENT_TYPE)

@@ -75,7 +75,45 @@ def test_valid_keys_work(client: TestClient) -> None:
     for key in (KEY_A, KEY_B):
         response = client.post("/v1/grade", json=ITEM, headers=auth(key))
         assert response.status_code == 200
-    assert client.get("/metrics", headers=auth(KEY_A)).status_code == 200
+
+
+OPERATOR = "operator-key-555555"
+
+
+def test_metrics_is_the_operators_not_a_tenants(make_app: Callable[..., FastAPI]) -> None:
+    # /metrics counts every key's jobs, tokens, cost and cache hits: a tenant must not read it.
+    app = make_app(api_keys=[KEY_A, KEY_B], operator_keys=[OPERATOR])
+    with TestClient(app) as client:
+        assert client.post("/v1/grade", json=ITEM, headers=auth(KEY_B)).status_code == 200
+        for key in (KEY_A, KEY_B):
+            refused = client.get("/metrics", headers=auth(key))
+            assert refused.status_code == 403, refused.text  # today: 200, every key's counters
+            error = refused.json()["error"]
+            assert error["type"] == "forbidden" and "operator key" in error["message"]
+            assert "bonusjudge_" not in refused.text
+        scraped = client.get("/metrics", headers=auth(OPERATOR))
+        assert scraped.status_code == 200 and "bonusjudge_http_requests" in scraped.text
+        # An operator key is no tenant: it grades nothing.
+        assert client.post("/v1/grade", json=ITEM, headers=auth(OPERATOR)).status_code == 401
+        assert OPERATOR not in app.state.settings.model_dump_json()
+        for headers in ({}, auth("wrong-key")):
+            assert client.get("/metrics", headers=headers).status_code == 401
+
+
+def test_metrics_without_an_operator_key_is_closed_to_tenants(
+    make_app: Callable[..., FastAPI],
+) -> None:
+    with TestClient(make_app(api_keys=[KEY_A])) as client:
+        assert client.get("/metrics", headers=auth(KEY_A)).status_code == 403
+
+
+def test_metrics_with_no_key_of_either_kind_stays_open(make_app: Callable[..., FastAPI]) -> None:
+    with TestClient(make_app()) as client:  # loopback development: today's behaviour
+        assert client.get("/metrics").status_code == 200
+    with TestClient(make_app(operator_keys=[OPERATOR])) as client:
+        assert client.post("/v1/grade", json=ITEM).status_code == 200
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=auth(OPERATOR)).status_code == 200
 
 
 def test_jobs_of_one_key_are_invisible_to_another(client: TestClient) -> None:

@@ -34,6 +34,9 @@ from standins.processes import ServiceProcess
 
 KEY = "hostile-test-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}
+OPERATOR = "hostile-test-operator-1"
+"""The operator key that reads ``/metrics`` (a tenant's key gets 403 there)."""
+SCRAPE = {"Authorization": f"Bearer {OPERATOR}"}
 CHARTOM = {
     "id": "ct-1", "question": "What does Elizabeth believe?",
     "answer": "She realises Wickham lied to her.",
@@ -52,7 +55,8 @@ def build(
     def app() -> FastAPI:
         grader = make_grader()
         digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
-        return make_app(grader, judge=grader.config, api_keys=[digest], lease_seconds=30.0)
+        return make_app(grader, judge=grader.config, api_keys=[digest], operator_keys=[OPERATOR],
+                        lease_seconds=30.0)
 
     return app
 
@@ -104,7 +108,7 @@ def assert_bounded(body: str, templates: set[str], sent: list[str]) -> None:
 def test_invented_methods_and_unknown_paths_add_no_series(http: TestClient) -> None:
     rng = random.Random(15)
     templates = route_templates(http)
-    before = len(request_series(http.get("/metrics", headers=AUTH).text))
+    before = len(request_series(http.get("/metrics", headers=SCRAPE).text))
     sent: list[str] = []
     for n in range(300):
         method, path = invented_method(rng), unknown_path(rng)
@@ -113,7 +117,7 @@ def test_invented_methods_and_unknown_paths_add_no_series(http: TestClient) -> N
         answer = http.request(method, path if n % 3 else "/healthz")
         assert answer.status_code in (401, 404, 405), answer.status_code
         http.get(path)  # a real method on an unknown path
-    body = http.get("/metrics", headers=AUTH).text
+    body = http.get("/metrics", headers=SCRAPE).text
     assert_bounded(body, templates, sent)
     # A handful of series (route x method x status), not one per request.
     assert len(request_series(body)) - before < 20
@@ -122,7 +126,8 @@ def test_invented_methods_and_unknown_paths_add_no_series(http: TestClient) -> N
 @pytest.mark.process
 def test_a_real_server_keeps_its_metrics_bounded_and_its_files_private(tmp_path: Path) -> None:
     digest = "sha256:" + hashlib.sha256(KEY.encode()).hexdigest()
-    env = {"BONUSJUDGE_API_KEYS": json.dumps([digest])}
+    env = {"BONUSJUDGE_API_KEYS": json.dumps([digest]),
+           "BONUSJUDGE_OPERATOR_KEYS": json.dumps([OPERATOR])}
     args = ["--metrics", "rouge_l", "--cache-dir", str(tmp_path / "svc")]
     rng = random.Random(7)
     with ServiceProcess(args, tmp_path, env=env, ready=False) as svc, httpx.Client(
@@ -139,7 +144,9 @@ def test_a_real_server_keeps_its_metrics_bounded_and_its_files_private(tmp_path:
             raw.sendall(b"QQQQZZZ /nowhere-zz9 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert raw.recv(100).startswith(b"HTTP/1.1 ")
         sent += ["QQQQZZZ", "nowhere-zz9"]
-        metrics = client.get("/metrics", headers=AUTH)
+        refused = client.get("/metrics", headers=AUTH)  # a tenant's key
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "forbidden"
+        metrics = client.get("/metrics", headers=SCRAPE)
         assert metrics.status_code == 200
         assert_bounded(metrics.text, templates, sent)
         assert len(metrics.content) < 64_000, len(metrics.content)
