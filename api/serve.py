@@ -83,15 +83,23 @@ WORKER_START_FAILURE = 3
 """Exit status of a worker whose app failed to build or start (uvicorn's own code for it)."""
 
 
+HTTP_PROTOCOL = "api.http_protocol:ErrorShapeH11Protocol"
+"""uvicorn's h11 protocol answering an unparsable request with the error shape (import path)."""
+
+
 def uvicorn_options() -> dict[str, Any]:
     """The connection limits passed to uvicorn, set explicitly so they cannot drift.
 
-    ``http="h11"``: ``h11_max_incomplete_event_size`` applies to the h11 parser only (httptools,
-    when installed, would be chosen by ``auto`` and ignore it). The event loop is uvicorn's
-    ``auto``: uvloop, a dependency, where it installs (not on Windows), else asyncio's.
+    ``http``: uvicorn's h11 protocol, whose 400 for a request it cannot parse (a negative
+    ``Content-Length``, say) is the service's error body (``api.http_protocol``; named by its
+    import path, so this module imports no uvicorn before serving).
+    ``h11_max_incomplete_event_size`` applies to the h11 parser only (httptools, when installed,
+    would be chosen by ``auto`` and ignore it; it too answers such a request in plain text before
+    the app sees it). The event loop is uvicorn's ``auto``: uvloop, a dependency, where it
+    installs (not on Windows), else asyncio's.
     """
     return {
-        "http": "h11",
+        "http": HTTP_PROTOCOL,
         "timeout_keep_alive": KEEP_ALIVE_SECONDS,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
     }

@@ -22,6 +22,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from uvicorn.importer import import_from_string
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from api.app import JOBS_DB
 from api.jobs import JobStore
@@ -151,6 +153,17 @@ def test_a_real_server_keeps_its_metrics_bounded_and_its_files_private(tmp_path:
         assert_bounded(metrics.text, templates, sent)
         assert len(metrics.content) < 64_000, len(metrics.content)
 
+        # A request the HTTP parser refuses never reaches the app; its 400 has the error shape
+        # all the same (today: text/plain "Invalid HTTP request received.").
+        for bad in (b"-1", b"12abc"):
+            with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as raw:
+                raw.sendall(b"POST /v1/grade HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                            b"application/json\r\nContent-Length: " + bad + b"\r\n\r\n{}")
+                head, _, body = read_all(raw).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), head
+            assert b"content-type: application/json" in head.lower(), head
+            assert json.loads(body)["error"]["type"] == "bad_request", body
+
         # uvicorn's limits: an incomplete header block beyond MAX_HEADER_BYTES is refused (h11
         # checks what it buffers between reads), and idle connections are closed.
         with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as raw:
@@ -174,9 +187,19 @@ def test_a_real_server_keeps_its_metrics_bounded_and_its_files_private(tmp_path:
     assert stat.S_IMODE((cache / "cache.db").stat().st_mode) == 0o600
 
 
+def read_all(raw: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := raw.recv(4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def test_uvicorn_runs_with_explicit_connection_limits() -> None:
     options = uvicorn_options()
-    assert options["http"] == "h11"  # the parser h11_max_incomplete_event_size applies to
+    # h11 (the parser h11_max_incomplete_event_size applies to), answering in the error shape
+    assert options["http"] == "api.http_protocol:ErrorShapeH11Protocol"
+    assert issubclass(import_from_string(options["http"]), H11Protocol)
     assert options["timeout_keep_alive"] == KEEP_ALIVE_SECONDS <= 10
     assert options["h11_max_incomplete_event_size"] == MAX_HEADER_BYTES <= 64 * 1024
 
