@@ -307,6 +307,11 @@ class Settings(BaseSettings):
         description="Bytes of items and results one API key's jobs may keep in the job store "
         "(as stored, compressed); freed when its jobs expire (`retention_days`).",
     )
+    max_retry_passes: int = Field(
+        default=3, ge=0,
+        description="`POST /v1/jobs/{id}/retry-unscored` passes one job may have (each re-sends "
+        "its unscored items); beyond them the route answers 409 naming this limit.",
+    )
     job_lease_seconds: float = Field(
         default=30.0, gt=0, le=3600,
         description="Length of a job lease: a job whose process stopped renewing it (killed, "

@@ -34,11 +34,13 @@ from standins.openai_server.wire import (
     Reply,
     ReplyLike,
     analyse,
+    approx_tokens,
     completion_body,
     completion_tokens,
     error_body,
     pieces,
     prompt_tokens,
+    tiktoken_count,
     unknown_fields,
     validate_body,
 )
@@ -72,6 +74,9 @@ class OpenAIStandIn(LoopbackServer):
             401 ``invalid_api_key`` (as the real API answers a wrong key).
         check_model: Answer a request for a model not in ``models`` with OpenAI's 404
             ``model_not_found`` (off by default: tests name models freely).
+        tokenizer: The tiktoken encoding ``usage`` is counted with, as an OpenAI server counts
+            (``o200k_base`` for the gpt-4o family); None for the deterministic estimate
+            ``max(words, chars / 4)``, which needs no tokenizer.
 
     Raises:
         ConfigError: If an option is out of range or the host is not loopback.
@@ -94,6 +99,7 @@ class OpenAIStandIn(LoopbackServer):
         strict: bool = True,
         api_key: str | None = None,
         check_model: bool = False,
+        tokenizer: str | None = None,
     ) -> None:
         if latency < 0:
             raise ConfigError("latency must be >= 0", field="latency")
@@ -116,6 +122,7 @@ class OpenAIStandIn(LoopbackServer):
         self._decider: FaultDecider | None = None
         self.faults = faults
         self._ledger = Ledger(record_requests)
+        self._count = approx_tokens if tokenizer is None else tiktoken_count(tokenizer)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -302,7 +309,8 @@ class OpenAIStandIn(LoopbackServer):
         if fault == "timeout" and decider is not None:
             await self._pause(decider.plan.timeout_hold)
         self._ledger.count(fault or "ok")
-        prompt, completion = prompt_tokens(body), completion_tokens(reply)
+        prompt = prompt_tokens(body, self._count)
+        completion = completion_tokens(reply, self._count)
         self._ledger.add_tokens(prompt, completion)
         model = str(body.get("model") or self.models[0])
         usage = {

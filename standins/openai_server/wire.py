@@ -8,6 +8,7 @@ that carries it, token counts and OpenAI's error body. Nothing here runs a serve
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -236,23 +237,53 @@ def approx_tokens(text: str) -> int:
     return max(count_words(text), math.ceil(len(text) / 4))
 
 
-def prompt_tokens(body: Mapping[str, Any]) -> int:
-    """``usage.prompt_tokens`` of a request."""
-    # Per-message overhead as in OpenAI's accounting (role and separators).
+TokenCount: TypeAlias = Callable[[str], int]
+"""Counts the tokens of a text: :func:`approx_tokens`, or a tokenizer's (:func:`tiktoken_count`)."""
+
+
+@functools.lru_cache(maxsize=4)
+def tiktoken_count(encoding: str) -> TokenCount:
+    """Token counts with the tiktoken ``encoding`` (``o200k_base`` is the gpt-4o family's).
+
+    The encoding files are the ones litellm ships (read offline); ``TIKTOKEN_CACHE_DIR``, when
+    set, is used instead.
+    """
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    import tiktoken
+
+    if "TIKTOKEN_CACHE_DIR" not in os.environ:
+        spec = importlib.util.find_spec("litellm")
+        if spec is not None and spec.origin is not None:
+            bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+    coder = tiktoken.get_encoding(encoding)
+    return lambda text: len(coder.encode(text, disallowed_special=())) if text else 0
+
+
+def prompt_tokens(body: Mapping[str, Any], count: TokenCount = approx_tokens) -> int:
+    """``usage.prompt_tokens`` of a request.
+
+    Per message the text plus OpenAI's overhead (its role and separators, 4 tokens), 3 to prime
+    the reply, and the tool and response-format definitions as their JSON text (OpenAI renders
+    them in its own, unpublished format: a client's count of those differs a little).
+    """
     total = 3
     for message in body.get("messages") or []:
-        total += 4 + approx_tokens(message_text(message))
+        total += 4 + count(message_text(message))
     for key in ("tools", "response_format"):
         if body.get(key):
-            total += approx_tokens(json.dumps(body[key], separators=(",", ":")))
+            total += count(json.dumps(body[key], separators=(",", ":")))
     return total
 
 
-def completion_tokens(reply: Reply) -> int:
+def completion_tokens(reply: Reply, count: TokenCount = approx_tokens) -> int:
     """``usage.completion_tokens`` of a reply."""
-    total = approx_tokens(reply.content or "") + approx_tokens(reply.refusal or "")
+    total = count(reply.content or "") + count(reply.refusal or "")
     for call in reply.tool_calls:
-        total += approx_tokens(call.name) + approx_tokens(call.arguments)
+        total += count(call.name) + count(call.arguments)
     return total
 
 

@@ -24,6 +24,7 @@ from bonusjudge_client.answers import (
     report_dict,
 )
 from bonusjudge_client.calls import (
+    JSON,
     Call,
     FileInput,
     ItemInput,
@@ -31,10 +32,12 @@ from bonusjudge_client.calls import (
     JudgeInput,
     McqInput,
     PairInput,
+    as_model,
     batch_call,
     calibrate_call,
     check_offset,
     check_poll,
+    dumps,
     extract_call,
     grade_call,
     id_path,
@@ -63,10 +66,12 @@ from bonusjudge_client.wire.schemas import (
     Readiness,
     ReportInfo,
     ReportList,
+    RetryUnscoredBody,
     RubricDetail,
     RubricList,
 )
 from bonusjudge_client.wire.summary import Summary
+from bonusjudge_client.wire.vocab import UnscoredReason
 
 
 class GradingFlows(FlowCore):
@@ -265,13 +270,26 @@ class JobFlows(FlowCore):
         return (yield from self._call_model(Call("DELETE", job_path(job_id)), JobStatus))
 
     @operation
-    def retry_unscored(self, job_id: str) -> Flow[JobStatus]:
+    def retry_unscored(
+        self, job_id: str, *, include: Sequence[UnscoredReason] = ()
+    ) -> Flow[JobStatus]:
         """Grade a finished job's unscored items again (``POST /v1/jobs/{id}/retry-unscored``).
 
         Their results leave the stream until graded again: ``wait`` for the job, then read
-        ``results`` from offset 0.
+        ``results`` from offset 0. Items the judge answered (a refusal, an unusable answer)
+        are re-sent only when ``include`` names their reason; a job has a limited number of
+        passes (409 beyond them), and a pass counts against the key's quotas (429).
+
+        Args:
+            job_id: The job.
+            include: Reasons such as ``refusal`` whose items are re-sent too.
         """
-        call = Call("POST", job_path(job_id) + "/retry-unscored", idempotent=False)
+        path = job_path(job_id) + "/retry-unscored"
+        if not include:
+            call = Call("POST", path, idempotent=False)
+        else:
+            body = as_model(RetryUnscoredBody, {"include": list(include)}, "include")
+            call = Call("POST", path, dumps(body.model_dump(mode="json")), JSON, idempotent=False)
         return (yield from self._call_model(call, JobStatus))
 
 

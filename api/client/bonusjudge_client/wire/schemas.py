@@ -10,7 +10,7 @@ example, so the OpenAPI page documents the whole contract (see ``/docs``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field
 
@@ -20,7 +20,7 @@ from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.options import JudgeOverrides
 from bonusjudge_client.wire.scores import BertScore, RougeScore
-from bonusjudge_client.wire.vocab import Language
+from bonusjudge_client.wire.vocab import Language, UnscoredReason
 
 # -- examples (shared by several models, so they cannot drift apart) ------------------------------
 
@@ -292,6 +292,25 @@ class JobStatus(WireModel):
     config_hash: str = Field(description="Hash of the judge settings that shape its output.")
     detail: str | None = Field(
         default=None, description="Why the job failed or was stopped, when it did."
+    )
+
+
+class RetryUnscoredBody(WireModel):
+    """Body of ``POST /v1/jobs/{id}/retry-unscored`` (optional: no body re-sends the default)."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"include": ["refusal"]}]}
+    )
+
+    include: list[UnscoredReason] = Field(
+        default_factory=list,
+        max_length=len(get_args(UnscoredReason)),
+        description="Re-send items unscored for these reasons too. By default an item is "
+        "graded again only when a task failed for a reason that may change (provider_error, "
+        "rate_limited, timeout, circuit_open, retry_budget_exhausted, cancelled); one the judge "
+        "answered (refusal, not_supported, parse_failure, validation_failure, "
+        "truncated_output, empty_output) would mostly get the same answer, and is re-sent "
+        "only when its reason is listed here.",
     )
 
 
@@ -681,3 +700,87 @@ class ReportList(WireModel):
     """Response of ``GET /v1/reports``."""
 
     reports: list[ReportInfo] = Field(description="Finished reports of the caller, newest first.")
+
+
+# -- estimates -----------------------------------------------------------------------------------
+
+EstimateTaskName = Literal["extract_points", "coverage", "defects"]
+"""A judge task an estimate counts, in the order a run makes its calls."""
+
+
+class EstimateBody(JobBody):
+    """Body of ``POST /v1/estimate``: a batch's or a job's body, plus prices if the model has none.
+
+    Nothing is graded and no judge call is sent: the answer says what grading these items would
+    cost (``EstimateResponse``).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{**JOB_EXAMPLE, "price_in": 0.15, "price_out": 0.6}]},
+    )
+
+    price_in: float | None = Field(
+        default=None, ge=0, description="USD per million prompt tokens, for a model litellm's "
+        "cost map does not price (or to override its price); with `price_out`."
+    )
+    price_out: float | None = Field(
+        default=None, ge=0, description="USD per million completion tokens; with `price_in`."
+    )
+
+
+class TaskEstimate(WireModel):
+    """What one judge task (or all of them) would cost."""
+
+    task: EstimateTaskName | Literal["all"] = Field(
+        description="`extract_points`, `coverage`, `defects`, or `all` for the totals."
+    )
+    calls: int = Field(
+        description="Judge calls the run would send (first attempts), after the cache: a call "
+        "the cache answers costs nothing and is not counted here."
+    )
+    cached: int = Field(description="Calls the cache would answer (no request, no cost).")
+    prompt_tokens: int = Field(
+        description="Prompt tokens of the calls sent, counted with the model's tokenizer on "
+        "the exact first requests (messages and tool or schema definitions)."
+    )
+    completion_tokens: int = Field(
+        description="Expected completion tokens: each task's typical answer size (see "
+        "`completion_method`); a planning figure, not a count."
+    )
+    cost_usd: float | None = Field(
+        description="Price of those tokens in USD; null when the model has no price."
+    )
+
+
+class EstimateResponse(WireModel):
+    """Response of ``POST /v1/estimate``: the judge calls, tokens and price of a run, per task."""
+
+    judge: str = Field(description="Judge model the run would use.")
+    items: int = Field(description="Valid items the run would grade.")
+    invalid: int = Field(description="Items that would not be graded (invalid input).")
+    tasks: list[TaskEstimate] = Field(
+        description="One entry per judge task the run asks (extraction, coverage, defects)."
+    )
+    total: TaskEstimate = Field(description="The sum over the tasks (`task` is `all`).")
+    repeated: int = Field(
+        description="Calls identical to one earlier in the same run, counted once: the run "
+        "sends such a call again only when both are in flight at once."
+    )
+    tokenizer: str | None = Field(
+        description="What counted the prompt tokens (null when no call would be sent)."
+    )
+    price_in: float | None = Field(description="USD per million prompt tokens used, or null.")
+    price_out: float | None = Field(
+        description="USD per million completion tokens used, or null."
+    )
+    price_source: Literal["litellm", "given"] | None = Field(
+        description="Where the prices come from: litellm's offline model cost map, or the "
+        "request (`price_in`/`price_out`); null when there is no price."
+    )
+    completion_method: str = Field(description="How the completion tokens were estimated.")
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the figures leave out or assume (no price for the model, the "
+        "embedded matcher making no call...).",
+    )
