@@ -43,6 +43,7 @@ from core.text import Language, count_words, detect_language, length_cap, trunca
 from judge.cache import Cache, JudgeCache
 from judge.calls import PROVIDER_REASONS, TENANT, Caller, CallerOptions, CallSpec
 from judge.config import JudgeConfig, JudgeOverrides
+from judge.fairness import FairLimiter
 from judge.judges import (
     BONUSJUDGE_VERSION,
     EmbeddedJudge,
@@ -94,6 +95,8 @@ class Grader:
         caller: Makes every judge call (cache, provider, retries, budget, breakers).
         metrics: Computes ROUGE-L and BERTScore (cached, batched).
         stats: The counters of this grader's lifetime.
+        slots: The items in flight, at most the configured concurrency, shared fairly between
+            callers (:class:`~judge.fairness.FairLimiter` keyed by :data:`TENANT`).
     """
 
     def __init__(
@@ -129,7 +132,9 @@ class Grader:
         self._loaded: set[tuple[Any, ...]] = set()
         self.metrics = MetricsRunner(self.caller.cache, self.stats, load=self._ensure_loaded)
         self._matcher = SharedMatcher(self.caller.cache, self.stats, load=self._ensure_loaded)
-        self._semaphore = asyncio.Semaphore(self.config.concurrency)
+        # One slot per item in flight, shared fairly between the callers (TENANT) the grader
+        # grades for, so one caller's queue cannot hold back another's single item.
+        self.slots = FairLimiter(self.config.concurrency)
         self._judges: dict[JudgeConfig, Judge] = {}
         self._mappings: dict[tuple[str, str], CalibratedMapping | None] = {}
         # Validate the default rubric family and mapping now: a bad setting fails at start.
@@ -199,14 +204,17 @@ class Grader:
         config: JudgeConfig | None = None,
         item_id: str | None = None,
     ) -> GradeResult:
-        """Grade one request (bounded by the grader's concurrency limit).
+        """Grade one request, in one of the grader's slots.
+
+        The slots (the concurrency limit) are shared fairly between callers: the item waits
+        behind its own caller's (:data:`TENANT`) earlier items, not behind everyone's.
 
         Args:
             request: The item.
             config: A full judge configuration for this call (default: the grader's).
             item_id: Id to report when the request has none (e.g. the input line number).
         """
-        async with self._semaphore:
+        async with self.slots.slot(TENANT.get()):
             return await self._grade(request, config or self.config, item_id)
 
     async def grade_many(
