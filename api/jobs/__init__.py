@@ -24,7 +24,7 @@ from api.jobs.codec import pack, unpack
 from api.jobs.database import STORE_ERRORS
 from api.jobs.items import JobItem
 from api.jobs.manager import JobManager, JobRunner
-from api.jobs.policy import Quota, Usage, check_request
+from api.jobs.policy import FINAL_REASONS, Quota, RetryPolicy, Usage, check_request
 from api.jobs.schema import GRADE, SCHEMA_REVISION, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JOBS_DB, JobStore, open_store
@@ -46,6 +46,7 @@ from api.jobs.uploads import (
 from api.jobs.worker import Worker
 
 __all__ = [
+    "FINAL_REASONS",
     "GRADE",
     "JOBS_DB",
     "JSONL_MEDIA_TYPE",
@@ -60,6 +61,7 @@ __all__ = [
     "JobUpload",
     "Quota",
     "RawItem",
+    "RetryPolicy",
     "Upload",
     "UploadDoc",
     "Usage",

@@ -191,6 +191,24 @@ class ItemRows:
         found = {REQUESTS: row.request_dict, RESULTS: row.result_dict}
         return {tag: bytes(value) for tag, value in found.items() if value is not None}
 
+    def unscored(self, conn: Connection, job_id: str) -> list[tuple[int, list[str], int]]:
+        """A job's unscored results, read in the caller's transaction.
+
+        Returns:
+            ``(index, the result's "task: reason" entries, stored size)`` per result.
+        """
+        rows = conn.execute(
+            select(results.c.idx, results.c.result, results.c.size)
+            .where(results.c.job_id == job_id, results.c.status == "unscored")
+            .order_by(results.c.idx)
+        ).all()
+        dicts = self._dicts(conn, job_id) if rows else {}
+        out = []
+        for row in rows:
+            reasons = json.loads(unpack(row.result, dicts)).get("unscored_reasons") or []
+            out.append((int(row.idx), [str(r) for r in reasons], int(row.size)))
+        return out
+
     def item_errors(self, job_id: str) -> list[tuple[int, int | None, str]]:
         """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""
         query = (

@@ -17,7 +17,7 @@ from typing import Any
 
 from api.errors import NotFound
 from api.jobs.items import JobItem
-from api.jobs.policy import Quota
+from api.jobs.policy import Quota, RetryPolicy
 from api.jobs.schema import GRADE, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JobStore
@@ -203,18 +203,24 @@ class JobManager:
         self.worker.cancel(job_id)
         return await self.status(job_id, owner, kind)
 
-    async def retry_unscored(self, job_id: str, owner: str) -> JobStatus:
+    async def retry_unscored(
+        self, job_id: str, owner: str, *, retry: RetryPolicy, quota: Quota | None = None
+    ) -> JobStatus:
         """Grade a finished job's unscored items again (as the CLI's ``--retry-unscored``).
+
+        Only those ``retry`` re-sends, within its passes and ``owner``'s ``quota``
+        (``JobStore.reset_unscored``).
 
         Raises:
             NotFound: no such grading job for this owner.
-            Conflict: the job is not done.
+            Conflict: the job is not done, or has had its retry passes.
+            QuotaExceeded: the items would take ``owner`` over a limit of ``quota``.
         """
         run_here = self.worker.has_room(GRADE)
         reset = await asyncio.to_thread(
             lambda: self.store.reset_unscored(
                 job_id, owner, lease_owner=self.token if run_here else None,
-                lease_seconds=self.lease_seconds,
+                lease_seconds=self.lease_seconds, retry=retry, quota=quota,
             )
         )
         if reset is None:

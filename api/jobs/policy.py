@@ -10,16 +10,19 @@ stores a job, for the quotas) and the worker applies the answers:
 * ``make_room``: a full process hands a slot of the busiest owner over to a waiting one.
 * ``share``: each running job has at most its share of the grader's concurrency in flight.
 * ``check_request``: the service's own limits on one request (bonus points per item).
+* ``RetryPolicy``: which unscored items ``retry-unscored`` re-sends, and how many passes a job
+  gets (the job's quota is checked as for a new job).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from api.errors import QuotaExceeded
+from api.errors import Conflict, QuotaExceeded
 from bonusjudge_client.wire.grading import GradeRequest
+from bonusjudge_client.wire.vocab import UnscoredReason
 from core.errors import InputError
 from judge.config import Settings
 
@@ -92,6 +95,66 @@ class Quota:
                 f"quota exceeded: at most {self.max_stored_bytes} stored bytes per API key; "
                 f"this key's jobs keep {usage.stored} and the job needs {stored}; finished jobs "
                 "are removed after the retention period",
+            )
+
+
+FINAL_REASONS: frozenset[UnscoredReason] = frozenset({
+    "refusal", "not_supported", "parse_failure", "validation_failure", "truncated_output",
+    "empty_output",
+})
+"""Unscored reasons a retry of the same prompt does not change: the judge answered it.
+
+A refusal, a task the judge cannot do, and an answer that stayed unusable after the caller's
+own re-asks (unparseable, invalid, cut off at the token limit, empty) are the judge's reply to
+that exact prompt; with the same judge configuration (a job's cannot change) sending it again
+mostly buys the same reply: 100 refusing items over 6 passes cost 3,600 provider requests. The
+other reasons (provider errors, rate limits, timeouts, an open circuit, a spent retry budget,
+a cancelled call) say nothing about the item and are re-sent.
+"""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """What one ``retry-unscored`` pass re-sends, and how many passes a job may have.
+
+    Attributes:
+        max_passes: Passes per job (``Settings.max_retry_passes``).
+        include: Reasons of :data:`FINAL_REASONS` the request asks to re-send all the same.
+    """
+
+    max_passes: int
+    include: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, include: Sequence[str] = ()) -> RetryPolicy:
+        """The service's pass limit, with the reasons a request includes."""
+        return cls(max_passes=settings.max_retry_passes, include=frozenset(include))
+
+    def resends(self, reasons: Sequence[str]) -> bool:
+        """Whether an unscored result with these ``task: reason`` entries is graded again.
+
+        It is when any of its tasks failed for a reason that may change (or one included).
+        """
+        if not reasons:
+            return True  # no reason recorded: nothing says a retry is pointless
+        for entry in reasons:
+            reason = entry.rpartition(": ")[2]
+            if reason not in FINAL_REASONS or reason in self.include:
+                return True
+        return False
+
+    def check(self, job_id: str, passes: int) -> None:
+        """Refuse a pass beyond the job's limit.
+
+        Raises:
+            Conflict: ``passes`` already made is the limit (409, naming it).
+        """
+        if passes >= self.max_passes:
+            raise Conflict(
+                f"job {job_id} has had its {passes} retry pass(es): at most "
+                f"{self.max_passes} per job (max_retry_passes); submit its unscored items as "
+                "a new job to grade them again",
+                field="job_id",
             )
 
 

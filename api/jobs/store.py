@@ -28,7 +28,7 @@ from api.jobs.database import STORE_ERRORS, Database, open_database
 from api.jobs.files import StoredFiles
 from api.jobs.items import ItemRows, JobItem
 from api.jobs.migrate import upgrade
-from api.jobs.policy import Quota, Usage
+from api.jobs.policy import Quota, RetryPolicy, Usage
 from api.jobs.schema import (
     ACTIVE,
     FINISHED,
@@ -65,9 +65,9 @@ def _findable(key: str) -> bool:
 
 
 def _locked_status(conn: Connection, job_id: str, owner: str) -> Any:
-    """The status and kind of ``owner``'s job, its row locked for this transaction (or None)."""
+    """The status, kind and options of ``owner``'s job, its row locked (or None)."""
     return conn.execute(
-        select(jobs.c.status, jobs.c.kind)
+        select(jobs.c.status, jobs.c.kind, jobs.c.options)
         .where(jobs.c.id == job_id, jobs.c.owner == owner)
         .with_for_update()
     ).first()
@@ -224,20 +224,35 @@ class JobStore:
         return True
 
     def reset_unscored(
-        self, job_id: str, owner: str, *, lease_owner: str | None, lease_seconds: float
+        self,
+        job_id: str,
+        owner: str,
+        *,
+        lease_owner: str | None,
+        lease_seconds: float,
+        retry: RetryPolicy,
+        quota: Quota | None = None,
     ) -> int | None:
         """Put a finished grading job's unscored items back in the queue; returns how many.
 
-        Their stored results are removed (the results stream then holds them only once they
-        are graded again) and the job is queued again, leased to ``lease_owner`` when given.
+        Only the items ``retry`` re-sends go back (a refusal stays, unless included); their
+        stored results are removed (the results stream then holds them only once they are
+        graded again) and the job is queued again, leased to ``lease_owner`` when given, as
+        one more of its retry passes. The items left out are named in the job's ``detail``.
         None when there is no such grading job of ``owner``.
 
         Raises:
-            Conflict: the job is not ``done`` (still running, cancelled or failed).
+            Conflict: the job is not ``done`` (still running, cancelled or failed), or has had
+                its ``retry.max_passes`` passes.
+            QuotaExceeded: queueing the items again would take ``owner`` over ``quota`` (the
+                job counts as an active job again, its items as unfinished ones).
         """
         if not _findable(job_id):
             return None
         with self.db.tx() as conn:
+            if quota is not None:
+                # The same turn-taking as ``create``: the usage read here holds until commit.
+                self.db.lock(conn, f"quota:{owner}")
             row = _locked_status(conn, job_id, owner)
             if row is None or row.kind != GRADE:
                 return None
@@ -247,23 +262,40 @@ class JobStore:
                     "items can be graded again",
                     field="job_id",
                 )
-            unscored = (results.c.job_id == job_id) & (results.c.status == "unscored")
-            freed = int(conn.execute(
-                select(func.coalesce(func.sum(results.c.size), 0)).where(unscored)
-            ).scalar_one())
-            reset = conn.execute(delete(results).where(unscored)).rowcount
-            if reset:
-                now = self.db.now()
-                conn.execute(
-                    update(jobs).where(jobs.c.id == job_id).values(
-                        status="queued", detail=None, done=jobs.c.done - reset,
-                        unscored=jobs.c.unscored - reset,
-                        bytes=case((jobs.c.bytes > freed, jobs.c.bytes - freed), else_=0),
-                        lease_owner=lease_owner,
-                        lease_expires=now + lease_seconds if lease_owner else 0.0,
-                        updated_at=now,
-                    )
+            options = json.loads(row.options or "{}")
+            passes = int(options.get("retry_passes", 0))
+            unscored = self.items.unscored(conn, job_id)
+            chosen = [(idx, size) for idx, reasons, size in unscored if retry.resends(reasons)]
+            kept = len(unscored) - len(chosen)
+            detail = (
+                f"{kept} unscored item(s) not graded again: the judge answered their prompts "
+                "(a refusal or an unusable answer); name the reasons in `include` to re-send them"
+                if kept else None
+            )
+            if not chosen:
+                if kept:
+                    conn.execute(update(jobs).where(jobs.c.id == job_id).values(detail=detail))
+                return 0
+            retry.check(job_id, passes)
+            if quota is not None:
+                quota.check(self._usage(conn, owner), len(chosen), 0)
+            indexes = [idx for idx, _ in chosen]
+            freed = sum(size for _, size in chosen)
+            reset = conn.execute(
+                delete(results).where(results.c.job_id == job_id, results.c.idx.in_(indexes))
+            ).rowcount
+            now = self.db.now()
+            conn.execute(
+                update(jobs).where(jobs.c.id == job_id).values(
+                    status="queued", detail=detail, done=jobs.c.done - reset,
+                    unscored=jobs.c.unscored - reset,
+                    bytes=case((jobs.c.bytes > freed, jobs.c.bytes - freed), else_=0),
+                    options=json.dumps({**options, "retry_passes": passes + 1}),
+                    lease_owner=lease_owner,
+                    lease_expires=now + lease_seconds if lease_owner else 0.0,
+                    updated_at=now,
                 )
+            )
         return int(reset)
 
     def purge(self, before: float, limit: int = 200) -> list[tuple[str, str]]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import ConfigDict, field_validator
 
 from api.deps import JobContextDep, JobsDep, OwnerDep
 from api.errors import ERROR_RESPONSES, error_responses
 from api.jobs import GRADE, UploadDoc, read_job_upload
 from api.routes.common import add_results_route
-from api.services.jobs import list_grading_jobs, submit_grading_job
+from api.services.jobs import list_grading_jobs, retry_unscored_items, submit_grading_job
 from bonusjudge_client.wire.options import comma_list
 from bonusjudge_client.wire.schemas import (
     JOB_EXAMPLE,
@@ -21,6 +21,7 @@ from bonusjudge_client.wire.schemas import (
     JobList,
     JobState,
     JobStatus,
+    RetryUnscoredBody,
 )
 from judge.aggregate import Summary
 from judge.config import JudgeOverrides
@@ -130,15 +131,24 @@ async def job_summary(job_id: str, jobs: JobsDep, owner: OwnerDep) -> Summary:
 
 @router.post(
     "/{job_id}/retry-unscored", status_code=202, operation_id="retryUnscored",
-    summary="Grade a job's unscored items again", responses=error_responses(404, 409),
+    summary="Grade a job's unscored items again", responses=error_responses(404, 409, 429),
 )
-async def retry_unscored(job_id: str, jobs: JobsDep, owner: OwnerDep) -> JobStatus:
+async def retry_unscored(
+    job_id: str,
+    context: JobContextDep,
+    # Optional: a POST with no body re-sends the default reasons. A default factory (rather
+    # than None) keeps the documented body a plain reference to its schema.
+    body: Annotated[RetryUnscoredBody, Body(default_factory=RetryUnscoredBody)],
+) -> JobStatus:
     """Queue a finished job's unscored items again (e.g. after a provider outage).
 
     Their old results leave the results stream and come back once graded; read the results from
-    offset 0 again. A job that is not `done` answers 409.
+    offset 0 again. Items the judge answered (a refusal, an unusable answer) are not re-sent
+    unless `include` names their reason; those left out are counted in the job's `detail`. A
+    job that is not `done`, or has had its `max_retry_passes` passes (3 by default), answers
+    409; a pass that would take the key over its job or item quota answers 429.
     """
-    return await jobs.retry_unscored(job_id, owner)
+    return await retry_unscored_items(job_id, body, context)
 
 
 @router.delete(

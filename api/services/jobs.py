@@ -1,7 +1,8 @@
 """Grading jobs: submitting an upload and listing a caller's jobs.
 
 Watching, streaming, summarising and cancelling a job are the job manager's own operations
-(``api.jobs.JobManager``); what is here needs the service's settings and judge selection too.
+(``api.jobs.JobManager``); what is here needs the service's settings and judge selection too
+(a retry pass is held to the settings' pass limit and the key's quotas).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 import asyncio
 
 from api.deps import JobContext
-from api.jobs import GRADE, JobManager, JobUpload, Quota, build_items, job_status
+from api.jobs import GRADE, JobManager, JobUpload, Quota, RetryPolicy, build_items, job_status
 from api.services.judges import select_judge
-from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus
+from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus, RetryUnscoredBody
 from core.errors import InputError
 from judge.config import JudgeOverrides
 
@@ -42,6 +43,26 @@ async def submit_grading_job(
     return await context.jobs.submit(
         owner=context.owner, items=items, overrides=overrides, config=config,
         quota=Quota.from_settings(settings),
+    )
+
+
+async def retry_unscored_items(
+    job_id: str, body: RetryUnscoredBody, context: JobContext
+) -> JobStatus:
+    """Queue the caller's finished job's unscored items again, within its limits.
+
+    Items the judge answered (a refusal, an unusable answer: ``api.jobs.FINAL_REASONS``) are
+    left out unless ``body.include`` names their reason; the pass counts against the job's
+    ``max_retry_passes`` and the key's quotas, as a new job would.
+
+    Raises:
+        NotFound: no such grading job of the caller.
+        Conflict: the job is not done, or has had its retry passes.
+        QuotaExceeded: the items would take the caller over a quota.
+    """
+    return await context.jobs.retry_unscored(
+        job_id, context.owner, retry=RetryPolicy.from_settings(context.settings, body.include),
+        quota=Quota.from_settings(context.settings),
     )
 
 

@@ -114,7 +114,11 @@ def test_retry_unscored_regrades_a_finished_jobs_unscored_items(
 
         refusing["on"] = False  # whatever made them fail is gone
         before = len(calls)
-        queued = client.retry_unscored(job.id)
+        # A refusal is the judge's answer to that prompt: not re-sent unless asked for.
+        kept = client.retry_unscored(job.id)
+        assert (kept.status, kept.unscored) == ("done", 2) and len(calls) == before
+        assert kept.detail is not None and kept.detail.startswith("2 unscored item(s) not graded")
+        queued = client.retry_unscored(job.id, include=["refusal"])
         assert queued.status in ("queued", "running", "done")
         status = wait_done(http, job.id)
         assert (status["status"], status["done"], status["scored"], status["unscored"]) == (
