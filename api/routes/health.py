@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Depends, Response
 from fastapi.responses import JSONResponse
 
-from api.deps import GraderDep, ObservabilityDep, WarmupDep, require_operator
+from api.deps import GraderDep, JobsDep, ObservabilityDep, WarmupDep, require_operator
 from api.errors import error_responses
 from api.observability import METRICS_CONTENT_TYPE
 from api.services.health import readiness
@@ -26,13 +26,13 @@ async def healthz() -> Health:
     "/readyz", operation_id="getReadiness", summary="Readiness", response_model=Readiness,
     responses={503: {"model": Readiness, "description": "Not ready; see the failing checks."}},
 )
-async def readyz(warmup: WarmupDep, grader: GraderDep) -> JSONResponse:
-    """Encoder loaded (when the default judge needs it), judge answering; cache degradation.
+async def readyz(warmup: WarmupDep, grader: GraderDep, jobs: JobsDep) -> JSONResponse:
+    """Encoder loaded (if needed), job store writable now, judge answering; cache degradation.
 
     The judge answers when it is configured, its circuit breaker is closed and its last answer
     was no refusal of the credentials.
     """
-    body = await readiness(warmup, grader)
+    body = await readiness(warmup, grader, jobs.store)
     return JSONResponse(body.model_dump(), status_code=200 if body.ready else 503)
 
 

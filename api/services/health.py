@@ -1,4 +1,11 @@
-"""The readiness checks behind ``/readyz``: encoder, cache and judge.
+"""The readiness checks behind ``/readyz``: encoder, job store, cache and judge.
+
+The job store check is what is true now: a write transaction that runs ``SELECT 1`` (so a
+Postgres that is down, or a SQLite file another process keeps locked, fails it) within
+``STORE_TIMEOUT`` seconds, and for a SQLite file the room it has to grow (free bytes on its
+volume, and this process's file-size limit): under ``STORE_MIN_ROOM`` the store is full, and
+every job route would answer 503. The answer is kept ``STORE_CHECK_TTL`` seconds and one probe
+runs at a time, so a flood of probes costs the store at most one transaction a second.
 
 The judge check reports the default judge's state as its judge calls left it, so answering
 ``/readyz`` costs no judge call: its circuit breaker open (an outage: ``circuit_open``) or its
@@ -14,7 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import resource
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from sqlalchemy import text
+
+from api.jobs import JobStore
 from api.observability import EncoderWarmup
 from api.services.judges import LLM_METRICS
 from bonusjudge_client.wire.schemas import Readiness, ReadyCheck
@@ -23,17 +39,100 @@ from judge.engine import Grader
 _PROBES: set[asyncio.Task[None]] = set()
 """Probe requests in flight, held so the event loop does not drop them before they end."""
 
+STORE_TIMEOUT = 2.0
+"""Seconds the job store check may take before the store counts as unavailable."""
 
-async def readiness(warmup: EncoderWarmup, grader: Grader) -> Readiness:
-    """Encoder loaded (when the default judge needs it), judge answering; cache degradation.
+STORE_CHECK_TTL = 1.0
+"""Seconds a job store check's answer is reused (a probe flood costs one transaction a second)."""
+
+STORE_MIN_ROOM = 1_000_000
+"""Bytes a SQLite job store needs room to grow by to be ready: one large job's items."""
+
+
+@dataclass
+class _StoreProbe:
+    """The last job store check of one store, and the check under way, if any."""
+
+    checked_at: float = -math.inf
+    answer: ReadyCheck | None = None
+    running: asyncio.Task[ReadyCheck] | None = field(default=None, repr=False)
+
+
+_STORE_PROBES: weakref.WeakKeyDictionary[JobStore, _StoreProbe] = weakref.WeakKeyDictionary()
+"""Each store's probe state (weak: an app's store goes with the app, in tests too)."""
+
+
+async def readiness(warmup: EncoderWarmup, grader: Grader, store: JobStore) -> Readiness:
+    """Encoder loaded (if needed), job store writable now, judge answering; cache degradation.
 
     The judge answers when it is configured, its circuit breaker is closed and its last answer
     was no refusal of the credentials.
     """
     cache, degraded = await _cache_check(grader)
-    checks = {"encoder": warmup.check(), "cache": cache, "judge": _judge_check(grader)}
+    checks = {"encoder": warmup.check(), "store": await store_check(store), "cache": cache,
+              "judge": _judge_check(grader)}
     ready = all(check.ok for check in checks.values())
     return Readiness(ready=ready, checks=checks, degraded=degraded)
+
+
+async def store_check(store: JobStore) -> ReadyCheck:
+    """The job store's check: reachable and writable within ``STORE_TIMEOUT``, with room to grow.
+
+    Reuses an answer younger than ``STORE_CHECK_TTL``, and joins a check under way rather than
+    starting another; a check that outlives its timeout ends on its thread meanwhile. The detail
+    names the kind of failure, never the URL, the path or the driver's text (``/readyz`` needs
+    no key).
+    """
+    probe = _STORE_PROBES.setdefault(store, _StoreProbe())
+    if probe.answer is not None and time.monotonic() - probe.checked_at < STORE_CHECK_TTL:
+        return probe.answer
+    if probe.running is None or probe.running.done():
+        probe.running = asyncio.create_task(asyncio.to_thread(_probe_store, store))
+    try:
+        answer = await asyncio.wait_for(asyncio.shield(probe.running), STORE_TIMEOUT)
+    except TimeoutError:
+        answer = ReadyCheck(
+            ok=False, detail=f"store_unavailable: no answer within {STORE_TIMEOUT:g} s"
+        )
+    probe.answer, probe.checked_at = answer, time.monotonic()
+    return answer
+
+
+def _probe_store(store: JobStore) -> ReadyCheck:
+    """One check of ``store``, on a worker thread (never raises)."""
+    kind = "postgres" if store.path is None else "sqlite"
+    try:
+        with store.db.tx() as conn:  # SQLite: takes the write lock, as a job write would
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        return ReadyCheck(
+            ok=False, detail=f"store_unavailable: the {kind} job store cannot be reached or "
+            f"written ({type(exc).__name__})",
+        )
+    if store.path is not None:
+        room = _room(store.path)
+        if room < STORE_MIN_ROOM:
+            return ReadyCheck(
+                ok=False, detail=f"store_full: the sqlite job store has {room:,} bytes left to "
+                "grow (its disk, or this process's file-size limit); job routes answer 503",
+            )
+    return ReadyCheck(ok=True, detail=f"{kind}: writable")
+
+
+def _room(database: Path) -> int:
+    """Bytes ``database`` (a SQLite file) can still grow by.
+
+    Its volume's free space, and the process's file-size limit (``RLIMIT_FSIZE``) less the size
+    of its largest file.
+    """
+    stats = os.statvfs(database.parent)
+    room = stats.f_bavail * stats.f_frsize
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if limit != resource.RLIM_INFINITY:
+        sizes = [p.stat().st_size for p in (database, database.with_name(database.name + "-wal"))
+                 if p.exists()]
+        room = min(room, limit - max(sizes, default=0))
+    return max(room, 0)
 
 
 async def _cache_check(grader: Grader) -> tuple[ReadyCheck, bool]:

@@ -150,7 +150,7 @@ def test_health_and_ready(client: TestClient) -> None:
     assert ready.status_code == 200
     body = ready.json()
     assert body["ready"] is True
-    assert set(body["checks"]) == {"encoder", "cache", "judge"}
+    assert set(body["checks"]) == {"encoder", "store", "cache", "judge"}
     assert body["checks"]["judge"]["detail"] == "fake/judge"
 
 

@@ -27,6 +27,8 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 
 KEY = "client-test-key"
+OPERATOR_KEY = "client-test-operator-key"
+"""Reads /metrics, which a tenant's key may not (403)."""
 OTHER_KEY = "someone-else"
 
 
@@ -65,6 +67,7 @@ def app_and_fake(
         grader,
         judge=grader.config,
         api_keys=[KEY, OTHER_KEY],
+        operator_keys=[OPERATOR_KEY],
         allowed_models=[],
         max_batch=8,
         max_bonus_points=4,  # below the client-side limit (32): lets a valid item fail service-side
@@ -103,7 +106,7 @@ def test_health_ready_and_rubrics(served: tuple[JudgeClient, TestClient, FakePro
     client, _, _ = served
     assert client.health().status == "ok"
     ready = client.ready()
-    assert set(ready.checks) == {"encoder", "cache", "judge"}
+    assert set(ready.checks) == {"encoder", "store", "cache", "judge"}
     listing = client.rubrics()
     assert "chartom" in listing.families
     first = listing.rubrics[0]
@@ -242,9 +245,9 @@ def test_job_from_jsonl_file_with_judge(
 
 
 def test_prometheus_text(served: tuple[JudgeClient, TestClient, FakeProvider]) -> None:
-    client, _, _ = served
-    client.health()
-    assert "# HELP" in client.prometheus()
+    _, http, _ = served
+    operator = JudgeClient(api_key=OPERATOR_KEY, http_client=http, retry=RetryPolicy(retries=0))
+    assert "# HELP" in operator.prometheus()
 
 
 # -- async --------------------------------------------------------------------------------------

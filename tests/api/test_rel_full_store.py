@@ -78,6 +78,12 @@ def test_a_full_store_answers_503_and_the_service_stays_up(tmp_path: Path) -> No
         assert answer.json()["error"]["type"] == "store_unavailable"
         assert str(tmp_path) not in answer.text
         assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+        # /readyz says so (issue 31.5; it said ready before), naming the store, not its path.
+        ready = httpx.get(url + "/readyz", timeout=10)
+        assert ready.status_code == 503, ready.text
+        store = ready.json()["checks"]["store"]
+        assert not store["ok"] and store["detail"].startswith("store_full:"), store
+        assert str(tmp_path) not in ready.text
         listed = httpx.get(url + "/v1/jobs", timeout=10).json()["jobs"]
         assert any(j["status"] == "done" for j in listed if j["id"] != warm)
     finally:
