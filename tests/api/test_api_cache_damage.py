@@ -109,3 +109,21 @@ def test_a_healthy_cache_is_not_degraded(app: FastAPI) -> None:
         body = client.get("/readyz").json()
     assert body["degraded"] is False
     assert body["checks"]["cache"] == {"ok": True, "detail": "writable"}
+
+
+def test_one_transient_cache_error_is_degraded_then_ok(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def disk_full(self: diskcache.Cache, *args: Any, **kwargs: Any) -> bool:
+        raise OSError(28, "No space left on device")
+
+    with TestClient(app) as client:
+        assert client.get("/readyz").json()["degraded"] is False
+        monkeypatch.setattr(diskcache.Cache, "set", disk_full)
+        assert client.post("/v1/grade", json=ITEM).status_code == 200  # its writes fail
+        assert client.get("/readyz").json()["degraded"] is True
+        monkeypatch.undo()  # the disk has room again
+        body = client.get("/readyz").json()
+        # What is true now: writable again (it said degraded until restart, before ac1a443).
+        assert body["ready"] is True and body["degraded"] is False, body
+        assert "cache error(s) since start" in body["checks"]["cache"]["detail"]
