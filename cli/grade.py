@@ -24,6 +24,7 @@ from cli.common import (
     settings_from_args,
     write_output,
 )
+from cli.estimate import add_estimate_options, check_estimate_options, run_estimate
 from core.errors import ConfigError
 from core.jsonl import BadLine
 from judge.config import CHARTOM_WINDOWS, JudgeConfig, JudgeOverrides, Settings
@@ -44,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     """Add the ``grade`` subcommand to the ``bonusjudge`` parser."""
     grade = subparsers.add_parser("grade", help="grade a JSONL file of CharToM-format items")
     grade.add_argument("input", type=Path, help="input JSONL (CharToM items with `response`)")
-    grade.add_argument("--out", type=Path, required=True, help="results JSONL (resumable)")
+    grade.add_argument(
+        "--out", type=Path, help="results JSONL (resumable); required unless --estimate"
+    )
     grade.add_argument("--summary", type=Path, help="write the aggregate summary JSON here")
     add_model_options(
         grade, JudgeConfig, ["context_window"],
@@ -75,6 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "(credentials and the model name are still checked)",
     )
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_estimate_options(grade)
     add_judge_options(grade)
     grade.set_defaults(func=run)
 
@@ -129,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     """
     from judge.io import check_input_file
 
+    check_estimate_options(args)
+    if args.estimate:
+        return _estimate(args)
     settings = settings_from_args(args)
     check_input_file(args.input, "input")
     check_outputs({"out": args.out, "summary": args.summary})
@@ -146,6 +153,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate(args: argparse.Namespace) -> int:
+    """``--estimate``: the cost of grading the input, here or by ``--server``; nothing graded.
+
+    Raises:
+        ConfigError: an invalid option or setting, or a service that cannot be reached.
+        InputError: the input cannot be read, or only one of the prices was given.
+    """
+    from judge.io import check_input_file
+
+    settings_from_args(args)  # an invalid option or setting stops it before reading the input
+    check_input_file(args.input, "input")
+    problems: list[BadLine] = []
+    entries = [(item_id, with_id(item_id, request)) for item_id, request in
+               entries_of(args, problems)]
+    client = server_client(args) if args.server else None
+    return run_estimate(args, entries, len(problems), client, server_overrides(args))
+
+
 def _first_pass(args: argparse.Namespace) -> tuple[list[BadLine], list[str], Entry | None]:
     """Validate every line; keep the bad ones, the item ids and the first item.
 
@@ -155,7 +180,7 @@ def _first_pass(args: argparse.Namespace) -> tuple[list[BadLine], list[str], Ent
     problems: list[BadLine] = []
     ids: list[str] = []
     first: Entry | None = None
-    for entry in _entries(args, problems):
+    for entry in entries_of(args, problems):
         first = first or entry
         ids.append(entry[0])
     return problems, ids, first
@@ -208,7 +233,7 @@ def _grade_into(
             emit(early)  # the service's probe graded it already
             skip.add(early.id)
         total = sum(1 for item_id in ids if item_id not in skip)
-        todo = ((item_id, req) for item_id, req in _entries(args) if item_id not in skip)
+        todo = ((item_id, req) for item_id, req in entries_of(args) if item_id not in skip)
         extra = grading.grade(todo, total, emit)
         if args.order == "input":
             order = {item_id: n for n, item_id in enumerate(ids)}
@@ -321,7 +346,7 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
         print(warning, file=sys.stderr)
 
 
-def _entries(
+def entries_of(
     args: argparse.Namespace, problems: list[BadLine] | None = None
 ) -> Iterator[Entry]:
     """The input's valid items, ``(item_id, request)``, in order and up to ``--limit``.
@@ -362,7 +387,7 @@ def _resume(
     # only when resuming).
     wanted = {
         item_id: request.content_hash()
-        for item_id, request in _entries(args)
+        for item_id, request in entries_of(args)
         if item_id in writer.done
     }
     for item_id, obj in writer.done.items():
@@ -478,7 +503,7 @@ def _local_only_options() -> list[tuple[str, str]]:
     ]
 
 
-def _server_client(args: argparse.Namespace) -> JudgeClient:
+def server_client(args: argparse.Namespace) -> JudgeClient:
     """The client for ``--server``; refuses options the service would silently ignore.
 
     Raises:
@@ -500,7 +525,7 @@ def _server_client(args: argparse.Namespace) -> JudgeClient:
     return JudgeClient(args.server)
 
 
-def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+def server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
     """The judge options given on the command line, as the service's per-request overrides."""
     judge = {
         name: getattr(args, name) for name in JudgeOverrides.model_fields
@@ -509,7 +534,7 @@ def _server_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
     return judge or None
 
 
-def _with_id(item_id: str, request: GradeRequest) -> GradeRequest:
+def with_id(item_id: str, request: GradeRequest) -> GradeRequest:
     """The request with its id set (the line number when the input gave none)."""
     return request if request.id else request.model_copy(update={"id": item_id})
 
@@ -526,8 +551,8 @@ class _ServerGrading:
     def __init__(self, args: argparse.Namespace, config: JudgeConfig) -> None:
         self._args = args
         self._config = config
-        self._client = _server_client(args)
-        self._overrides = _server_overrides(args)
+        self._client = server_client(args)
+        self._overrides = server_overrides(args)
         self._probe: GradeResult | None = None
 
     def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
@@ -548,7 +573,7 @@ class _ServerGrading:
             return JudgeStamp("", self._config.judge_version, metrics), None
         item_id, request = first
         try:
-            self._probe = self._client.grade(_with_id(item_id, request), judge=self._overrides)
+            self._probe = self._client.grade(with_id(item_id, request), judge=self._overrides)
         except JudgeClientError as exc:
             raise ConfigError(f"server: {exc}", field="server") from exc
         # The service's judge, as its answer names it (its matcher may not be ours).
@@ -573,7 +598,7 @@ class _ServerGrading:
         if self._probe is not None:
             calls.add(self._probe)
         failed = 0
-        requests = [_with_id(item_id, req) for item_id, req in todo]
+        requests = [with_id(item_id, req) for item_id, req in todo]
         for _, outcome in self._client.grade_stream(
             requests, judge=self._overrides, progress=not self._args.quiet
         ):

@@ -313,6 +313,21 @@ def job_call(items: Iterable[ItemInput] | None, file: FileInput | None, judge: J
     )
 
 
+def estimate_call(
+    items: Iterable[ItemInput], judge: JudgeInput, price_in: float | None, price_out: float | None
+) -> Call:
+    """``POST /v1/estimate``: a job's items (mappings as they are), the judge and any prices."""
+    given = [_as_given(item, i, GradeRequest, "a GradeRequest") for i, item in enumerate(items)]
+    body = with_judge({"items": _non_empty(given, "items")}, judge)
+    for name, price in (("price_in", price_in), ("price_out", price_out)):
+        if price is not None:
+            if not isinstance(price, int | float) or price < 0:
+                raise ClientInputError(f"{name} must be a number >= 0", field=name)
+            body[name] = price
+    # Nothing is graded or stored: asking again is safe.
+    return Call("POST", "/v1/estimate", dumps(body), JSON, spread=True)
+
+
 def extract_call(request: ExtractRequest | Mapping[str, Any], judge: JudgeInput) -> Call:
     """``POST /v1/bonus-points``: the request's fields plus the judge selection."""
     body = with_judge(request_fields(as_model(ExtractRequest, request, "request")), judge)

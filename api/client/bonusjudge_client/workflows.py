@@ -38,6 +38,7 @@ from bonusjudge_client.calls import (
     check_offset,
     check_poll,
     dumps,
+    estimate_call,
     extract_call,
     grade_call,
     id_path,
@@ -56,6 +57,7 @@ from bonusjudge_client.wire.schemas import (
     BatchEntry,
     CalibrationJob,
     CalibrationMetric,
+    EstimateResponse,
     Health,
     JobList,
     JobState,
@@ -120,6 +122,30 @@ class GradingFlows(FlowCore):
         """One ``grade_many`` batch: its outcomes at their input positions."""
         _, placed = yield from self._batch(chunk, judge, start)
         return placed
+
+    @operation
+    def estimate(
+        self,
+        items: Iterable[ItemInput],
+        *,
+        judge: JudgeInput = None,
+        price_in: float | None = None,
+        price_out: float | None = None,
+    ) -> Flow[EstimateResponse]:
+        """What grading ``items`` would cost, with no judge call sent (``POST /v1/estimate``).
+
+        The judge calls the service would make after its cache, their prompt tokens (counted
+        with the model's tokenizer), the expected completion tokens and the price, per task and
+        in all. Items go as a job's do: ``GradeRequest``s or mappings (CharToM lines too).
+
+        Args:
+            items: The items a batch or job would grade.
+            judge: Per-request judge selection (must be allow-listed by the service).
+            price_in: USD per million prompt tokens, for a model litellm does not price.
+            price_out: USD per million completion tokens (with ``price_in``).
+        """
+        call = estimate_call(items, judge, price_in, price_out)
+        return (yield from self._call_model(call, EstimateResponse))
 
     @operation
     def extract_points(
