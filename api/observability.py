@@ -51,8 +51,14 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         stats = self._grader.stats
         yield CounterMetricFamily(
-            "bonusjudge_judge_calls", "Provider calls made (re-asks included).",
+            "bonusjudge_judge_calls",
+            "Requests sent to the judge provider: first tries, retries, re-asks, failed "
+            "requests and probes (what the provider received).",
             value=stats.provider_calls,
+        )
+        yield CounterMetricFamily(
+            "bonusjudge_judge_reasks",
+            "Of those, re-asks after an unusable structured answer.", value=stats.reasks,
         )
         yield CounterMetricFamily(
             "bonusjudge_cache_hits", "Judge calls served from the cache.", value=stats.cache_hits
@@ -78,7 +84,12 @@ class _EngineCollector(Collector):
             task, _, reason = key.partition(": ")
             unscored.add_metric([task, reason or "unknown"], count)
         yield unscored
-        tokens = CounterMetricFamily("bonusjudge_tokens", "Judge tokens spent.", labels=["kind"])
+        tokens = CounterMetricFamily(
+            "bonusjudge_tokens",
+            "Judge tokens the provider reported, for every request it answered (unusable and "
+            "failed calls included).",
+            labels=["kind"],
+        )
         tokens.add_metric(["prompt"], stats.prompt_tokens)
         tokens.add_metric(["completion"], stats.completion_tokens)
         yield tokens

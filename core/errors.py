@@ -96,6 +96,10 @@ class ProviderError(JudgeError):
         retry_after: Seconds the provider asked us to wait (``Retry-After``), when given.
         attempts: Requests sent before the failure (a re-ask that then failed in transport
             counts too).
+        prompt_tokens: Prompt tokens the provider reported for the answered requests among
+            them (re-asks before the failure), when it reported any.
+        completion_tokens: Completion tokens reported for them, likewise.
+        cost_usd: Their cost, when the model's price is known.
     """
 
     def __init__(
@@ -107,6 +111,9 @@ class ProviderError(JudgeError):
         status: int | None = None,
         retry_after: float | None = None,
         attempts: int = 1,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        cost_usd: float | None = None,
     ) -> None:
         super().__init__(message)
         self.reason: UnscoredReason = reason
@@ -114,6 +121,9 @@ class ProviderError(JudgeError):
         self.status = status
         self.retry_after = retry_after
         self.attempts = attempts
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cost_usd = cost_usd
 
 
 class JudgeOutputError(JudgeError):
@@ -123,6 +133,10 @@ class JudgeOutputError(JudgeError):
         reason: The unscored reason this failure maps to.
         raw: The judge's raw text, kept (truncated) for diagnosis.
         attempts: How many attempts were made, re-asks included.
+        prompt_tokens: Prompt tokens the provider reported over those attempts (it bills
+            unusable answers too), when it reported any.
+        completion_tokens: Completion tokens reported over them, likewise.
+        cost_usd: Their cost, when the model's price is known.
     """
 
     def __init__(
@@ -132,11 +146,17 @@ class JudgeOutputError(JudgeError):
         reason: UnscoredReason = "parse_failure",
         raw: str | None = None,
         attempts: int = 1,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        cost_usd: float | None = None,
     ) -> None:
         super().__init__(message)
         self.reason: UnscoredReason = reason
         self.raw = raw[:2000] if raw else raw
         self.attempts = attempts
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cost_usd = cost_usd
 
 
 class CacheError(JudgeError):

@@ -4,17 +4,21 @@
 
 1. the cache: a hit answers at once (an entry another caller paid for is reported as a fresh
    call, see ``TENANT``);
-2. the provider, with its circuit breaker (one per model and base URL): while the provider is in
-   an outage the call waits for it, spending none of its retries, for at most
+2. the provider, with its circuit breaker (one per model and base URL, told which caller each
+   call is for, so that one caller's failing items pause that caller only): while the provider
+   is in an outage the call waits for it, spending none of its retries, for at most
    ``config.max_outage`` seconds before it ends ``circuit_open``;
 3. retries of retryable provider errors, on tenacity: full-jitter backoff that honours
    ``Retry-After`` (``judge.retry.backoff_delay``), at most ``config.retries`` per call and the
-   run's ``RetryBudget`` in all;
+   run's ``RetryBudget`` in all; a call whose request has failed ``ITEM_FAILURES`` times while
+   the provider answered other calls in between stops there (its content is what fails);
 4. conversion of the answer to the plain JSON value that is cached and returned.
 
 Every failure ends as an outcome with its unscored reason and detail; only an error marked
 ``fatal`` (a test double running out of answers) escapes. The caller counts into the grader's
-``EngineStats``.
+``EngineStats`` every request it sends (re-asks, retries, failures and probes included) with
+the tokens and cost the provider reported, and each call's ``CallRecord`` carries the same for
+its own requests, so the counters, the provenance and the provider's books agree.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from core.text import Language
 from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
 from judge.providers.base import PROBE_MESSAGES, Completion, Provider, probe_config
-from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
+from judge.retry import PROBE_SOURCE, CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from rubrics.loader import RenderedPrompt
 from rubrics.schema import Rubric
@@ -52,6 +56,15 @@ TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 A context variable rather than a parameter: the service sets it once per request or job, and
 every task ``grade_many`` starts inherits it. None (the CLI, the calibration runner) means one
 caller.
+"""
+
+ITEM_FAILURES = 2
+"""Failed requests after which a call stops retrying if the provider answered others meanwhile.
+
+A request the provider fails (5xx, a dropped connection) while it answers other calls fails
+because of what it carries: retrying it only bills again. One retry still covers a transient
+error; with the defaults a poison item costs 2 requests per judge task (4 for coverage and
+defects), where it cost 5 per task (10) before.
 """
 
 PROVIDER_REASONS: frozenset[str] = frozenset(
@@ -194,17 +207,28 @@ class _CircuitOpen(Exception):
 
 @dataclass
 class _CallState:
-    """One call's running account: what goes into its ``CallRecord``."""
+    """One call's running account: what goes into its ``CallRecord``.
+
+    Attributes:
+        tenant: Whom the call is made for (:data:`TENANT`).
+        failures: Its requests that failed (retryable failures only).
+        answered_then: The breaker's count of answered calls at its first failure.
+        follows_item: It stopped retrying: the provider answered other calls meanwhile.
+    """
 
     spec: CallSpec
     key: str
     ref: RubricRef
     started: float
+    tenant: str | None = None
     attempts: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
     budget_exhausted: bool = False
+    failures: int = 0
+    answered_then: int | None = None
+    follows_item: bool = False
 
     def record(self, outcome: str) -> CallRecord:
         """The call's record, ending with ``outcome`` (``ok`` or the unscored reason)."""
@@ -306,25 +330,38 @@ class Caller:
         outcome is the breaker's state.
         """
         breaker = self.breaker_for(config)
-        self.stats.provider_calls += 1
+        self.stats.add_requests(1, None, probe=True)
         try:
-            await self.provider.complete(list(PROBE_MESSAGES), None, probe_config(config))
+            completion = await self.provider.complete(
+                list(PROBE_MESSAGES), None, probe_config(config)
+            )
         except asyncio.CancelledError:
             breaker.release_probe()
             raise
-        except JudgeOutputError:
-            breaker.record_success()  # an answer, even a cut-off one: the provider is up
+        except JudgeOutputError as exc:
+            self._probe_spent(exc)
+            # An answer, even a cut-off one: the provider is up.
+            breaker.record_success(PROBE_SOURCE)
         except ProviderError as exc:
+            self._probe_spent(exc)
             if exc.retryable:
-                breaker.record_failure()
+                breaker.record_failure(PROBE_SOURCE)
             else:
-                _answered(breaker, exc)
+                _answered(breaker, exc, PROBE_SOURCE)
             log.info("probe of %s: %s", config.model, exc)
         except Exception as exc:
-            breaker.record_failure()
+            breaker.record_failure(PROBE_SOURCE)
             log.warning("probe of %s: unexpected %s: %s", config.model, type(exc).__name__, exc)
         else:
-            breaker.record_success()
+            self._probe_spent(completion)
+            breaker.record_success(PROBE_SOURCE)
+
+    def _probe_spent(self, spent: Completion | JudgeOutputError | ProviderError) -> None:
+        """Count a probe's re-asks and usage (for no caller: totals only)."""
+        self.stats.add_requests(max(0, spent.attempts - 1), None, probe=True)
+        self.stats.add_usage(
+            spent.prompt_tokens, spent.completion_tokens, spent.cost_usd, None, probe=True
+        )
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -342,7 +379,7 @@ class Caller:
             hit = await self._cached(spec, key, ref, tenant, started)
             if hit is not None:
                 return hit
-        state = _CallState(spec=spec, key=key, ref=ref, started=started)
+        state = _CallState(spec=spec, key=key, ref=ref, started=started, tenant=tenant)
         try:
             completion = await self._with_retries(state)
         except _CircuitOpen as exc:
@@ -350,15 +387,15 @@ class Caller:
         except ProviderError as exc:
             if state.budget_exhausted:
                 return state.failed(exc.reason, f"{exc} (the run's retry budget is exhausted)")
+            if state.follows_item:
+                return state.failed(
+                    exc.reason,
+                    f"{exc} (failed {state.failures} times while the provider answered other "
+                    "calls: not retried further, as what this call sends is what fails)",
+                )
             return state.failed(exc.reason, str(exc))
         except JudgeOutputError as exc:
             return state.failed(exc.reason, str(exc))
-        state.prompt_tokens += completion.prompt_tokens or 0
-        state.completion_tokens += completion.completion_tokens or 0
-        state.cost += completion.cost_usd or 0.0
-        self.stats.prompt_tokens += completion.prompt_tokens or 0
-        self.stats.completion_tokens += completion.completion_tokens or 0
-        self.stats.cost_usd += completion.cost_usd or 0.0
         try:
             value = spec.convert(completion.output)
         except JudgeOutputError as exc:
@@ -376,7 +413,7 @@ class Caller:
         cached = await self.cache.aget(key)
         if cached is None:
             return None
-        self.stats.cache_hits += 1
+        self.stats.add_cache_hit(tenant)
         # An entry another caller paid for is reported as a fresh call: "cached" would tell this
         # caller that someone else graded the same item (a cross-key oracle).
         own = tenant is None or cached.get("tenant") == tenant
@@ -404,7 +441,7 @@ class Caller:
 
         def should_retry(retry_state: RetryCallState) -> bool:
             exc = _failure(retry_state)
-            if not isinstance(exc, ProviderError) or not exc.retryable:
+            if not isinstance(exc, ProviderError) or not exc.retryable or state.follows_item:
                 return False
             if retry_state.attempt_number > limit:  # this call's own retries are spent
                 return False
@@ -449,10 +486,13 @@ class Caller:
     async def _attempt(self, state: _CallState) -> Completion:
         """One request to the provider, sent again for as long as an outage lasts.
 
-        Feeds the breaker: an answer (even an unusable one, or a 4xx) is a success, a transport
-        failure a failure. A retryable failure that leaves the breaker open (this one opened
-        it, or a probe failed) is an outage: the call waits for the provider with the others
-        and asks again, spending none of its retries.
+        Feeds the breaker, naming the call's tenant: an answer (even an unusable one, or a 4xx)
+        is a success, a transport failure a failure. A retryable failure that leaves the call's
+        tenant held back (this one opened the breaker, a probe failed, or the tenant's own calls
+        keep failing while others are answered) is waited out with the others and asked again,
+        spending none of its retries; but a call that has failed ``ITEM_FAILURES`` times while
+        the provider answered other calls ends there (``state.follows_item``). Every request is
+        counted with what the provider reported for it.
 
         Raises:
             _CircuitOpen: the outage outlasted ``max_outage``.
@@ -460,16 +500,19 @@ class Caller:
                 reported as a non-retryable one.
             JudgeOutputError: the judge answered, but not usably (after re-asks).
         """
-        spec, config = state.spec, state.spec.config
+        spec, config, tenant = state.spec, state.spec.config, state.tenant
         breaker = self.breaker_for(config)
         while True:
-            if not breaker.allow() and not await self._await_breaker(breaker, config):
+            if not breaker.allow(tenant) and not await self._await_breaker(
+                breaker, config, tenant
+            ):
                 raise _CircuitOpen(
-                    f"the provider has been failing for {breaker.open_for():.0f} s, longer than "
-                    f"max_outage ({config.max_outage:g} s); grade this item again later"
+                    f"calls to the provider have been failing for {breaker.open_for(tenant):.0f}"
+                    f" s, longer than max_outage ({config.max_outage:g} s); grade this item "
+                    "again later"
                 )
             state.attempts += 1
-            self.stats.provider_calls += 1
+            self.stats.add_requests(1, tenant)
             try:
                 completion = await self.provider.complete(
                     spec.messages,
@@ -478,62 +521,86 @@ class Caller:
                     validation_context=spec.validation_context,
                 )
             except ProviderError as exc:
-                state.attempts += max(0, exc.attempts - 1)  # re-asks sent before the failure
+                self._spent(state, exc)
                 if not exc.retryable:
-                    _answered(breaker, exc)
+                    _answered(breaker, exc, tenant)
                     raise
-                breaker.record_failure()
-                if breaker.state != "closed":
+                breaker.record_failure(tenant)
+                state.failures += 1
+                if state.answered_then is None:
+                    state.answered_then = breaker.answered
+                elif state.failures >= ITEM_FAILURES and breaker.answered > state.answered_then:
+                    state.follows_item = True
+                    raise
+                if breaker.holds(tenant):
                     self.stats.outage_waits += 1
                     continue
                 raise
             except asyncio.CancelledError:
-                breaker.release_probe()  # a cancelled probe must not leave the others waiting
+                breaker.release_probe(tenant)  # a cancelled probe must not leave others waiting
                 raise
             except JudgeOutputError as exc:
                 # The provider is up (it answered), so the breaker sees a success.
-                breaker.record_success()
-                state.attempts += max(0, exc.attempts - 1)
-                self.stats.reasks += max(0, exc.attempts - 1)
+                breaker.record_success(tenant)
+                self._spent(state, exc)
                 raise
             except Exception as exc:
                 if getattr(exc, "fatal", False):
                     raise
                 log.exception("unexpected error from the judge provider")
-                breaker.record_failure()
+                breaker.record_failure(tenant)
                 raise ProviderError(
                     f"unexpected {type(exc).__name__}: {str(exc)[:300]}", reason="provider_error"
                 ) from exc
-            breaker.record_success()
-            state.attempts += max(0, completion.attempts - 1)
-            self.stats.reasks += max(0, completion.attempts - 1)
+            breaker.record_success(tenant)
+            self._spent(state, completion)
             return completion
 
-    async def _await_breaker(self, breaker: CircuitBreaker, config: JudgeConfig) -> bool:
-        """Wait while ``config``'s provider is in an outage; True once a call may go ahead.
+    def _spent(
+        self, state: _CallState, spent: Completion | JudgeOutputError | ProviderError
+    ) -> None:
+        """Count what one provider call spent beyond its first request (already counted).
 
-        False when the outage has lasted longer than ``config.max_outage``: the item then ends
+        Its further requests (re-asks, those before a transport failure included) and the usage
+        the provider reported, into the call's record, the totals and its tenant's usage.
+        """
+        extra = max(0, spent.attempts - 1)
+        state.attempts += extra
+        self.stats.add_requests(extra, state.tenant)
+        self.stats.reasks += extra
+        prompt, completion, cost = spent.prompt_tokens, spent.completion_tokens, spent.cost_usd
+        state.prompt_tokens += prompt or 0
+        state.completion_tokens += completion or 0
+        state.cost += cost or 0.0
+        self.stats.add_usage(prompt, completion, cost, state.tenant)
+
+    async def _await_breaker(
+        self, breaker: CircuitBreaker, config: JudgeConfig, tenant: str | None
+    ) -> bool:
+        """Wait while calls of ``tenant`` are held back; True once a call may go ahead.
+
+        False when the pause has lasted longer than ``config.max_outage``: the item then ends
         ``circuit_open`` (a reason a re-run or ``--retry-unscored`` clears), so a provider that
         never comes back cannot hold a run forever.
         """
-        while not breaker.allow():
-            if breaker.open_for() >= config.max_outage:
+        while not breaker.allow(tenant):
+            if breaker.open_for(tenant) >= config.max_outage:
                 return False
             # Real time, not the injectable backoff sleep: the breaker's clock is monotonic.
-            await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in())))
+            await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in(tenant))))
         return True
 
 
-def _answered(breaker: CircuitBreaker, exc: ProviderError) -> None:
-    """Tell ``breaker`` of a request the provider answered with a 4xx (``exc``).
+def _answered(breaker: CircuitBreaker, exc: ProviderError, source: str | None) -> None:
+    """Tell ``breaker`` of a request of ``source`` the provider answered with a 4xx (``exc``).
 
     A 4xx is this request's own problem, and the provider answered: it is up. A 401 or 403 is
     kept apart, as a refusal of the credentials, which no other request gets past either.
     """
     if exc.status in (401, 403):
-        breaker.record_refusal(exc.status)
+        breaker.record_refusal(exc.status, source)
     else:
-        breaker.record_success()
+        breaker.record_success(source)
 
 
 def _failure(retry_state: RetryCallState) -> BaseException | None:

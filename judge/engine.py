@@ -496,13 +496,7 @@ class Grader:
         }
 
     def _count(self, unscored: list[str]) -> None:
-        self.stats.items += 1
-        if unscored:
-            self.stats.unscored += 1
-            for reason in unscored:
-                self.stats.unscored_by_reason[reason] += 1
-        else:
-            self.stats.scored += 1
+        self.stats.count_item(unscored, TENANT.get())
 
 
 async def _optional(task: Awaitable[T] | None) -> T | None:

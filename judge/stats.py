@@ -1,20 +1,60 @@
-"""``EngineStats``: the counters one grader keeps over its lifetime.
+"""``EngineStats``: the counters one grader keeps over its lifetime, in all and per caller.
 
-The engine counts items, the caller counts judge calls, cache hits, re-asks, retries and tokens,
-and the metrics runner counts metric cache hits, all into one object the service exports as
-Prometheus metrics.
+The engine counts items, the caller counts provider requests, cache hits, re-asks, retries and
+tokens, and the metrics runner counts metric cache hits, all into one object the service exports
+as Prometheus metrics. Every request sent to a provider is counted (first tries, retries,
+re-asks, failed requests, probes), with the tokens and cost the provider reported for it
+whenever it reported any, failed and unusable answers included: the totals add up to what the
+provider saw. What was spent for each caller (an API key of the service) is kept apart as well
+(:class:`Usage`), so the service can tell each key its own usage and no other's.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
 @dataclass
+class Usage:
+    """What the judge calls and grades of one caller (an API key) used, since start.
+
+    Attributes:
+        provider_requests: Requests sent to a provider for it (re-asks and retries included).
+        prompt_tokens: Prompt tokens the provider reported for them.
+        completion_tokens: Completion tokens reported for them.
+        cost_usd: Their cost, when the model's price is known.
+        cache_hits: Judge calls answered from the cache.
+        items: Items graded.
+        scored: Items whose every requested judge task was scored.
+        unscored: Items with an unscored judge task.
+    """
+
+    provider_requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cache_hits: int = 0
+    items: int = 0
+    scored: int = 0
+    unscored: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready snapshot (cost rounded to the micro-dollar)."""
+        return {**asdict(self), "cost_usd": round(self.cost_usd, 6)}
+
+
+@dataclass
 class EngineStats:
-    """Counters over the engine's lifetime (exported as Prometheus metrics by the service)."""
+    """Counters over the engine's lifetime (exported as Prometheus metrics by the service).
+
+    ``provider_calls`` counts every request sent to a provider (re-asks, retries, failures and
+    probes included); ``reasks`` and ``retries`` say how many of them were re-asks and retries.
+    ``by_caller`` keeps each caller's :class:`Usage` (keyed by the caller, ``""`` for calls made
+    for nobody in particular: the CLI, a service without keys); probes of an outage are made for
+    no caller and counted in the totals only.
+    """
 
     items: int = 0
     scored: int = 0
@@ -30,9 +70,66 @@ class EngineStats:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     unscored_by_reason: Counter[str] = field(default_factory=Counter)
+    by_caller: dict[str, Usage] = field(default_factory=dict)
+
+    def usage_of(self, caller: str | None) -> Usage:
+        """``caller``'s usage so far (an empty one for a caller not seen yet, not stored)."""
+        return self.by_caller.get(caller or "") or Usage()
+
+    def _caller(self, caller: str | None) -> Usage:
+        key = caller or ""
+        usage = self.by_caller.get(key)
+        if usage is None:
+            usage = self.by_caller[key] = Usage()
+        return usage
+
+    def add_requests(self, count: int, caller: str | None, *, probe: bool = False) -> None:
+        """Count ``count`` requests sent to a provider for ``caller`` (a probe: for no one)."""
+        self.provider_calls += count
+        if not probe:
+            self._caller(caller).provider_requests += count
+
+    def add_usage(
+        self,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        cost_usd: float | None,
+        caller: str | None,
+        *,
+        probe: bool = False,
+    ) -> None:
+        """Add what the provider reported for answered requests (None: it reported nothing)."""
+        prompt, completion, cost = prompt_tokens or 0, completion_tokens or 0, cost_usd or 0.0
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.cost_usd += cost
+        if not probe and (prompt or completion or cost):
+            usage = self._caller(caller)
+            usage.prompt_tokens += prompt
+            usage.completion_tokens += completion
+            usage.cost_usd += cost
+
+    def add_cache_hit(self, caller: str | None) -> None:
+        """Count one judge call answered from the cache for ``caller``."""
+        self.cache_hits += 1
+        self._caller(caller).cache_hits += 1
+
+    def count_item(self, unscored: list[str], caller: str | None) -> None:
+        """Count one graded item for ``caller``, with its unscored ``task: reason`` entries."""
+        usage = self._caller(caller)
+        self.items += 1
+        usage.items += 1
+        if unscored:
+            self.unscored += 1
+            usage.unscored += 1
+            for reason in unscored:
+                self.unscored_by_reason[reason] += 1
+        else:
+            self.scored += 1
+            usage.scored += 1
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready snapshot."""
+        """A JSON-ready snapshot of the totals."""
         return {
             "items": self.items,
             "scored": self.scored,

@@ -26,7 +26,7 @@ answer is re-asked like a parse failure and classified from the last reply (``re
 timeout is
 litellm's 408, a failed connection litellm's 500).
 
-Two deliberate differences from the litellm path:
+One deliberate difference from the litellm path, and one way of getting the same figure:
 
 * instructor renders every message as a Jinja template when a validation context is given (the
   coverage calls), so untrusted response text with Jinja markup is *evaluated* there (``{{ 7*7
@@ -34,8 +34,8 @@ Two deliberate differences from the litellm path:
   effect on markup-free text is reproduced (newlines normalised, one trailing newline dropped,
   ``textwrap.dedent``), so ordinary prompts go out byte for byte the same, and marked-up text goes
   out as written.
-* ``cost_usd`` prices the tokens of every attempt (litellm prices the last attempt's reply only),
-  from litellm's price table read once per model, without importing litellm.
+* ``cost_usd`` is priced from litellm's price table read once per model, without importing
+  litellm (the litellm path sums litellm's own price of each reply: the same figure).
 
 ``RoutingProvider`` is the ``Grader``'s default provider: per call it picks this transport or
 litellm from ``JudgeConfig.transport`` and the model (``transport_for``).
@@ -64,10 +64,12 @@ from judge.config import JudgeConfig
 from judge.providers.base import (
     PROBE_MESSAGES,
     Completion,
+    SpendingError,
     probe_config,
     provider_error,
     retry_after_seconds,
     usable_text,
+    with_usage,
 )
 from judge.providers.wire import (
     Plan,
@@ -260,11 +262,17 @@ def _no_valid_answer(
 class _Tokens:
     """Token counts summed over a call's attempts (None until a reply reports them)."""
 
-    __slots__ = ("completion", "prompt")
+    __slots__ = ("completion", "endpoint", "prompt")
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: _Endpoint) -> None:
+        self.endpoint = endpoint
         self.prompt: int | None = None
         self.completion: int | None = None
+
+    def charged(self, error: SpendingError) -> SpendingError:
+        """``error`` carrying the tokens (and their price) of the replies so far."""
+        cost = _cost(self.endpoint, self.prompt, self.completion)
+        return with_usage(error, self.prompt, self.completion, cost)
 
     def add(self, reply: Mapping[str, Any]) -> None:
         usage = reply.get("usage")
@@ -435,7 +443,7 @@ class DirectProvider:
         plan = _plan_of(config, endpoint, response_model, self._extra)
         if response_model is None:
             return await self._complete_text(messages, config, endpoint, plan)
-        tokens = _Tokens()
+        tokens = _Tokens(endpoint)
         history = prepared_messages(list(messages), plan, validation_context)
         started = time.monotonic()
         sent = 0
@@ -443,14 +451,20 @@ class DirectProvider:
         last_reply: dict[str, Any] | None = None
         while True:
             sent += 1
-            reply = await self._post(endpoint, request_body(history, plan), config, sent)
+            try:
+                reply = await self._post(endpoint, request_body(history, plan), config, sent)
+            except ProviderError as exc:
+                tokens.charged(exc)  # the re-asks before the failure were answered and billed
+                raise
             tokens.add(reply)
             if finish_reason(reply) == "length":
-                raise JudgeOutputError(
-                    "the judge's output was cut off (finish_reason=length)",
-                    reason="truncated_output",
-                    raw=raw_text(reply),
-                    attempts=sent,
+                raise tokens.charged(
+                    JudgeOutputError(
+                        "the judge's output was cut off (finish_reason=length)",
+                        reason="truncated_output",
+                        raw=raw_text(reply),
+                        attempts=sent,
+                    )
                 )
             try:
                 text = answer_text(reply, config.mode)
@@ -461,7 +475,7 @@ class DirectProvider:
                 last_error, last_reply = exc, reply
             except Unparseable as exc:
                 # instructor does not re-ask this; it reports the last *re-asked* reply, if any.
-                raise _no_valid_answer(sent, str(exc), last_reply) from exc
+                raise tokens.charged(_no_valid_answer(sent, str(exc), last_reply)) from exc
             else:
                 return Completion(
                     output=output,
@@ -477,7 +491,9 @@ class DirectProvider:
             log.info("re-asking after an invalid answer (attempt %d): %s", sent, last_error)
             history = [*history, *reask_messages(reply, config.mode, last_error)]
         log.error("no valid answer after %d attempt(s): %s", sent, last_error)
-        raise _no_valid_answer(sent, str(last_error)[:300], last_reply) from last_error
+        raise tokens.charged(
+            _no_valid_answer(sent, str(last_error)[:300], last_reply)
+        ) from last_error
 
     async def _complete_text(
         self,
@@ -488,13 +504,17 @@ class DirectProvider:
     ) -> Completion:
         reply = await self._post(endpoint, request_body(list(messages), plan), config, 1)
         refusal = reply_message(reply).get("refusal")
-        text = usable_text(
-            refusal=str(refusal) if refusal else None,
-            finish_reason=finish_reason(reply),
-            raw=raw_text(reply),
-        )
-        tokens = _Tokens()
+        tokens = _Tokens(endpoint)
         tokens.add(reply)
+        try:
+            text = usable_text(
+                refusal=str(refusal) if refusal else None,
+                finish_reason=finish_reason(reply),
+                raw=raw_text(reply),
+            )
+        except JudgeOutputError as exc:
+            tokens.charged(exc)  # a refused or cut-off answer is billed all the same
+            raise
         return Completion(
             output=text,
             raw_text=text,

@@ -11,6 +11,7 @@ the outputs run out it raises ``FakeProviderExhausted``, which the engine never 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import JudgeOutputError
+from core.errors import JudgeOutputError, ProviderError
 from judge.config import JudgeConfig
 from judge.providers.base import Completion, failure_reason_of
 
@@ -108,7 +109,7 @@ class FakeProvider:
                 await asyncio.sleep(self.latency)
             output = self._next(call)
             if isinstance(output, BaseException):
-                raise output
+                raise self._spent(output, attempts)
             if response_model is None:
                 if not isinstance(output, str):
                     raise TypeError("a plain-text call needs a string output")
@@ -126,7 +127,27 @@ class FakeProvider:
             # The transports' classification: text that is not JSON failed to parse.
             reason=failure_reason_of(refused=False, finish_reason=None, raw=last_raw),
             attempts=attempts,
+            prompt_tokens=self.prompt_tokens * attempts,
+            completion_tokens=self.completion_tokens * attempts,
         )
+
+    def _spent(self, error: BaseException, attempts: int) -> BaseException:
+        """A scripted error with the usage the transports would report with it.
+
+        An unusable answer (``JudgeOutputError``) was billed, as were the invalid answers this
+        call re-asked before a scripted failure; a ``ProviderError`` itself was not. The error's
+        ``attempts`` stay the script's (a script that re-asks sets them, as the transports
+        would). The script's object may be reused, so it is copied rather than changed.
+        """
+        if not isinstance(error, JudgeOutputError | ProviderError) or error.prompt_tokens:
+            return error
+        answered = attempts - 1 + (1 if isinstance(error, JudgeOutputError) else 0)
+        if not answered:
+            return error
+        spent = copy.copy(error)
+        spent.prompt_tokens = self.prompt_tokens * answered
+        spent.completion_tokens = self.completion_tokens * answered
+        return spent
 
     @staticmethod
     def _dump(output: BaseModel | dict[str, Any]) -> Any:

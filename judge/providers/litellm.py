@@ -16,10 +16,12 @@ from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.config import JudgeConfig
 from judge.providers.base import (
     Completion,
+    SpendingError,
     _is_transport_error,
     failure_reason_of,
     map_provider_exception,
     usable_text,
+    with_usage,
 )
 
 _MODES = {
@@ -146,6 +148,41 @@ def _cost(completion: Any) -> float | None:
     return float(value) if value else None
 
 
+class _Spent:
+    """The requests one call sent and what their answers cost, from instructor's hooks.
+
+    instructor reports its attempt count and usage only when it gives up on re-asks, not when a
+    cut-off answer or a transport failure ends the call, and litellm prices only the reply it
+    returns: counted per request and per answer here (per call, so concurrent calls do not
+    mix), every request the provider billed is accounted for, on success and failure alike.
+    """
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.prompt: int | None = None
+        self.completion: int | None = None
+        self.cost: float | None = None
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        """A request is about to go out (instructor's ``completion:kwargs`` hook)."""
+        self.sent += 1
+
+    def answer(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        """The provider answered one (``completion:response``): add its usage and price."""
+        prompt, completion = _usage(response)
+        if prompt is not None:
+            self.prompt = (self.prompt or 0) + prompt
+        if completion is not None:
+            self.completion = (self.completion or 0) + completion
+        cost = _cost(response)
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+
+    def charged(self, error: SpendingError) -> SpendingError:
+        """``error`` carrying the usage of the answers so far."""
+        return with_usage(error, self.prompt, self.completion, self.cost)
+
+
 class LiteLLMProvider:
     """Any litellm model, with structured output through instructor.
 
@@ -204,17 +241,10 @@ class LiteLLMProvider:
         from instructor.core import IncompleteOutputException, InstructorRetryException
         from instructor.core.hooks import Hooks
 
-        # instructor reports its attempt count only when it gives up; count the requests it
-        # sends (per call, so concurrent calls do not mix), so that a re-ask that then succeeds
-        # shows in ``attempts`` too.
-        sent = 0
-
-        def count_attempt(*args: Any, **kwargs: Any) -> None:
-            nonlocal sent
-            sent += 1
-
+        spent = _Spent()
         hooks = Hooks()
-        hooks.on("completion:kwargs", count_attempt)
+        hooks.on("completion:kwargs", spent.request)
+        hooks.on("completion:response", spent.answer)
         params = self._params(config)
         if config.mode == "json_object_schema":
             # The OpenAI client merges extra_body over the body instructor built, so the server
@@ -242,12 +272,14 @@ class LiteLLMProvider:
                 **params,
             )
         except IncompleteOutputException as exc:
-            raise JudgeOutputError(
-                "the judge's output was cut off (finish_reason=length)",
-                reason="truncated_output",
-                raw=_raw_text(getattr(exc, "last_completion", None)),
-                # A cut-off re-ask still cost the requests before it.
-                attempts=max(1, sent),
+            raise spent.charged(
+                JudgeOutputError(
+                    "the judge's output was cut off (finish_reason=length)",
+                    reason="truncated_output",
+                    raw=_raw_text(getattr(exc, "last_completion", None)),
+                    # A cut-off re-ask still cost the requests before it.
+                    attempts=max(1, spent.sent),
+                )
             ) from exc
         except InstructorRetryException as exc:
             cause = exc.__cause__
@@ -255,27 +287,28 @@ class LiteLLMProvider:
                 # instructor wraps transport/HTTP errors too (with the litellm exception as the
                 # cause); those are provider failures, retried by the engine.
                 error = map_provider_exception(cause)
-                error.attempts = max(1, sent)
-                raise error from exc
+                error.attempts = max(1, spent.sent)
+                raise spent.charged(error) from exc
             last = getattr(exc, "last_completion", None)
-            raise JudgeOutputError(
-                f"no valid answer after {exc.n_attempts} attempt(s): {str(exc)[:300]}",
-                reason=output_failure_reason(last),
-                raw=_raw_text(last),
-                attempts=int(exc.n_attempts or 1),
+            raise spent.charged(
+                JudgeOutputError(
+                    f"no valid answer after {exc.n_attempts} attempt(s): {str(exc)[:300]}",
+                    reason=output_failure_reason(last),
+                    raw=_raw_text(last),
+                    attempts=int(exc.n_attempts or 1),
+                )
             ) from exc
         except (JudgeOutputError, ProviderError):
             raise
         except Exception as exc:
-            raise map_provider_exception(exc) from exc
-        prompt, completion_tokens = _usage(raw)
+            raise spent.charged(map_provider_exception(exc)) from exc
         return Completion(
             output=output,
             raw_text=_raw_text(raw),
-            prompt_tokens=prompt,
-            completion_tokens=completion_tokens,
-            cost_usd=_cost(raw),
-            attempts=max(1, sent),
+            prompt_tokens=spent.prompt,
+            completion_tokens=spent.completion,
+            cost_usd=spent.cost,
+            attempts=max(1, spent.sent),
         )
 
     async def _complete_text(
@@ -287,16 +320,21 @@ class LiteLLMProvider:
             raw = await litellm.acompletion(messages=messages, **self._params(config))
         except Exception as exc:
             raise map_provider_exception(exc) from exc
-        text = usable_text(
-            refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
-        )
         prompt, completion_tokens = _usage(raw)
+        cost = _cost(raw)
+        try:
+            text = usable_text(
+                refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
+            )
+        except JudgeOutputError as exc:
+            with_usage(exc, prompt, completion_tokens, cost)  # billed all the same
+            raise
         return Completion(
             output=text,
             raw_text=text,
             prompt_tokens=prompt,
             completion_tokens=completion_tokens,
-            cost_usd=_cost(raw),
+            cost_usd=cost,
         )
 
 
