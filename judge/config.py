@@ -312,11 +312,6 @@ class Settings(BaseSettings):
         description="`POST /v1/jobs/{id}/retry-unscored` passes one job may have (each re-sends "
         "its unscored items); beyond them the route answers 409 naming this limit.",
     )
-    max_retry_passes: int = Field(
-        default=3, ge=0,
-        description="`POST /v1/jobs/{id}/retry-unscored` passes one job may have (each re-sends "
-        "its unscored items); beyond them the route answers 409 naming this limit.",
-    )
     job_lease_seconds: float = Field(
         default=30.0, gt=0, le=3600,
         description="Length of a job lease: a job whose process stopped renewing it (killed, "
