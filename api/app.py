@@ -32,7 +32,17 @@ from api.jobs import JobManager, open_store
 from api.jobs.schema import GRADE
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.openapi import install_openapi
-from api.routes import calibration, estimate, grade, health, jobs, mcq, metrics, rubrics
+from api.routes import (
+    calibration,
+    estimate,
+    grade,
+    health,
+    jobs,
+    mcq,
+    metrics,
+    rubrics,
+    usage,
+)
 from api.services import calibration as calibration_service
 from api.services import grade_jobs
 from api.services import mcq as mcq_service
@@ -197,7 +207,7 @@ def service_app(lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     install_docs(app)
-    for module in (grade, estimate, jobs, mcq, calibration, metrics, rubrics, health):
+    for module in (grade, estimate, jobs, mcq, calibration, metrics, rubrics, usage, health):
         app.include_router(module.router)
     install_openapi(app, [jobs.UPLOAD, mcq.UPLOAD])
     return app

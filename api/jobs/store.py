@@ -367,9 +367,11 @@ class JobStore:
         with self.db.read() as conn:
             return list(conn.execute(query).mappings().all())
 
-    def status_counts(self) -> dict[str, int]:
-        """Number of jobs per status (for the Prometheus gauge)."""
+    def status_counts(self, owner: str | None = None) -> dict[str, int]:
+        """Number of jobs per status: all (the Prometheus gauge), or ``owner``'s only."""
         query = select(jobs.c.status, func.count().label("n")).group_by(jobs.c.status)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
         with self.db.read() as conn:
             return {str(r.status): int(r.n) for r in conn.execute(query)}
 

@@ -1,0 +1,33 @@
+"""The answer of ``GET /v1/usage``: what one API key has used, and nothing of any other key."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from bonusjudge_client.wire.base import WireModel
+
+__all__ = ["UsageReport"]
+
+
+class UsageReport(WireModel):
+    """The caller's own usage: its judge requests and their cost, cache hits, items, jobs.
+
+    The judge figures are this service process's, since it started (each replica counts its
+    own); the job counts are the job store's, which replicas share.
+    """
+
+    provider_requests: int = Field(
+        description="Requests sent to the judge provider for this key: first tries, retries, "
+        "re-asks and failed requests included (what the provider bills by)."
+    )
+    prompt_tokens: int = Field(description="Prompt tokens the provider reported for them.")
+    completion_tokens: int = Field(description="Completion tokens reported for them.")
+    cost_usd: float = Field(description="Their cost in USD, when the model's price is known.")
+    cache_hits: int = Field(description="Judge calls answered from the cache (no request).")
+    items: int = Field(description="Items graded (synchronous routes and jobs).")
+    scored: int = Field(description="Items whose every requested judge task was scored.")
+    unscored: int = Field(description="Items with at least one unscored judge task.")
+    jobs: dict[str, int] = Field(
+        description="This key's jobs in the job store, by status (queued, running, done, "
+        "cancelled, failed)."
+    )

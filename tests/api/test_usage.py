@@ -1,0 +1,56 @@
+"""``GET /v1/usage``: each API key sees its own provider requests, tokens, items and jobs, and
+never another key's (issue 31.5, second bullet; counted as issue 31.3 asks)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
+from judge.verdicts import DefectJudgement
+
+KEYS = {"a": "usage-key-a", "b": "usage-key-b"}
+
+
+def auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[who]}"}
+
+
+def item(n: int) -> dict[str, Any]:
+    return {
+        "question": "How does Levin feel?", "reference": "He feels humiliated.",
+        "bonus_points": ["Levin feels humiliated"], "response": f"He is ashamed ({n}).",
+    }
+
+
+def answer(call: FakeCall) -> Any:
+    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
+
+
+def test_each_key_sees_its_own_usage_only(make_app: Callable[..., FastAPI]) -> None:
+    provider = FakeProvider(handler=answer, prompt_tokens=100, completion_tokens=20)
+    app = make_app(provider=provider, api_keys=list(KEYS.values()))
+    with TestClient(app) as http:
+        assert http.get("/v1/usage").status_code == 401
+        for n in range(3):
+            assert http.post("/v1/grade", json=item(n), headers=auth("a")).status_code == 200
+        job = http.post("/v1/jobs", json={"items": [item(10)]}, headers=auth("b"))
+        assert job.status_code == 202, job.text
+        deadline = time.monotonic() + 30
+        while http.get(f"/v1/jobs/{job.json()['id']}", headers=auth("b")).json()["status"] \
+                != "done":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        a = http.get("/v1/usage", headers=auth("a")).json()
+        b = http.get("/v1/usage", headers=auth("b")).json()
+    # Two judge calls per item (coverage, defects), each one request of 100 + 20 tokens.
+    assert (a["provider_requests"], a["prompt_tokens"], a["completion_tokens"]) == (6, 600, 120)
+    assert (a["items"], a["scored"], a["cache_hits"]) == (3, 3, 0)
+    assert a["jobs"] == {"queued": 0, "running": 0, "done": 0, "cancelled": 0, "failed": 0}
+    assert (b["provider_requests"], b["prompt_tokens"], b["items"]) == (2, 200, 1)
+    assert b["jobs"]["done"] == 1 and sum(b["jobs"].values()) == 1
+    assert len(provider.calls) == a["provider_requests"] + b["provider_requests"]
