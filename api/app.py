@@ -7,8 +7,9 @@ the lifespan), one private Prometheus registry, and an encoder warm-up thread fo
 check.
 
 Middleware, outermost first: CORS (only when ``settings.cors_origins`` is set), request metrics,
-body-size limit. The limit is checked from ``Content-Length`` before anything is read, and again
-while the body streams in (chunked uploads have no length).
+body-size limit, synchronous bodies in flight (``api.limits``). Both limits are checked from
+``Content-Length`` before anything is read, and again while the body streams in (chunked
+uploads have no length).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, open_store
 from api.jobs.schema import GRADE
+from api.limits import Allowance, SyncBodyLimit, content_length
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
 from api.openapi import install_openapi
 from api.routes import (
@@ -83,7 +85,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.limit:
             response = error_response(
                 413, "payload_too_large",
@@ -117,16 +119,6 @@ class BodyLimitMiddleware:
                 raise
             response = error_response(413, "payload_too_large", str(exc.detail))
             await response(scope, receive, send)
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def install_docs(app: FastAPI) -> None:
@@ -291,7 +283,11 @@ def create_app(
     app.state.jobs = manager
     app.state.observability = observability
     app.state.warmup = warmup
-    # add_middleware prepends: the last added is the outermost.
+    app.state.sync_items = Allowance.items(settings)
+    app.state.sync_bytes = Allowance.body_bytes(settings)
+    # add_middleware prepends: the last added is the outermost. A body over max_body_bytes is
+    # refused (413) before it is held against the synchronous-work limits.
+    app.add_middleware(SyncBodyLimit, settings=settings, allowance=app.state.sync_bytes)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, observability=observability)
     if settings.cors_origins:

@@ -18,6 +18,7 @@ from fastapi import Depends, Request
 from api.auth import authenticate, authenticate_operator
 from api.errors import Unavailable
 from api.jobs import JobManager
+from api.limits import Allowance
 from api.observability import EncoderWarmup, Observability
 from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
@@ -54,10 +55,15 @@ get_observability = _app_state(
 )
 get_warmup = _app_state("warmup", EncoderWarmup, "The app's start-up encoder warm-up.")
 
+get_sync_items = _app_state(
+    "sync_items", Allowance, "Items each API key has in flight on the synchronous grading routes."
+)
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 GraderDep = Annotated[Grader, Depends(get_grader)]
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
 ObservabilityDep = Annotated[Observability, Depends(get_observability)]
+SyncItemsDep = Annotated[Allowance, Depends(get_sync_items)]
 
 
 class EncoderLoading(Unavailable):

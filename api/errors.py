@@ -16,7 +16,8 @@ Service errors::
         ├── Unauthorized           401  missing or invalid API key
         ├── Forbidden              403  a valid key that may not do this (an API key on /metrics)
         ├── UnsupportedMediaType   415  a job upload in a format the service does not read
-        ├── QuotaExceeded          429  a key's jobs, queued items or stored bytes at their limit
+        ├── QuotaExceeded          429  a key's jobs, queued items or stored bytes, or its
+        │                               synchronous work in flight, at their limit
         └── JudgeNotConfigured     503  the request needs an LLM judge and none is configured
 
 Engine errors: InputError and RubricNotFound are the caller's (422); ConfigError, RubricInvalid
@@ -143,6 +144,22 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds the limit of {limit} bytes")
 
 
+class RefusedWhileReading(HTTPException):
+    """A service error raised while a request body is read, answered as that error.
+
+    A limit on bodies in flight (``api.limits``) can only refuse a chunked body as it streams
+    in, from inside FastAPI's body parsing, which re-raises ``HTTPException`` untouched and turns
+    anything else into a generic 400. This carries the real error through.
+
+    Args:
+        error: The error to answer with (a ``QuotaExceeded`` or an ``Unavailable``).
+    """
+
+    def __init__(self, error: ServiceError) -> None:
+        super().__init__(classify(error)[0], str(error))
+        self.error = error
+
+
 ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     # The service's own errors.
     NotFound: (404, "not_found"),
@@ -206,11 +223,20 @@ def error_response(
 
 
 async def _judge_error(request: Request, exc: Exception) -> JSONResponse:
-    status, type_ = classify(exc)
+    status, _ = classify(exc)
     if status >= 500 and not isinstance(exc, ServiceError):
         # Engine errors that reach here mean the service is misconfigured or broken: keep the
         # details in the log, out of the body.
         log.error("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path, exc)
+    return judge_error_response(exc)
+
+
+def judge_error_response(exc: Exception) -> JSONResponse:
+    """The answer to an error of the tree: its status and type, ``Retry-After`` when it has one.
+
+    For the handlers, and for middleware that refuses a request before the app sees it.
+    """
+    status, type_ = classify(exc)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     if isinstance(exc, Unavailable):
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
@@ -228,6 +254,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if isinstance(exc, RefusedWhileReading):
+        return judge_error_response(exc.error)
     type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else type_.replace("_", " ")
     return error_response(exc.status_code, type_, message, headers=exc.headers)
@@ -293,11 +321,13 @@ ERROR_STATUSES: dict[int, str] = {
     413: "Request body larger than `max_body_bytes`.",
     415: "A body in a content type the route does not read; the message lists those it does.",
     422: "Invalid input; `error.field` names the field.",
-    429: "A per-key quota (jobs, unfinished items, stored bytes) would be exceeded; the message "
-    "names the limit and the key's use, `Retry-After` says when to try again.",
+    429: "A per-key quota (jobs, unfinished items, stored bytes) or limit on synchronous work "
+    "in flight (items, body bytes) would be exceeded; the message names the limit and the key's "
+    "use, `Retry-After` says when to try again.",
     500: "An unexpected error; the body says nothing more (the service log has the details).",
-    503: "Not now: the judge provider is in an outage, the encoder is still loading or the job "
-    "store cannot be written (each with `Retry-After`); or the judge this request needs is not "
+    503: "Not now: the judge provider is in an outage, the encoder is still loading, the job "
+    "store cannot be written or the service holds its limit of synchronous request bodies (each "
+    "with `Retry-After`); or the judge this request needs is not "
     "configured, or the service's own configuration fails (e.g. a model file is missing).",
 }
 """Every error status the service documents, with what it means; its body is ``ErrorBody``."""

@@ -27,6 +27,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -312,6 +313,24 @@ class Settings(BaseSettings):
         description="`POST /v1/jobs/{id}/retry-unscored` passes one job may have (each re-sends "
         "its unscored items); beyond them the route answers 409 naming this limit.",
     )
+    max_sync_items_per_key: int = Field(
+        default=1_024, ge=1,
+        description="Items one API key may have in flight or waiting on the synchronous grading "
+        "routes (`/v1/grade`, `/v1/grade/batch`); a request beyond it is answered 429 with "
+        "`Retry-After` (jobs have the quotas above instead). At least `max_batch`.",
+    )
+    max_sync_bytes_per_key: int = Field(
+        default=40_000_000, ge=1,
+        description="Bytes of request bodies one API key may have in flight on the synchronous "
+        "routes (grade, batch, bonus points, metrics, multiple choice); a request beyond it is "
+        "answered 429 with `Retry-After` before its body is read. At least `max_body_bytes`.",
+    )
+    max_sync_bytes: int = Field(
+        default=80_000_000, ge=1,
+        description="Bytes of request bodies in flight on the synchronous routes, all keys "
+        "together; a request beyond it is answered 503 with `Retry-After` before its body is "
+        "read. At least `max_sync_bytes_per_key`.",
+    )
     job_lease_seconds: float = Field(
         default=30.0, gt=0, le=3600,
         description="Length of a job lease: a job whose process stopped renewing it (killed, "
@@ -358,6 +377,24 @@ class Settings(BaseSettings):
     def _dump_digests(self, value: list[str]) -> list[str]:
         # Dumped digests say what they are, so loading a dump does not hash them again.
         return [f"sha256:{digest}" for digest in value]
+
+    @model_validator(mode="after")
+    def _check_sync_limits(self) -> Settings:
+        # A limit below the largest request it governs would refuse that request for ever.
+        pairs = (
+            ("max_sync_items_per_key", self.max_sync_items_per_key, "max_batch", self.max_batch),
+            ("max_sync_bytes_per_key", self.max_sync_bytes_per_key,
+             "max_body_bytes", self.max_body_bytes),
+            ("max_sync_bytes", self.max_sync_bytes,
+             "max_sync_bytes_per_key", self.max_sync_bytes_per_key),
+        )
+        for name, value, floor_name, floor in pairs:
+            if value < floor:
+                raise ValueError(
+                    f"{name} ({value}) must be at least {floor_name} ({floor}): a request of "
+                    f"that size would never be admitted"
+                )
+        return self
 
     def resolved_data_dir(self) -> Path:
         """The service data folder (jobs database, stored reports)."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from api.deps import GraderDep, ReadyDep, SettingsDep, bind_tenant
+from api.deps import GraderDep, OwnerDep, ReadyDep, SettingsDep, SyncItemsDep, bind_tenant
+from api.errors import error_responses
 from api.routes.common import guarded_router
 from api.services import grading
 from bonusjudge_client.wire.grading import ExtractResult, GradeResult
@@ -11,20 +12,31 @@ from bonusjudge_client.wire.schemas import BatchBody, BatchResponse, ExtractBody
 router = guarded_router("/v1", "grading", bind_tenant)
 
 
-@router.post("/grade", operation_id="grade", summary="Grade one response")
+@router.post(
+    "/grade", operation_id="grade", summary="Grade one response", responses=error_responses(429)
+)
 async def grade(
-    body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
+    body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
+    items: SyncItemsDep, owner: OwnerDep,
 ) -> GradeResult:
     """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured."""
-    return await grading.grade_one(body, grader=grader, settings=settings, ready=ready)
+    return await grading.grade_one(
+        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner
+    )
 
 
-@router.post("/grade/batch", operation_id="gradeBatch", summary="Grade a batch of responses")
+@router.post(
+    "/grade/batch", operation_id="gradeBatch", summary="Grade a batch of responses",
+    responses=error_responses(429),
+)
 async def grade_batch(
-    body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep
+    body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
+    items: SyncItemsDep, owner: OwnerDep,
 ) -> BatchResponse:
     """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422."""
-    return await grading.grade_batch(body, grader=grader, settings=settings, ready=ready)
+    return await grading.grade_batch(
+        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner
+    )
 
 
 @router.post(

@@ -4,6 +4,10 @@ A request the caller waits on must not hold its connection through a provider ou
 it out instead): while the judge's circuit breaker is open it answers 503 at once, and its items
 do not wait for the breaker. What was graded before the breaker opened is in the cache, so the
 caller's retry costs nothing.
+
+The items a key has in flight here are limited (``api.limits.Allowance.items``, 429 beyond
+``max_sync_items_per_key``), and the grader hands its slots out fairly between keys, so one key's
+batches cannot hold back another key's item.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pydantic import ValidationError
 from api.deps import ReadyGate
 from api.errors import ProviderOutage, classify
 from api.jobs import check_request
+from api.limits import Allowance
 from api.services.judges import select_judge
 from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
 from bonusjudge_client.wire.schemas import (
@@ -32,31 +37,38 @@ from judge.engine import Grader
 
 
 async def grade_one(
-    body: GradeBody, *, grader: Grader, settings: Settings, ready: ReadyGate
+    body: GradeBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
+    owner: str,
 ) -> GradeResult:
-    """Grade one response with the judge the body selects.
+    """Grade one response with the judge the body selects, as one of ``owner``'s ``items``.
 
     Raises:
         InputError: an invalid judge selection or a request over the service's limits.
+        QuotaExceeded: ``owner`` already has its ``items`` in flight (429, ``Retry-After``).
         ProviderOutage: the judge's circuit breaker is open (or opened during the call).
         EncoderLoading: the encoder the judge needs is still loading.
     """
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
     request = check_request(body.to_request(), settings)
-    # An item without an id is item "1", as the first item of a batch is.
-    result = await grader.grade(request, config=config, item_id="1")
+    with items.holding(owner, 1):
+        # An item without an id is item "1", as the first item of a batch is.
+        result = await grader.grade(request, config=config, item_id="1")
     _raise_if_outage(grader, config, [result])
     return result
 
 
 async def grade_batch(
-    body: BatchBody, *, grader: Grader, settings: Settings, ready: ReadyGate
+    body: BatchBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
+    owner: str,
 ) -> BatchResponse:
     """Grade up to ``settings.max_batch`` items concurrently; a bad item gets an error entry.
 
+    The batch's items count against ``owner``'s ``items`` until it is answered.
+
     Raises:
         InputError: (field ``items``) too many items, or an invalid judge selection.
+        QuotaExceeded: ``owner``'s items in flight would exceed the limit (429, ``Retry-After``).
         ProviderOutage: the judge's circuit breaker is open (or stopped an item).
         EncoderLoading: the encoder the judge needs is still loading.
     """
@@ -68,9 +80,11 @@ async def grade_batch(
         )
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
-    entries = await asyncio.gather(
-        *(_entry(grader, config, settings, index, item) for index, item in enumerate(body.items))
-    )
+    with items.holding(owner, len(body.items)):
+        entries = await asyncio.gather(
+            *(_entry(grader, config, settings, index, item)
+              for index, item in enumerate(body.items))
+        )
     _raise_if_outage(grader, config, [e.result for e in entries if e.result is not None])
     return BatchResponse(results=list(entries))
 
