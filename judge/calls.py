@@ -579,12 +579,14 @@ class Caller:
     ) -> bool:
         """Wait while calls of ``tenant`` are held back; True once a call may go ahead.
 
-        False when the pause has lasted longer than ``config.max_outage``: the item then ends
+        A call whose caller's fresh probe is out waits for its answer whatever ``max_outage``
+        (one request's time). False when the pause has lasted longer than
+        ``config.max_outage``: the item then ends
         ``circuit_open`` (a reason a re-run or ``--retry-unscored`` clears), so a provider that
         never comes back cannot hold a run forever.
         """
         while not breaker.allow(tenant):
-            if breaker.open_for(tenant) >= config.max_outage:
+            if breaker.open_for(tenant) >= config.max_outage and not breaker.probing_for(tenant):
                 return False
             # Real time, not the injectable backoff sleep: the breaker's clock is monotonic.
             await asyncio.sleep(min(1.0, max(0.05, breaker.retry_in(tenant))))

@@ -116,8 +116,10 @@ class CircuitBreaker(_Breaker):
     pauses, on a breaker of its own (opened at ``threshold`` failures in a row, probed by its own
     calls, closed by its first answered call), and the others go on. A real outage fails every
     source's calls (or the only active one's) and opens the shared breaker as before; its end
-    lifts every source's pause too. The service's own probe requests (``PROBE_SOURCE``) show the
-    provider up only when answered after a source's failures began.
+    lifts every source's pause too. While the shared breaker is open, a call of a source none of
+    whose calls has failed may probe it at once (the outage may be the only active caller's
+    items). The service's own probe requests (``PROBE_SOURCE``) show the provider up only when
+    answered after a source's failures began.
 
     ``answered`` counts every answered call, so a caller can tell whether the provider answered
     other calls between two failures of one (``judge.calls``: such a call stops retrying).
@@ -141,6 +143,8 @@ class CircuitBreaker(_Breaker):
     answered: int = 0
     _refused_at: float = 0.0
     _rechecking: bool = False
+    _fresh_probe: bool = False
+    _fresh_source: str | None = None
     _sources: dict[str | None, _Source] = field(default_factory=dict, repr=False)
 
     # -- admission -----------------------------------------------------------------------------
@@ -158,11 +162,43 @@ class CircuitBreaker(_Breaker):
                 return None
             if self.state == "closed":
                 return "probe" if isolated is not None else "closed"
-            if self._take_probe():
+            if self._take_probe() or self._take_fresh_probe(source, own):
                 return "probe"
             if isolated is not None:
                 isolated.release_probe()  # the shared breaker holds it back after all
             return None
+
+    def _take_fresh_probe(self, source: str | None, own: _Source | None) -> bool:
+        """An open breaker's probe for a source none of whose calls has failed (lock held).
+
+        The outage may be one caller's items (the only caller active when it opened): a call
+        of another caller shows at once whether the provider answers, rather than after the
+        cool-down, when the failing caller's own items would take the probe and fail it. Its
+        failure re-opens the breaker without lengthening the cool-down.
+        """
+        if self.state != "open" or self._probing or (own is not None and own.failing):
+            return False
+        self.state = "half_open"
+        self._probing = True
+        self._fresh_probe = True
+        self._fresh_source = source
+        return True
+
+    def probing_for(self, source: str | None) -> bool:
+        """Whether a fresh probe of ``source`` is out: its other calls wait for its answer.
+
+        A request of that caller is deciding whether the provider answers; its sibling calls
+        (the same item's other judge tasks) wait for it rather than give up at once.
+        """
+        with self._lock:
+            return (
+                self.state == "half_open" and self._fresh_probe and self._fresh_source == source
+            )
+
+    def _fresh_probe_due(self, source: str | None) -> bool:
+        """Whether a call of ``source`` would be let through as a fresh probe now (lock held)."""
+        own = self._sources.get(source)
+        return self.state == "open" and not self._probing and not (own and own.failing)
 
     def allow(self, source: str | None = None) -> bool:  # type: ignore[override]
         """Whether a call of ``source`` may go ahead now (see ``admit``)."""
@@ -178,6 +214,8 @@ class CircuitBreaker(_Breaker):
         """Seconds until a call of ``source`` may be tried again (0: now, or once a probe ends)."""
         shared = super().retry_in()
         with self._lock:
+            if self._fresh_probe_due(source):
+                shared = 0.0
             own = self._sources.get(source)
             isolated = own.isolated if own is not None else None
         return max(shared, isolated.retry_in()) if isolated is not None else shared
@@ -219,7 +257,10 @@ class CircuitBreaker(_Breaker):
     def release_probe(self, source: str | None = None) -> None:  # type: ignore[override]
         """A probe ended without an answer (cancelled): let another call probe."""
         with self._lock:
+            if self._fresh_probe and self.state == "half_open":
+                self.state = "open"  # a fresh probe never waited out the cool-down
             self._probing = False
+            self._fresh_probe = False
             self._rechecking = False
             own = self._sources.get(source)
             if own is not None and own.isolated is not None:
@@ -259,6 +300,11 @@ class CircuitBreaker(_Breaker):
                 own.streak, own.streak_started = 0, now
             own.streak += 1
             own.failing = True
+            if self.state == "half_open" and self._fresh_probe:
+                # A fresh source's probe failed: the outage is everyone's; same cool-down.
+                self.state, self._probing, self._fresh_probe = "open", False, False
+                self.consecutive_failures += 1
+                return
             if own.isolated is not None:
                 own.isolated.record_failure()  # its own probe failed: a longer pause
                 if self.state != "half_open":
@@ -310,6 +356,7 @@ class CircuitBreaker(_Breaker):
         """Close the breaker and end a re-check (lock held)."""
         super()._answered()
         self._rechecking = False
+        self._fresh_probe = False
 
     def _snapshot(self) -> dict[str, object]:
         """The shared machine's state, the refusal kept and the sources paused (lock held)."""

@@ -33,7 +33,7 @@ from bonusjudge_client.wire.schemas import (
 )
 from core.errors import InputError, JudgeError, first_error
 from judge.config import JudgeConfig, Settings
-from judge.engine import Grader
+from judge.engine import TENANT, Grader
 
 
 async def grade_one(
@@ -123,13 +123,14 @@ def _raise_if_outage(
     if config.is_embedded:
         return
     breaker = grader.breaker_for(config)
+    caller = TENANT.get() or None  # a caller whose calls have not failed may probe at once
     stopped = force or any(
         reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons
     )
-    if stopped or breaker.retry_in() > 0:
+    if stopped or breaker.retry_in(caller) > 0:
         raise ProviderOutage(
             f"the judge provider ({config.model}) is failing; its circuit breaker is open",
-            retry_after=max(1.0, breaker.retry_in()),
+            retry_after=max(1.0, breaker.retry_in(caller)),
         )
 
 

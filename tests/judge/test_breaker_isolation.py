@@ -145,3 +145,28 @@ def test_a_probe_answered_before_the_failures_began_does_not_hide_an_outage() ->
     for _ in range(2):
         breaker.record_failure("a")
     assert breaker.state == "open"
+
+
+def test_a_caller_arriving_after_one_callers_failures_opened_it_probes_at_once() -> None:
+    breaker = CircuitBreaker(threshold=3, cooldown=60)
+    for _ in range(3):
+        breaker.record_failure("a")  # a was alone: an outage, as far as anyone can tell
+    assert breaker.state == "open" and not breaker.allow("a") and breaker.retry_in("a") > 50
+    assert breaker.retry_in("b") == 0 and breaker.allow("b")  # b's call goes, as the probe
+    assert not breaker.allow("c")  # one probe at a time
+    breaker.record_success("b")
+    assert breaker.state == "closed"
+    breaker.record_failure("a")
+    assert breaker.isolated() == ["a"] and breaker.allow("c")  # a's items, not an outage
+
+
+def test_a_failed_fresh_probe_keeps_the_outage_and_its_cooldown() -> None:
+    breaker = CircuitBreaker(threshold=2, cooldown=60)
+    for _ in range(2):
+        breaker.record_failure("a")
+    before = breaker.retry_in("a")
+    assert breaker.allow("b")
+    breaker.record_failure("b")  # the provider fails b too: a real outage
+    assert breaker.state == "open" and not breaker.allow("b") and not breaker.allow("a")
+    assert breaker.retry_in("a") <= before  # not lengthened by b's probe
+    assert breaker.allow("c")  # a caller not yet failing may still look
