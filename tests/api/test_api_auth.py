@@ -142,6 +142,20 @@ def test_settings_dependency_can_be_overridden(
         assert client.post("/v1/grade", json=ITEM, headers=auth(KEY_A)).status_code == 200
 
 
+def test_an_override_holds_for_its_own_app_only(
+    tmp_path: Path, make_app: Callable[..., FastAPI]
+) -> None:
+    # The apps of a process share their route objects (api.app builds them once): an override
+    # set on one app must not reach another one serving beside it.
+    first, second = make_app(), make_app()
+    locked = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A])
+    first.dependency_overrides[get_settings] = lambda: locked
+    with TestClient(first) as one, TestClient(second) as other:
+        assert one.post("/v1/grade", json=ITEM).status_code == 401
+        assert other.post("/v1/grade", json=ITEM).status_code == 200
+        assert one.post("/v1/grade", json=ITEM, headers=auth(KEY_A)).status_code == 200
+
+
 def test_cors_is_off_by_default_and_configurable(make_app: Callable[..., FastAPI]) -> None:
     preflight = {"Origin": "https://ui.example", "Access-Control-Request-Method": "POST"}
     with TestClient(make_app()) as client:
