@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from bonusjudge_client import JudgeClient
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
 
@@ -47,6 +48,9 @@ def test_each_key_sees_its_own_usage_only(make_app: Callable[..., FastAPI]) -> N
             time.sleep(0.05)
         a = http.get("/v1/usage", headers=auth("a")).json()
         b = http.get("/v1/usage", headers=auth("b")).json()
+        # The client reads the same report, typed.
+        with JudgeClient("http://testserver", api_key=KEYS["a"], http_client=http) as client:
+            assert client.usage().model_dump(mode="json") == a
     # Two judge calls per item (coverage, defects), each one request of 100 + 20 tokens.
     assert (a["provider_requests"], a["prompt_tokens"], a["completion_tokens"]) == (6, 600, 120)
     assert (a["items"], a["scored"], a["cache_hits"]) == (3, 3, 0)

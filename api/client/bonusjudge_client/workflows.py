@@ -73,6 +73,7 @@ from bonusjudge_client.wire.schemas import (
     RubricList,
 )
 from bonusjudge_client.wire.summary import Summary
+from bonusjudge_client.wire.usage import UsageReport
 from bonusjudge_client.wire.vocab import UnscoredReason
 
 
@@ -512,6 +513,15 @@ class ServiceFlows(FlowCore):
         """Readiness (``GET /readyz``); a 503 "not ready" answer is returned, not raised."""
         call = Call("GET", "/readyz", retry_statuses=False)
         return readiness((yield from self._send(call)), call, self._url(call.path))
+
+    @operation
+    def usage(self) -> Flow[UsageReport]:
+        """This key's own usage since the service started (``GET /v1/usage``).
+
+        Provider requests (retries, re-asks and failures included), tokens, cost, cache hits,
+        items graded and jobs by status, counted for the caller's key only.
+        """
+        return (yield from self._get("/v1/usage", UsageReport))
 
     @operation
     def prometheus(self) -> Flow[str]:
