@@ -9,6 +9,7 @@ the other encoders, so these tests compare against it directly; folders it does 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -53,18 +54,23 @@ LONG = [
 ALL_TEXTS = ENGLISH + CHINESE + EMPTY_ISH + TRICKY + LONG
 
 
+# Loading a model or tokenizer costs more than most comparisons here; each folder's is loaded
+# once per module (they are only read: models in eval and inference mode).
+@functools.cache
 def _hf_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
+@functools.cache
 def _hf_model(folder: Path) -> Any:
     from transformers import AutoModel
 
     return AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
 
 
+@functools.cache
 def _ours(folder: Path) -> tuple[bert_forward.BertTokenizer, bert_forward.BertEncoderModel]:
     import torch
 
