@@ -19,12 +19,12 @@ JSON modes, the same sampling fields, the same re-ask messages (instructor's ``r
 ``reask_md_json``) up to ``config.reasks``, with pydantic's own error text.
 ``tests/judge/providers/test_direct_wire.py`` pins the bodies against the litellm path's on the
 strict stand-in. Replies are read as instructor and ``LiteLLMProvider`` read them: ``finish_reason:
-"length"`` ends the call ``truncated_output`` at once; a missing tool call, an empty or refused
-answer is re-asked like a parse failure and classified from the last reply (``refusal``,
-``empty_output``, ``validation_failure``); HTTP failures become the ``ProviderError`` that
-``judge.providers.base.provider_error`` gives the litellm path for the same status (a client
-timeout is
-litellm's 408, a failed connection litellm's 500).
+"length"`` ends the call ``truncated_output`` at once; a missing tool call or an empty answer is
+re-asked like a parse failure and classified from the last reply (``empty_output``,
+``validation_failure``); a refused answer ends the call ``refusal`` at once (re-asking a judge
+that declined the prompt buys the same refusal again); HTTP failures become the ``ProviderError``
+that ``judge.providers.base.provider_error`` gives the litellm path for the same status (a client
+timeout is litellm's 408, a failed connection litellm's 500).
 
 One deliberate difference from the litellm path, and one way of getting the same figure:
 
@@ -473,6 +473,10 @@ class DirectProvider:
                 )
             except (ValidationError, ReplyError) as exc:
                 last_error, last_reply = exc, reply
+                if reply_message(reply).get("refusal"):
+                    # A judge that declined the prompt declines a re-ask too: the call ends
+                    # `refusal` here, as the litellm path's re-ask policy ends it.
+                    break
             except Unparseable as exc:
                 # instructor does not re-ask this; it reports the last *re-asked* reply, if any.
                 raise tokens.charged(_no_valid_answer(sent, str(exc), last_reply)) from exc

@@ -7,10 +7,11 @@ What reaches the wire is pinned by ``tests/judge/providers/test_wire_contract.py
 from __future__ import annotations
 
 import functools
+import json
 import os
 from typing import Any, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.config import JudgeConfig
@@ -148,6 +149,34 @@ def _cost(completion: Any) -> float | None:
     return float(value) if value else None
 
 
+def _reasking(config: JudgeConfig, spent: _Spent) -> Any:
+    """The re-ask policy instructor builds from an int, except that a refused answer is final.
+
+    The same stop (``config.reasks`` re-asks, or ``config.timeout`` in all) and the same errors
+    re-asked (the parse and validation errors instructor retries) as instructor builds from an
+    int, so the litellm path keeps its behaviour, but a reply carrying a refusal ends the call
+    at once: re-asking a judge that declined the prompt with "fix your JSON" only bought the
+    same refusal twice more (3 billed requests a task). The direct transport does the same.
+    """
+    from instructor.core import AsyncValidationError, ResponseParsingError
+    from tenacity import (
+        AsyncRetrying,
+        retry_if_exception,
+        retry_if_exception_type,
+        stop_after_attempt,
+        stop_after_delay,
+    )
+
+    parse_errors = (ValidationError, json.JSONDecodeError, AsyncValidationError,
+                    ResponseParsingError)
+    return AsyncRetrying(
+        stop=stop_after_attempt(max(config.reasks, 0) + 1) | stop_after_delay(config.timeout),
+        retry=(retry_if_exception_type(parse_errors)
+               & retry_if_exception(lambda _: not spent.refused)),
+        reraise=True,
+    )
+
+
 class _Spent:
     """The requests one call sent and what their answers cost, from instructor's hooks.
 
@@ -162,6 +191,7 @@ class _Spent:
         self.prompt: int | None = None
         self.completion: int | None = None
         self.cost: float | None = None
+        self.refused = False
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         """A request is about to go out (instructor's ``completion:kwargs`` hook)."""
@@ -169,6 +199,7 @@ class _Spent:
 
     def answer(self, response: Any, *args: Any, **kwargs: Any) -> None:
         """The provider answered one (``completion:response``): add its usage and price."""
+        self.refused = bool(_refusal(response))
         prompt, completion = _usage(response)
         if prompt is not None:
             self.prompt = (self.prompt or 0) + prompt
@@ -261,7 +292,7 @@ class LiteLLMProvider:
             output, raw = await self._client(config.mode).chat.completions.create_with_completion(
                 messages=_literal_for_jinja(messages) if validation_context else messages,
                 response_model=_instructor_model(response_model),
-                max_retries=config.reasks,
+                max_retries=_reasking(config, spent),
                 # ``context=`` is instructor's parameter for the validators' context. The old
                 # ``validation_context=`` is no parameter of instructor 1.17's
                 # ``create_with_completion``: it fell into ``**kwargs``, litellm sent it in the

@@ -74,3 +74,29 @@ async def test_counters_and_provenance_add_up_to_what_the_provider_saw(transport
     usage = stats.usage_of(None)
     assert (usage.provider_requests, usage.prompt_tokens, usage.items) == (
         seen.requests, seen.prompt_tokens, len(results))
+
+
+@pytest.mark.parametrize("transport", ["direct", "litellm"])
+async def test_a_refusal_is_one_request_not_re_asked(transport: str) -> None:
+    """A judge that declines the prompt declines a re-ask too: one billed request per task.
+
+    Before, a refusal was re-asked like an invalid answer, ``reasks`` times (3 requests a task
+    with the default 2), on both transports.
+    """
+    refusing = FaultPlan(probabilities={"refusal": 1.0}, seed=1)
+    async with OpenAIStandIn(faults=refusing, record_requests=0) as judge:
+        config = JudgeConfig(
+            model="openai/standin", api_base=judge.base_url, metrics=("coverage", "defects"),
+            transport=transport, concurrency=2, cache=False, reasks=2,
+        )
+        grader = Grader(config)
+        try:
+            results = [r async for r in grader.grade_many(work()[:3])]
+        finally:
+            await grader.aclose()
+        seen = judge.stats()
+    reasons = [r.unscored_reasons for r in results]
+    assert reasons == [["coverage: refusal", "defects: refusal"]] * len(results), reasons
+    # Two tasks per item (coverage, defects), one request each.
+    assert seen.requests == grader.stats.provider_calls == 2 * len(results)
+    assert grader.stats.reasks == 0
