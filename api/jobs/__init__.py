@@ -3,23 +3,26 @@
 A job survives a restart: its items and every result live in a database, each result written
 as it is ready, so a restarted service resumes where the last one stopped. The database is one
 SQLite file under the service's data folder, or a Postgres database that several replicas share
-(``Settings.jobs_url``). Several processes may share it; a lease decides which one runs a job.
+(``Settings.jobs_url``). Several processes may share it; a job's items are leased in chunks, so
+every process with room works on every running job, each chunk run by the one holding its lease.
 The package, by responsibility:
 
 ``store``      ``JobStore``, every operation on persisted jobs (the one store boundary), and
                ``open_store``; over ``database`` (the engine, transactions, the lease clock),
                ``schema`` (the tables, SQLAlchemy Core), ``migrate`` and ``migrations/``
                (Alembic, run on open), ``sqlite`` and ``postgres`` (each engine's set-up),
-               ``claims`` (leases in SQL), ``items`` (item rows and results), ``files``
-               (files kept with a job) and ``codec`` (compressed JSON).
+               ``claims`` (leases on chunks of a job's items, in SQL), ``items`` (item rows
+               and results), ``files`` (files kept with a job) and ``codec`` (compressed
+               JSON).
 ``policy``     how keys share the service: ``Quota`` and the fairness rules.
-``worker``     ``Worker``: claims, renews, runs and releases this process's jobs; retention.
+``worker``     ``Worker``: claims, renews, runs and releases this process's chunks; retention.
 ``manager``    ``JobManager``: submit, watch, stream, summarise, cancel (what services call).
 ``grading``    the runner of grading jobs.
 ``uploads``    reading a submission (JSON, JSONL, multipart) and validating grading items.
 ``status``     a job's public status and a grading job's aggregates.
 """
 
+from api.jobs.claims import Chunk
 from api.jobs.codec import pack, unpack
 from api.jobs.database import STORE_ERRORS
 from api.jobs.items import JobItem
@@ -43,7 +46,7 @@ from api.jobs.uploads import (
     read_upload,
     with_line,
 )
-from api.jobs.worker import Worker
+from api.jobs.worker import Worker, current_chunk
 
 __all__ = [
     "FINAL_REASONS",
@@ -53,6 +56,7 @@ __all__ = [
     "JSONL_TYPES",
     "SCHEMA_REVISION",
     "STORE_ERRORS",
+    "Chunk",
     "JobItem",
     "JobManager",
     "JobRow",
@@ -68,6 +72,7 @@ __all__ = [
     "Worker",
     "build_items",
     "check_request",
+    "current_chunk",
     "grading_summary",
     "job_status",
     "jsonl_items",

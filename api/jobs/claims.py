@@ -1,26 +1,84 @@
-"""Leases in SQL: which process runs which job, and the changes only the lease holder may make.
+"""Leases in SQL: which process runs which chunk of a job, and the changes only a holder may make.
 
-A process *claims* a job by taking its lease (owner token, expiry renewed while it runs: the
-heartbeat). A lease that is not renewed expires, and another process, on this machine or another
-replica, takes the job over (reclaims it). Every state change of a running job (start, finish,
-fail, release) names the token, so a process that lost its lease changes nothing.
+A job's items are leased in chunks (``chunks``: the items ``lo <= idx < hi`` of a grading job, or
+the whole of a job of another kind). A process *claims* a chunk by taking its lease (owner token,
+expiry renewed while it runs: the heartbeat), so every replica with room works on every running
+job, each on chunks of its own. A lease that is not renewed expires, and another process, on
+this machine or another replica, takes the chunk over (reclaims it); a replica that dies loses
+only its chunks. Every state change of a running job (start, finish, fail) names the token, and
+is made only while the token holds a chunk of the job, so a process that lost its leases changes
+nothing; a result is written once per item whoever grades it (``ItemRows.save_results``).
 
-Claiming is one short transaction per job. On Postgres the candidate row is locked with
-``SELECT ... FOR UPDATE SKIP LOCKED``: replicas claiming at the same moment never wait on each
-other and never take the same job (a row another claimer holds is skipped, and a row it just
-took is re-checked against the lease condition before it is locked). On SQLite the transaction
-holds the file's write lock. Expiries are compared with the database's "now" (``Database.now``).
+Claiming is one short transaction per chunk. On Postgres the candidate chunk is locked with
+``SELECT ... FOR UPDATE OF chunks SKIP LOCKED``: replicas claiming at the same moment never wait
+on each other and never take the same chunk (a row another claimer holds is skipped, and a row it
+just took is re-checked against the lease condition before it is locked). On SQLite the
+transaction holds the file's write lock. Expiries are compared with the database's "now"
+(``Database.now``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from sqlalchemy import FromClause, and_, case, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    FromClause,
+    and_,
+    case,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from api.jobs.database import Database
-from api.jobs.schema import ACTIVE, GRADE, jobs
+from api.jobs.schema import (
+    ACTIVE,
+    CHUNK_ITEMS,
+    CHUNKS_PER_JOB,
+    GRADE,
+    MIN_CHUNK_ITEMS,
+    chunks,
+    items,
+    jobs,
+    results,
+)
+
+
+class Chunk(NamedTuple):
+    """One leased unit of a job: its items ``lo <= idx < hi``.
+
+    Attributes:
+        job_id: The job.
+        lo: The first item index of the chunk (its key within the job).
+        hi: One past the last item index.
+    """
+
+    job_id: str
+    lo: int
+    hi: int
+
+
+def chunk_bounds(
+    kind: str, n_items: int, most: int = CHUNK_ITEMS
+) -> list[tuple[int, int]]:
+    """The ``(lo, hi)`` chunks of a new job: grading jobs in chunks, other kinds in one.
+
+    A grading job is cut into ``CHUNKS_PER_JOB`` chunks of at least ``MIN_CHUNK_ITEMS`` items
+    and at most ``most``: 240 items make 30 chunks of 8, 2,000 make 32 of 63, 100,000 make
+    1,563 of 64. Only grading jobs are graded item by item within a chunk's bounds; a job of
+    another kind (multiple choice, a calibration run, none of whose runners splits its work) is
+    one chunk, leased whole as before. A job without items still has one chunk: its lease.
+    """
+    size = max(1, min(most, max(MIN_CHUNK_ITEMS, -(-n_items // CHUNKS_PER_JOB))))
+    if kind != GRADE or n_items <= size:
+        return [(0, max(n_items, 1))]
+    return [(lo, min(lo + size, n_items)) for lo in range(0, n_items, size)]
 
 
 class Claims:
@@ -33,134 +91,276 @@ class Claims:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def _live(self, table: FromClause = jobs) -> ColumnElement[bool]:
-        """A job of ``table`` (``jobs`` or an alias of it) held by a lease that has not lapsed."""
-        return and_(
-            table.c.status.in_(ACTIVE),
-            table.c.lease_owner.is_not(None),
-            table.c.lease_expires >= self.db.now(),
-        )
+    # -- conditions ----------------------------------------------------------------------------
+
+    def _live(self, table: FromClause = chunks) -> ColumnElement[bool]:
+        """A chunk of ``table`` (``chunks`` or an alias) held by a lease that has not lapsed."""
+        return and_(table.c.lease_owner.is_not(None), table.c.lease_expires >= self.db.now())
 
     def _claimable(self, token: str, kinds: Sequence[str]) -> ColumnElement[bool]:
-        """An unfinished job of ``kinds`` that nobody holds, or whose lease lapsed elsewhere.
+        """An open chunk of an unfinished job of ``kinds`` that nobody holds, or lapsed elsewhere.
 
-        ``token``'s own lapsed leases are not claimable: its renewals revive them instead.
+        ``token``'s own lapsed leases are not claimable: its renewals revive them instead. The
+        query joins ``chunks`` with ``jobs``.
         """
         return and_(
             jobs.c.status.in_(ACTIVE),
-            or_(
-                jobs.c.lease_owner.is_(None),
-                and_(jobs.c.lease_expires < self.db.now(), jobs.c.lease_owner != token),
-            ),
             jobs.c.kind.in_(list(kinds)),
+            chunks.c.done == false(),
+            or_(
+                chunks.c.lease_owner.is_(None),
+                and_(chunks.c.lease_expires < self.db.now(), chunks.c.lease_owner != token),
+            ),
         )
+
+    @staticmethod
+    def _active_job(job_id: str) -> ColumnElement[bool]:
+        """``chunks`` rows of ``job_id`` while the job is unfinished (a subquery on ``jobs``)."""
+        return chunks.c.job_id.in_(
+            select(jobs.c.id).where(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE))
+        )
+
+    @staticmethod
+    def _held(job_id: str, token: str) -> ColumnElement[bool]:
+        """The job ``job_id``, still active, with a chunk leased to ``token``."""
+        holds = select(chunks.c.lo).where(
+            chunks.c.job_id == jobs.c.id, chunks.c.lease_owner == token
+        ).exists()
+        return and_(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE), holds)
+
+    # -- claiming ------------------------------------------------------------------------------
 
     def claim(
         self, token: str, lease_seconds: float, limit: int, kinds: Sequence[str] = (GRADE,)
-    ) -> list[str]:
-        """Take the leases of up to ``limit`` unfinished jobs nobody holds, fairly across owners.
+    ) -> list[Chunk]:
+        """Take the leases of up to ``limit`` open chunks nobody holds, fairly across owners.
 
-        Each lease goes to a job of the owner with the fewest jobs held right now (a live lease,
-        in any process), oldest first among equals: a key with one small job is not queued
-        behind every job of a key that submitted many. The counts are read in the claiming
-        transaction, so the order holds across processes and replicas sharing the database.
+        Each lease goes to a chunk of the owner with the fewest chunks held right now (a live
+        lease, in any process), of its oldest job first among equals, lowest items first: a key
+        with one small job is not queued behind every chunk of a key that submitted a big one,
+        and every replica with room takes chunks of the same running jobs. The counts are read
+        in the claiming transaction, so the order holds across processes and replicas sharing
+        the database.
 
-        A job whose lease ``token`` itself holds is never claimed again, even when that lease
+        A chunk whose lease ``token`` itself holds is never claimed again, even when that lease
         has lapsed (an event loop blocked for a while): its runner is still alive here, and the
         next renewal revives the lease. Only jobs of ``kinds`` are claimed.
         """
-        claimed: list[str] = []
+        claimed: list[Chunk] = []
         if not kinds or limit <= 0:
             return claimed
         # A plain read first: an idle poll takes no lock at all.
         with self.db.read() as conn:
-            probe = select(jobs.c.id).where(self._claimable(token, kinds)).limit(1)
+            probe = (
+                select(chunks.c.job_id)
+                .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
+                .where(self._claimable(token, kinds))
+                .limit(1)
+            )
             if conn.execute(probe).first() is None:
                 return claimed
-        held = jobs.alias("held")
+        held_chunks, held_jobs = chunks.alias("held_chunks"), jobs.alias("held_jobs")
+        held = (
+            select(held_jobs.c.owner, func.count().label("n"))
+            .select_from(held_chunks.join(held_jobs, held_jobs.c.id == held_chunks.c.job_id))
+            .where(self._live(held_chunks), held_jobs.c.status.in_(ACTIVE))
+            .group_by(held_jobs.c.owner)
+            .subquery("held")
+        )
+        pick = (
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .select_from(
+                chunks.join(jobs, jobs.c.id == chunks.c.job_id)
+                .outerjoin(held, held.c.owner == jobs.c.owner)
+            )
+            .where(self._claimable(token, kinds))
+            .order_by(func.coalesce(held.c.n, 0), jobs.c.created_at, jobs.c.id, chunks.c.lo)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=chunks)
+        )
         for _ in range(limit):
-            held_by_owner = (
-                select(func.count())
-                .select_from(held)
-                .where(held.c.owner == jobs.c.owner, self._live(held))
-                .scalar_subquery()
-            )
-            pick = (
-                select(jobs.c.id)
-                .where(self._claimable(token, kinds))
-                .order_by(held_by_owner, jobs.c.created_at)
-                .limit(1)
-                .with_for_update(skip_locked=True)
-            )
             with self.db.tx() as conn:
-                job_id = conn.execute(pick).scalar()
-                if job_id is None:
+                row = conn.execute(pick).first()
+                if row is None:
                     break
                 conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == job_id)
+                    update(chunks)
+                    .where(chunks.c.job_id == row.job_id, chunks.c.lo == row.lo)
                     .values(lease_owner=token, lease_expires=self.db.now() + lease_seconds)
                 )
-            claimed.append(str(job_id))
+            claimed.append(Chunk(str(row.job_id), int(row.lo), int(row.hi)))
         return claimed
 
+    def insert_chunks(
+        self, conn: Connection, job_id: str, bounds: Sequence[tuple[int, int]], *,
+        lease_owner: str | None, lease_seconds: float, done: bool,
+    ) -> None:
+        """Insert a new job's chunks in the caller's transaction; the first leased to the holder.
+
+        Args:
+            conn: The transaction storing the job.
+            job_id: The job.
+            bounds: ``(lo, hi)`` of each chunk (``chunk_bounds``).
+            lease_owner: Token of the process that runs the job's first chunk at once, or None.
+            lease_seconds: Length of that lease.
+            done: The job is finished already (every item invalid): its chunks are done.
+        """
+        expires = self.db.now() + lease_seconds if lease_owner else 0.0
+        rows = [
+            {"job_id": job_id, "lo": lo, "hi": hi, "done": done,
+             "lease_owner": lease_owner if n == 0 else None}
+            for n, (lo, hi) in enumerate(bounds)
+        ]
+        conn.execute(insert(chunks), rows)
+        if lease_owner:
+            conn.execute(
+                update(chunks).where(chunks.c.job_id == job_id, chunks.c.lo == bounds[0][0])
+                .values(lease_expires=expires)
+            )
+
+    def reopen(
+        self, conn: Connection, job_id: str, indexes: Sequence[int], *,
+        lease_owner: str | None, lease_seconds: float,
+    ) -> None:
+        """Open the chunks holding ``indexes`` again (``retry-unscored``), in the caller's tx.
+
+        Every lease on the job is cleared; the first reopened chunk goes to ``lease_owner``
+        when given.
+        """
+        bounds = conn.execute(
+            select(chunks.c.lo, chunks.c.hi).where(chunks.c.job_id == job_id)
+            .order_by(chunks.c.lo)
+        ).all()
+        wanted = sorted(indexes)
+        reopened = [
+            int(row.lo) for row in bounds
+            if any(row.lo <= idx < row.hi for idx in wanted)
+        ]
+        conn.execute(
+            update(chunks).where(chunks.c.job_id == job_id)
+            .values(lease_owner=None, lease_expires=0.0)
+        )
+        if not reopened:
+            return
+        conn.execute(
+            update(chunks).where(chunks.c.job_id == job_id, chunks.c.lo.in_(reopened))
+            .values(done=False)
+        )
+        if lease_owner:
+            conn.execute(
+                update(chunks).where(chunks.c.job_id == job_id, chunks.c.lo == reopened[0])
+                .values(lease_owner=lease_owner, lease_expires=self.db.now() + lease_seconds)
+            )
+
+    @staticmethod
+    def clear(conn: Connection, job_id: str) -> None:
+        """Drop every lease on the job's chunks, in the caller's transaction (a finished job)."""
+        conn.execute(
+            update(chunks).where(chunks.c.job_id == job_id)
+            .values(lease_owner=None, lease_expires=0.0)
+        )
+
+    # -- what is held --------------------------------------------------------------------------
+
     def held_by_owner(self) -> dict[str, int]:
-        """Jobs held by a live lease (running somewhere), per owner."""
+        """Chunks held by a live lease (running somewhere), per owner."""
         query = (
-            select(jobs.c.owner, func.count().label("n")).where(self._live()).group_by(jobs.c.owner)
+            select(jobs.c.owner, func.count().label("n"))
+            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
+            .where(self._live(), jobs.c.status.in_(ACTIVE))
+            .group_by(jobs.c.owner)
         )
         with self.db.read() as conn:
             return {str(r.owner): int(r.n) for r in conn.execute(query)}
 
     def waiting_owners(self, kinds: Sequence[str]) -> set[str]:
-        """Owners with a job of ``kinds`` that nobody holds (waiting to be claimed)."""
+        """Owners with an open chunk of a job of ``kinds`` that nobody holds (waiting)."""
         if not kinds:
             return set()
-        query = select(jobs.c.owner).distinct().where(
-            jobs.c.status.in_(ACTIVE),
-            or_(jobs.c.lease_owner.is_(None), jobs.c.lease_expires < self.db.now()),
-            jobs.c.kind.in_(list(kinds)),
+        query = (
+            select(jobs.c.owner).distinct()
+            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
+            .where(
+                jobs.c.status.in_(ACTIVE), jobs.c.kind.in_(list(kinds)), chunks.c.done == false(),
+                or_(chunks.c.lease_owner.is_(None), chunks.c.lease_expires < self.db.now()),
+            )
         )
         with self.db.read() as conn:
             return {str(owner) for owner in conn.execute(query).scalars()}
 
-    def stale_own(self, token: str) -> list[str]:
-        """Active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
+    def stale_own(self, token: str) -> list[Chunk]:
+        """Open chunks of active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
         query = (
-            select(jobs.c.id)
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
             .where(
-                jobs.c.lease_owner == token,
-                jobs.c.lease_expires < self.db.now(),
-                jobs.c.status.in_(ACTIVE),
+                chunks.c.lease_owner == token, chunks.c.lease_expires < self.db.now(),
+                chunks.c.done == false(), jobs.c.status.in_(ACTIVE),
             )
-            .order_by(jobs.c.created_at)
+            .order_by(jobs.c.created_at, chunks.c.job_id, chunks.c.lo)
         )
         with self.db.read() as conn:
-            return [str(job_id) for job_id in conn.execute(query).scalars()]
+            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in conn.execute(query)]
 
-    def _held(self, job_id: str, token: str) -> ColumnElement[bool]:
-        """The job ``job_id``, still active and leased to ``token``."""
-        return and_(jobs.c.id == job_id, jobs.c.lease_owner == token, jobs.c.status.in_(ACTIVE))
+    def held(self, job_id: str, token: str) -> list[Chunk]:
+        """The open chunks of ``job_id`` leased to ``token`` (lapsed or not), lowest first."""
+        query = (
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .where(chunks.c.job_id == job_id, chunks.c.lease_owner == token,
+                   chunks.c.done == false())
+            .order_by(chunks.c.lo)
+        )
+        with self.db.read() as conn:
+            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in conn.execute(query)]
 
-    def renew(self, job_id: str, token: str, lease_seconds: float) -> bool:
-        """Extend a lease this process holds; False when lost or the job is no longer active."""
+    def holders(self, job_id: str) -> dict[str, int]:
+        """Who holds a lease on the job's chunks (lapsed or not): token -> chunks held."""
+        query = (
+            select(chunks.c.lease_owner, func.count().label("n"))
+            .where(chunks.c.job_id == job_id, chunks.c.lease_owner.is_not(None))
+            .group_by(chunks.c.lease_owner)
+        )
+        with self.db.read() as conn:
+            return {str(r.lease_owner): int(r.n) for r in conn.execute(query)}
+
+    # -- the holder's changes ------------------------------------------------------------------
+
+    def renew(
+        self, job_id: str, token: str, lease_seconds: float, lo: int | None = None
+    ) -> bool:
+        """Extend ``token``'s leases on the job (its chunk at ``lo``, or all it holds).
+
+        False when none is held any more (taken over, finished) or the job is no longer active
+        (cancelled, failed, done): the holder stops.
+        """
+        where = [chunks.c.job_id == job_id, chunks.c.lease_owner == token,
+                 chunks.c.done == false(), self._active_job(job_id)]
+        if lo is not None:
+            where.append(chunks.c.lo == lo)
         with self.db.tx() as conn:
             result = conn.execute(
-                update(jobs)
-                .where(self._held(job_id, token))
-                .values(lease_expires=self.db.now() + lease_seconds)
+                update(chunks).where(*where).values(lease_expires=self.db.now() + lease_seconds)
             )
-        return result.rowcount == 1
+        return result.rowcount >= 1
 
     def start_run(self, job_id: str, token: str) -> bool:
-        """Mark a claimed job running and note where this run started (for the rate)."""
+        """Mark a job ``token`` holds a chunk of running; a queued job's run starts now.
+
+        The run's start (time and items done then) is kept while the job stays running, however
+        many replicas join it, so its rate and ETA count every replica's results.
+        """
         now = self.db.now()
+        running = and_(jobs.c.status == "running", jobs.c.run_started_at.is_not(None))
         with self.db.tx() as conn:
             result = conn.execute(
                 update(jobs)
                 .where(self._held(job_id, token))
-                .values(status="running", run_started_at=now, run_start_done=jobs.c.done,
-                        updated_at=now)
+                .values(
+                    status="running",
+                    run_started_at=case((running, jobs.c.run_started_at), else_=now),
+                    run_start_done=case((running, jobs.c.run_start_done), else_=jobs.c.done),
+                    updated_at=now,
+                )
             )
         return result.rowcount == 1
 
@@ -178,36 +378,79 @@ class Claims:
             )
         return result.rowcount == 1
 
+    def finish_chunk(self, job_id: str, lo: int, token: str) -> bool:
+        """Mark ``token``'s chunk done and drop its lease, if none of its items lacks a result.
+
+        False when items of the chunk are still to grade, or the lease is not ``token``'s.
+        """
+        pending = (
+            select(items.c.idx)
+            .where(
+                items.c.job_id == chunks.c.job_id, items.c.idx >= chunks.c.lo,
+                items.c.idx < chunks.c.hi, items.c.request.is_not(None),
+                ~select(results.c.idx).where(
+                    results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
+                ).exists(),
+            )
+            .exists()
+        )
+        with self.db.tx() as conn:
+            result = conn.execute(
+                update(chunks)
+                .where(chunks.c.job_id == job_id, chunks.c.lo == lo,
+                       chunks.c.lease_owner == token, ~pending)
+                .values(done=True, lease_owner=None, lease_expires=0.0)
+            )
+        return result.rowcount == 1
+
     def complete_if_finished(self, job_id: str, token: str) -> bool:
-        """Mark a running job done when every valid item has a result."""
+        """Mark a running job done when every valid item has a result (any holder may)."""
         with self.db.tx() as conn:
             result = conn.execute(
                 update(jobs)
                 .where(self._held(job_id, token), jobs.c.done >= jobs.c.total)
-                .values(status="done", lease_owner=None, lease_expires=0.0,
-                        updated_at=self.db.now())
+                .values(status="done", updated_at=self.db.now())
             )
+            if result.rowcount == 1:
+                conn.execute(
+                    update(chunks).where(chunks.c.job_id == job_id)
+                    .values(done=True, lease_owner=None, lease_expires=0.0)
+                )
         return result.rowcount == 1
 
     def fail(self, job_id: str, token: str, detail: str) -> None:
-        """Mark a job this process runs as failed."""
+        """Mark a job this process runs (a chunk of) as failed: every replica stops it."""
         with self.db.tx() as conn:
-            conn.execute(
+            result = conn.execute(
                 update(jobs)
                 .where(self._held(job_id, token))
                 # Postgres text cannot hold NUL; a message quoting one keeps the rest.
                 .values(status="failed", detail=detail.replace("\x00", "\\x00"),
-                        lease_owner=None, lease_expires=0.0, updated_at=self.db.now())
+                        updated_at=self.db.now())
             )
+            if result.rowcount == 1:
+                self.clear(conn, job_id)
 
-    def release(self, job_id: str, token: str) -> None:
-        """Give up a lease; an unfinished job goes back to ``queued`` for the next process."""
+    def release(self, job_id: str, token: str, lo: int | None = None) -> None:
+        """Give up ``token``'s lease on a chunk (``lo``), or on all its chunks of the job.
+
+        A job nobody else holds a live lease on goes back to ``queued`` for the next process.
+        """
         with self.db.tx() as conn:
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.lease_owner == token)
-                .values(
-                    lease_owner=None, lease_expires=0.0,
-                    status=case((jobs.c.status == "running", "queued"), else_=jobs.c.status),
-                )
-            )
+            # The job's row, locked: a release and another holder's start take turns, so the
+            # job is never left queued while a replica runs it.
+            status = conn.execute(
+                select(jobs.c.status).where(jobs.c.id == job_id).with_for_update()
+            ).scalar()
+            where = [chunks.c.job_id == job_id, chunks.c.lease_owner == token]
+            if lo is not None:
+                where.append(chunks.c.lo == lo)
+            conn.execute(update(chunks).where(*where).values(lease_owner=None, lease_expires=0.0))
+            if status != "running":
+                return
+            others = conn.execute(
+                select(chunks.c.lo).where(chunks.c.job_id == job_id, self._live()).limit(1)
+            ).first()
+            if others is None:
+                conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
+                             .values(status="queued"))

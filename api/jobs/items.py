@@ -222,8 +222,14 @@ class ItemRows:
             (int(r.idx), None if r.line is None else int(r.line), unpack(r.error)) for r in rows
         ]
 
-    def pending(self, job_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
-        """Valid items without a result, with index above ``after``: (index, item id, JSON)."""
+    def pending(
+        self, job_id: str, after: int, limit: int, before: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        """Valid items without a result, ``after < index`` (``< before`` when given).
+
+        Returns:
+            ``(index, item id, request JSON)`` in index order, at most ``limit``.
+        """
         finished = select(results.c.idx).where(
             results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
         )
@@ -236,6 +242,8 @@ class ItemRows:
             .order_by(items.c.idx)
             .limit(limit)
         )
+        if before is not None:
+            query = query.where(items.c.idx < before)
         with self.db.read() as conn:
             rows = conn.execute(query).all()
             dicts = self._dicts(conn, job_id) if rows else {}

@@ -28,12 +28,13 @@ from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
 
 JobRunner = Callable[["JobManager", str, JobRow], Awaitable[None]]
-"""Runs one claimed job of a kind: ``runner(manager, job_id, row)``.
+"""Runs one claimed chunk of a job of a kind: ``runner(manager, job_id, row)``.
 
-It holds the job's lease while it runs: it stores results (``manager.store``), stops feeding work
-when ``manager.stopping`` is set, and leaves the job ``queued`` (just returning) when it could not
-finish, or marks it done with ``store.complete_if_finished``. An exception marks the job failed
-(a ``JudgeError``'s message is shown as the job's ``detail``).
+It holds the chunk's lease while it runs (the chunk is ``api.jobs.worker.current_chunk()``; a
+kind that does not split its work has one chunk, the whole job): it stores results
+(``manager.store``), stops feeding work when ``manager.halted(job_id)``, and just returns when
+it could not finish, or marks the job done with ``store.complete_if_finished``. An exception
+marks the job failed (a ``JudgeError``'s message is shown as the job's ``detail``).
 """
 
 
@@ -47,9 +48,9 @@ class JobManager:
             taken over this long after its last renewal.
         poll_seconds: How often leases are renewed and unclaimed jobs looked for.
         drain_timeout: On shutdown, how long in-flight items may take to finish and be stored.
-        max_running: Jobs one process runs at once (they share the grader's concurrency; each
-            grading job has at most its share of it in flight, so a newly started job's items
-            are graded at once rather than queued behind the others').
+        max_running: Chunks of jobs one process runs at once (they share the grader's
+            concurrency; each has at most its share of it in flight, so a newly started job's
+            items are graded at once rather than queued behind the others').
         retention_seconds: Finished jobs (items, results, files) are deleted this long after
             they last changed; 0 keeps them.
         purge_seconds: How often the poll loop looks for expired jobs.
@@ -108,7 +109,7 @@ class JobManager:
         return self.worker.stopping
 
     def share(self, concurrency: int) -> int:
-        """Items one job may have in flight: its share of the grader's concurrency."""
+        """Items one running chunk may have in flight: its share of the grader's concurrency."""
         return self.worker.share(concurrency)
 
     def halted(self, job_id: str) -> bool:
@@ -148,7 +149,9 @@ class JobManager:
         job_id: str | None = None,
         quota: Quota | None = None,
     ) -> JobStatus:
-        """Store a job and start running it here when this process has room.
+        """Store a job and start running (its first chunk) here when this process has room.
+
+        Whatever room is left here, and on other replicas, takes further chunks at once.
 
         The keyword arguments after ``config`` are those of ``JobStore.create``; ``job_id`` is
         generated unless given (a caller that prepares files under the id first passes it).
@@ -169,8 +172,14 @@ class JobManager:
         row = await asyncio.to_thread(self.store.get, job_id)
         assert row is not None
         if run_here and row["status"] == "queued":
-            self.worker.launch(job_id)
+            await self._launch_held(job_id)
         return job_status(row)
+
+    async def _launch_held(self, job_id: str) -> None:
+        """Run the chunks of ``job_id`` leased to this process; claim more now if there is room."""
+        for chunk in await asyncio.to_thread(self.store.held, job_id, self.token):
+            self.worker.launch(chunk)
+        self.worker.wake()
 
     async def row(self, job_id: str, owner: str, kind: str = GRADE) -> JobRow:
         """The job's database row.
@@ -199,7 +208,7 @@ class JobManager:
         """
         if not await asyncio.to_thread(self.store.cancel, job_id, owner, kind):
             raise NotFound(f"no job {job_id!r}")
-        # Another worker running it sees the cancellation when it next renews its lease.
+        # Every other process running a chunk of it sees the cancellation at its next renewal.
         self.worker.cancel(job_id)
         return await self.status(job_id, owner, kind)
 
@@ -226,7 +235,7 @@ class JobManager:
         if reset is None:
             raise NotFound(f"no job {job_id!r}")
         if reset and run_here:
-            self.worker.launch(job_id)
+            await self._launch_held(job_id)
         return await self.status(job_id, owner)
 
     async def entries(

@@ -5,10 +5,11 @@ stores a job, for the quotas) and the worker applies the answers:
 
 * ``Quota``: a key's queued or running jobs, unfinished items and stored bytes stay within the
   configured limits; a job beyond them is refused with 429.
-* ``JobStore.claim`` gives the next lease to the owner holding the fewest jobs (in SQL, so it
-  holds across processes).
+* ``JobStore.claim`` gives the next lease (on a chunk of a job's items) to the owner holding the
+  fewest chunks (in SQL, so it holds across processes and replicas).
 * ``make_room``: a full process hands a slot of the busiest owner over to a waiting one.
-* ``share``: each running job has at most its share of the grader's concurrency in flight.
+* ``share``: each chunk running here has at most its share of the grader's concurrency in
+  flight.
 * ``check_request``: the service's own limits on one request (bonus points per item).
 * ``RetryPolicy``: which unscored items ``retry-unscored`` re-sends, and how many passes a job
   gets (the job's quota is checked as for a new job).
@@ -19,12 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
+from typing import TypeVar
 
 from api.errors import Conflict, QuotaExceeded
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.vocab import UnscoredReason
 from core.errors import InputError
 from judge.config import Settings
+
+_Slot = TypeVar("_Slot")
 
 
 @dataclass(frozen=True)
@@ -159,43 +163,44 @@ class RetryPolicy:
 
 
 def share(concurrency: int, running: int) -> int:
-    """Items one job may have in flight: its share of the grader's concurrency.
+    """Items one running chunk may have in flight: its share of the grader's concurrency.
 
-    Jobs running in one process share the grader's semaphore; were each to queue as many items
-    as it can, a job started later would wait behind all of theirs. With at most its share in
-    flight, each job gets about the same number of slots whenever one frees up.
+    Chunks running in one process share the grader's slots; were each to queue as many items
+    as it can, a chunk started later would wait behind all of theirs. With at most its share in
+    flight, each gets about the same number of slots whenever one frees up.
 
     Args:
         concurrency: The grader's concurrency.
-        running: Jobs running in this process.
+        running: Chunks (of any jobs) running in this process.
     """
     return max(1, math.ceil(concurrency / max(1, running)))
 
 
 def make_room(
-    candidates: Mapping[str, str], waiting: Set[str], held: Mapping[str, int]
-) -> str | None:
-    """The job to hand over when this process is full and another owner waits, if any.
+    candidates: Mapping[_Slot, str], waiting: Set[str], held: Mapping[str, int]
+) -> _Slot | None:
+    """The slot (a chunk) to hand over when this process is full and another owner waits.
 
-    The job of the owner holding the most jobs stops feeding items and goes back to the queue,
-    where the fair claim order gives the slot to the waiting owner. Only while that owner holds
-    at least two jobs more than the waiting one, so shares even out without jobs changing
-    hands back and forth.
+    The chunk of the owner holding the most chunks stops feeding items and goes back to the
+    queue, where the fair claim order gives the slot to the waiting owner. Only while that
+    owner holds at least two chunks more than the waiting one, so shares even out without
+    chunks changing hands back and forth.
 
     Args:
-        candidates: Jobs running here that may yield, by id, with their owners.
-        waiting: Owners with a job nobody holds.
-        held: Jobs held by a live lease (in any process), per owner.
+        candidates: Chunks running here that may yield, with their owners; among equals the
+            first listed is chosen.
+        waiting: Owners with a chunk nobody holds.
+        held: Chunks held by a live lease (in any process), per owner.
     """
     if not waiting:
         return None
     fewest = min(held.get(owner, 0) for owner in waiting)
     choices = [
-        (held.get(owner, 0), job_id)
-        for job_id, owner in candidates.items()
+        (held.get(owner, 0), slot)
+        for slot, owner in candidates.items()
         if held.get(owner, 0) >= fewest + 2
     ]
-    return max(choices)[1] if choices else None
+    return max(choices, key=lambda choice: choice[0])[1] if choices else None
 
 
 def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:

@@ -3,9 +3,12 @@
 Tables::
 
     jobs          id, kind, owner (API-key digest), status, counts, judge overrides + config
-                  hash, options (kind-specific JSON), lease_owner, lease_expires, next_seq (the
-                  last number given to a finished entry), bytes (stored size, for the owner's
-                  quota), request_dict / result_dict (the job's compression dictionaries)
+                  hash, options (kind-specific JSON), next_seq (the last number given to a
+                  finished entry), bytes (stored size, for the owner's quota), request_dict /
+                  result_dict (the job's compression dictionaries)
+    chunks        (job_id, lo) -> hi, lease_owner, lease_expires, done: the job's items
+                  ``lo <= idx < hi``, leased on their own, so every replica works on every
+                  running job; a job without item rows (a calibration run) has one chunk
     items         (job_id, idx) -> item id, line, request or input error, as submitted
     results       (job_id, idx) -> seq, status, result: one row per finished entry, written
                   once (the primary key refuses a second one) and numbered in finishing order
@@ -27,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Dialect,
     Float,
@@ -38,13 +42,32 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 """Alembic revision of the schema this code reads and writes (the newest migration)."""
+
+CHUNK_ITEMS = 64
+"""Most items in a chunk of a grading job: the unit a replica leases (``chunks``).
+
+Small enough that a dead replica leaves at most a few chunks' worth of items in flight to grade
+again; large enough that claims stay rare on big jobs (about one a second per replica with the
+embedded matcher, fewer with an LLM judge).
+"""
+
+CHUNKS_PER_JOB = 32
+"""Chunks a grading job is cut into when it is small enough (``MIN_CHUNK_ITEMS`` and up).
+
+A replica takes up to ``max_running`` chunks at once (4 by default), so a job of only a few
+chunks would be taken whole by the first replica with room, as before; 32 feed eight replicas.
+"""
+
+MIN_CHUNK_ITEMS = 8
+"""Fewest items in a chunk of a grading job (the last chunk excepted): a claim per 8 items."""
 
 ACTIVE = ("queued", "running")
 """Statuses of unfinished jobs (the ones a lease may hold)."""
@@ -106,8 +129,6 @@ jobs = Table(
     Column("updated_at", Float, nullable=False),
     Column("run_started_at", Float),
     Column("run_start_done", Integer, nullable=False, server_default=text("0")),
-    Column("lease_owner", Text),
-    Column("lease_expires", Float, nullable=False, server_default=text("0")),
     Column("bytes", BigInteger, nullable=False, server_default=text("0")),
     Column("request_dict", LargeBinary),
     Column("result_dict", LargeBinary),
@@ -164,3 +185,19 @@ report_files = _job_table(
     Column("data", LargeBinary, nullable=False),
 )
 """The files of a calibration run (its report, plots, mappings, uploaded set), by name."""
+
+chunks = _job_table(
+    "chunks",
+    Column("lo", Integer, primary_key=True),
+    Column("hi", Integer, nullable=False),
+    Column("lease_owner", Text),
+    Column("lease_expires", Float, nullable=False, server_default=text("0")),
+    Column("done", Boolean, nullable=False, server_default=false()),
+    ForeignKeyConstraint(["job_id"], ["jobs.id"], name="chunks_job", ondelete="CASCADE"),
+    Index("chunks_by_lease", "lease_owner"),
+)
+"""The leases: one row per chunk of a job's items (``lo <= idx < hi``), each with its own holder.
+
+A chunk is ``done`` once none of its items is left without a result; a job is finished by
+whoever stores its last result (``Claims.complete_if_finished``), not by its chunks.
+"""

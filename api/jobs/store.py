@@ -5,8 +5,8 @@ file ``jobs.sqlite3`` under the service's data folder, or a Postgres database sh
 replicas (``Settings.jobs_url``; ``open_store`` picks). ``JobStore`` is the boundary the rest of
 the service talks to (the worker, the job manager, the job runners, the routes' services); it
 holds no scheduling policy. Its SQL, written once for both engines with SQLAlchemy Core, is
-spread over collaborators on one ``Database``: the jobs themselves (here), the leases
-(``Claims``), the item rows and results (``ItemRows``) and the files kept with a job
+spread over collaborators on one ``Database``: the jobs themselves (here), the leases on their
+chunks (``Claims``), the item rows and results (``ItemRows``) and the files kept with a job
 (``StoredFiles``). The schema is migrated when the store opens (``api.jobs.migrate``).
 
 Every method is synchronous and short; async callers run them with ``asyncio.to_thread``.
@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, case, delete, func, insert, select, update
 
 from api.errors import Conflict
-from api.jobs.claims import Claims
+from api.jobs.claims import Chunk, Claims, chunk_bounds
 from api.jobs.database import STORE_ERRORS, Database, open_database
 from api.jobs.files import StoredFiles
 from api.jobs.items import ItemRows, JobItem
@@ -31,9 +31,11 @@ from api.jobs.migrate import upgrade
 from api.jobs.policy import Quota, RetryPolicy, Usage
 from api.jobs.schema import (
     ACTIVE,
+    CHUNK_ITEMS,
     FINISHED,
     GRADE,
     JobRow,
+    chunks,
     items,
     jobs,
     report_files,
@@ -80,13 +82,17 @@ class JobStore:
 
     Args:
         target: The SQLite file (its folder is created), or a ``postgresql://`` URL.
+        chunk_items: Most items in a chunk of a new grading job (the unit a process leases).
 
     Raises:
         ConfigError: the database cannot be reached, opened or migrated; ``jobs_url`` (a URL)
             or ``data_dir`` (a file) is named, and no password is shown.
     """
 
-    def __init__(self, target: str | Path) -> None:
+    def __init__(self, target: str | Path, *, chunk_items: int = CHUNK_ITEMS) -> None:
+        if chunk_items < 1:
+            raise ValueError("chunk_items must be at least 1")
+        self.chunk_items = chunk_items
         field = "jobs_url" if isinstance(target, str) and "://" in target else "data_dir"
         try:
             self.db: Database = open_database(target)
@@ -148,7 +154,8 @@ class JobStore:
             overrides: The judge selection of a grading job (stored to rebuild its config).
             config: The judge configuration; gives ``model`` and ``config_hash`` unless those are
                 given.
-            lease_owner: Token of the process that runs it at once, or None to leave it queued.
+            lease_owner: Token of the process that runs its first chunk at once, or None to
+                leave it queued.
             lease_seconds: Length of that lease.
             kind: The job kind (``grade``, ``mcq``, ``calibrate``).
             options: Kind-specific options, stored as JSON.
@@ -183,12 +190,15 @@ class JobStore:
                     id=job_id, kind=kind, options=json.dumps(dict(options or {})), owner=owner,
                     status=status, total=valid, invalid=len(items) - valid,
                     next_seq=encoded.finished, overrides=overrides_json, model=shown_model,
-                    config_hash=shown_hash, created_at=now, updated_at=now, lease_owner=holder,
-                    lease_expires=now + lease_seconds if holder else 0.0, bytes=encoded.stored,
+                    config_hash=shown_hash, created_at=now, updated_at=now, bytes=encoded.stored,
                     request_dict=encoded.request_dict,
                 )
             )
             ItemRows.insert(conn, encoded)
+            self.claims.insert_chunks(
+                conn, job_id, chunk_bounds(kind, len(items), self.chunk_items),
+                lease_owner=holder, lease_seconds=lease_seconds, done=not valid,
+            )
 
     @staticmethod
     def _usage(conn: Connection, owner: str) -> Usage:
@@ -207,7 +217,11 @@ class JobStore:
         return Usage(jobs=int(row.jobs), queued=int(row.queued), stored=int(row.stored))
 
     def cancel(self, job_id: str, owner: str, kind: str | None = None) -> bool:
-        """Cancel an active job of ``owner``; False when unknown. Finished results are kept."""
+        """Cancel an active job of ``owner``; False when unknown. Finished results are kept.
+
+        Every lease on its chunks goes with it: each process running one finds out at its next
+        renewal and stops.
+        """
         if not _findable(job_id):
             return False
         with self.db.tx() as conn:
@@ -217,10 +231,11 @@ class JobStore:
             if row.status in ACTIVE:
                 conn.execute(
                     update(jobs).where(jobs.c.id == job_id).values(
-                        status="cancelled", detail="cancelled by request", lease_owner=None,
-                        lease_expires=0.0, updated_at=self.db.now(),
+                        status="cancelled", detail="cancelled by request",
+                        updated_at=self.db.now(),
                     )
                 )
+                self.claims.clear(conn, job_id)
         return True
 
     def reset_unscored(
@@ -237,8 +252,9 @@ class JobStore:
 
         Only the items ``retry`` re-sends go back (a refusal stays, unless included); their
         stored results are removed (the results stream then holds them only once they are
-        graded again) and the job is queued again, leased to ``lease_owner`` when given, as
-        one more of its retry passes. The items left out are named in the job's ``detail``.
+        graded again) and the job is queued again, as one more of its retry passes: the chunks
+        holding them open again, the first leased to ``lease_owner`` when given. The items
+        left out are named in the job's ``detail``.
         None when there is no such grading job of ``owner``.
 
         Raises:
@@ -291,11 +307,11 @@ class JobStore:
                     unscored=jobs.c.unscored - reset,
                     bytes=case((jobs.c.bytes > freed, jobs.c.bytes - freed), else_=0),
                     options=json.dumps({**options, "retry_passes": passes + 1}),
-                    lease_owner=lease_owner,
-                    lease_expires=now + lease_seconds if lease_owner else 0.0,
                     updated_at=now,
                 )
             )
+            self.claims.reopen(conn, job_id, indexes, lease_owner=lease_owner,
+                               lease_seconds=lease_seconds)
         return int(reset)
 
     def purge(self, before: float, limit: int = 200) -> list[tuple[str, str]]:
@@ -320,6 +336,7 @@ class JobStore:
                 conn.execute(delete(results).where(results.c.job_id.in_(ids)))
                 conn.execute(delete(items).where(items.c.job_id.in_(ids)))
                 conn.execute(delete(report_files).where(report_files.c.job_id.in_(ids)))
+                conn.execute(delete(chunks).where(chunks.c.job_id.in_(ids)))
                 conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
         return [(str(row.id), str(row.kind)) for row in rows]
 
@@ -375,49 +392,63 @@ class JobStore:
         with self.db.read() as conn:
             return {str(r.status): int(r.n) for r in conn.execute(query)}
 
-    # -- leases (``Claims``) -------------------------------------------------------------------
+    # -- leases on chunks (``Claims``) ----------------------------------------------------------
 
     def claim(
         self, token: str, lease_seconds: float, limit: int, kinds: Sequence[str] = (GRADE,)
-    ) -> list[str]:
-        """Take up to ``limit`` free jobs of ``kinds``, fairly across owners (``Claims.claim``)."""
+    ) -> list[Chunk]:
+        """Take up to ``limit`` free chunks of jobs of ``kinds``, fairly across owners."""
         return self.claims.claim(token, lease_seconds, limit, kinds)
 
     def held_by_owner(self) -> dict[str, int]:
-        """Jobs held by a live lease (running somewhere), per owner."""
+        """Chunks held by a live lease (running somewhere), per owner."""
         return self.claims.held_by_owner()
 
     def waiting_owners(self, kinds: Sequence[str]) -> set[str]:
-        """Owners with a job of ``kinds`` that nobody holds (waiting to be claimed)."""
+        """Owners with an open chunk of a job of ``kinds`` that nobody holds (waiting)."""
         return self.claims.waiting_owners(kinds)
 
-    def stale_own(self, token: str) -> list[str]:
-        """Active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
+    def stale_own(self, token: str) -> list[Chunk]:
+        """Open chunks of active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
         return self.claims.stale_own(token)
 
-    def renew(self, job_id: str, token: str, lease_seconds: float) -> bool:
-        """Extend a lease this process holds; False when lost or the job is no longer active."""
-        return self.claims.renew(job_id, token, lease_seconds)
+    def held(self, job_id: str, token: str) -> list[Chunk]:
+        """The open chunks of ``job_id`` leased to ``token`` (lapsed or not), lowest first."""
+        return self.claims.held(job_id, token)
+
+    def holders(self, job_id: str) -> dict[str, int]:
+        """Who holds a lease on the job's chunks (lapsed or not): token -> chunks held."""
+        return self.claims.holders(job_id)
+
+    def renew(
+        self, job_id: str, token: str, lease_seconds: float, lo: int | None = None
+    ) -> bool:
+        """Extend ``token``'s leases on the job (chunk ``lo``, or all); False when none is left."""
+        return self.claims.renew(job_id, token, lease_seconds, lo)
 
     def start_run(self, job_id: str, token: str) -> bool:
-        """Mark a claimed job running and note where this run started (for the rate)."""
+        """Mark a job ``token`` holds a chunk of running (a queued job's run starts now)."""
         return self.claims.start_run(job_id, token)
 
     def set_progress(self, job_id: str, token: str, done: int, scored: int) -> bool:
         """Record the progress of a job without item rows run here; False when the lease is lost."""
         return self.claims.set_progress(job_id, token, done, scored)
 
+    def finish_chunk(self, job_id: str, lo: int, token: str) -> bool:
+        """Mark ``token``'s chunk done if each of its items has a result (``Claims``'s)."""
+        return self.claims.finish_chunk(job_id, lo, token)
+
     def complete_if_finished(self, job_id: str, token: str) -> bool:
         """Mark a running job done when every valid item has a result."""
         return self.claims.complete_if_finished(job_id, token)
 
     def fail(self, job_id: str, token: str, detail: str) -> None:
-        """Mark a job this process runs as failed."""
+        """Mark a job this process runs (a chunk of) as failed."""
         self.claims.fail(job_id, token, detail)
 
-    def release(self, job_id: str, token: str) -> None:
-        """Give up a lease; an unfinished job goes back to ``queued`` for the next process."""
-        self.claims.release(job_id, token)
+    def release(self, job_id: str, token: str, lo: int | None = None) -> None:
+        """Give up ``token``'s lease on chunk ``lo`` (or all its chunks of the job)."""
+        self.claims.release(job_id, token, lo)
 
     # -- items and results (``ItemRows``) --------------------------------------------------------
 
@@ -435,9 +466,11 @@ class JobStore:
         """Items rejected at submission: ``(index, line or None, error JSON)`` in input order."""
         return self.items.item_errors(job_id)
 
-    def pending(self, job_id: str, after: int, limit: int) -> list[tuple[int, str, str]]:
-        """Valid items without a result, with index above ``after``: (index, item id, JSON)."""
-        return self.items.pending(job_id, after, limit)
+    def pending(
+        self, job_id: str, after: int, limit: int, before: int | None = None
+    ) -> list[tuple[int, str, str]]:
+        """Valid items without a result, ``after < index < before``: (index, item id, JSON)."""
+        return self.items.pending(job_id, after, limit, before)
 
     def entries(self, job_id: str, after_seq: int, up_to: int, limit: int) -> list[tuple[int, str]]:
         """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines."""

@@ -1,11 +1,12 @@
-"""This process's side of the leases: claim jobs, renew their leases, run them, hand them back.
+"""This process's side of the leases: claim chunks of jobs, renew them, run them, hand them back.
 
-Several uvicorn workers may share the database, but only one process runs a given job: it holds
-the job's lease (owner token = pid + random suffix, renewed every poll while it runs). A lease
-that is not renewed expires, and another process takes the job over. On a clean shutdown the
-worker stops feeding new items, lets the ones in flight finish and be stored (up to
-``drain_timeout``), and releases its leases, so the next process starts at once and no judge
-call is thrown away.
+Several processes (uvicorn workers, replicas) share the database, and each runs chunks of the
+running jobs (``api.jobs.claims``): a chunk is run by the one process holding its lease (owner
+token = pid + random suffix, renewed every poll while it runs), so a big job is graded by every
+process with room at once. A lease that is not renewed expires, and another process takes the
+chunk over. On a clean shutdown the worker stops feeding new items, lets the ones in flight
+finish and be stored (up to ``drain_timeout``), and releases its leases, so the next process
+starts at once and no judge call is thrown away.
 
 The worker runs the kinds it has a runner for (``register``), and claims only those, so an older
 process sharing the database never runs a job it does not understand. Finished jobs past the
@@ -21,9 +22,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from api.jobs import policy
+from api.jobs.claims import Chunk
 from api.jobs.database import STORE_ERRORS, TRANSIENT_STORE_ERRORS
 from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
@@ -38,7 +41,19 @@ STORE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Waits between attempts of a store write that failed (a full disk, a long lock)."""
 
 Run = Callable[[str, JobRow], Awaitable[None]]
-"""Runs one claimed job: ``run(job_id, row)`` (see ``api.jobs.manager.JobRunner``)."""
+"""Runs one claimed chunk of a job: ``run(job_id, row)`` (see ``api.jobs.manager.JobRunner``);
+the chunk is ``current_chunk()``."""
+
+_CHUNK: ContextVar[Chunk | None] = ContextVar("bonusjudge_job_chunk", default=None)
+
+
+def current_chunk() -> Chunk | None:
+    """The chunk the calling job runner runs (set by the worker for each runner task).
+
+    A runner's signature stays ``(manager, job_id, row)`` for every kind; the one that splits
+    its work (grading) reads its bounds here, as judge calls read their tenant from ``TENANT``.
+    """
+    return _CHUNK.get()
 
 
 async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
@@ -59,14 +74,15 @@ async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 class Worker:
-    """Claims, renews, runs and releases this process's jobs; purges expired ones.
+    """Claims, renews, runs and releases this process's chunks of jobs; purges expired jobs.
 
     Args:
         store: The jobs database.
         lease_seconds: How long a claim lasts without renewal.
-        poll_seconds: How often leases are renewed and unclaimed jobs looked for.
-        drain_timeout: On shutdown, how long running jobs may take to wind down.
-        max_running: Jobs this process runs at once.
+        poll_seconds: How often leases are renewed and unclaimed chunks looked for (and at once
+            whenever a chunk ends here).
+        drain_timeout: On shutdown, how long running chunks may take to wind down.
+        max_running: Chunks this process runs at once (of one job or several).
         retention_seconds: Finished jobs are deleted this long after they last changed; 0
             keeps them.
         purge_seconds: How often the poll loop looks for expired jobs.
@@ -94,16 +110,17 @@ class Worker:
         self.purge_seconds = purge_seconds
         self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._drain_deadline: float | None = None
         self._poller: asyncio.Task[None] | None = None
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[Chunk, asyncio.Task[None]] = {}
         self._runs: dict[str, Run] = {}
         self._purgers: dict[str, Callable[[str], None]] = {}
         self._yielding_kinds: set[str] = set()
         self._last_purge = float("-inf")
-        # Jobs running here: (owner, kind), and the ones asked to make room for other owners.
-        self._running: dict[str, tuple[str, str]] = {}
-        self._yielding: set[str] = set()
+        # Chunks running here: (owner, kind), and the ones asked to make room for other owners.
+        self._running: dict[Chunk, tuple[str, str]] = {}
+        self._yielding: set[Chunk] = set()
 
     def register(
         self, kind: str, run: Run, *, purge: Callable[[str], None] | None = None,
@@ -126,31 +143,45 @@ class Worker:
             self._yielding_kinds.add(kind)
 
     def has_room(self, kind: str) -> bool:
-        """Whether a new job of ``kind`` can start here now (else it waits to be claimed)."""
+        """Whether a chunk of a new job of ``kind`` can start here now (else it waits)."""
         return (
             not self.stopping.is_set() and len(self._tasks) < self.max_running
             and kind in self._runs
         )
 
     def share(self, concurrency: int) -> int:
-        """Items one job may have in flight here (``policy.share`` over the running jobs)."""
+        """Items one chunk may have in flight here (``policy.share`` over the running chunks)."""
         return policy.share(concurrency, len(self._tasks))
 
     def halted(self, job_id: str) -> bool:
-        """Whether a job should stop feeding work (shutdown, or making room for another key)."""
-        return self.stopping.is_set() or job_id in self._yielding
+        """Whether the calling runner should stop feeding work (shutdown, or making room).
+
+        A runner's own chunk (``current_chunk``) is asked; called from elsewhere, whether any
+        chunk of the job here is.
+        """
+        if self.stopping.is_set():
+            return True
+        chunk = current_chunk()
+        if chunk is not None and chunk.job_id == job_id:
+            return chunk in self._yielding
+        return any(held.job_id == job_id for held in self._yielding)
 
     def cancel(self, job_id: str) -> None:
-        """Stop the job's runner if it runs here (another process sees it at its renewal)."""
-        task = self._tasks.get(job_id)
-        if task is not None:
-            task.cancel()
+        """Stop the job's runners here (other processes see it at their next renewal)."""
+        for chunk, task in list(self._tasks.items()):
+            if chunk.job_id == job_id:
+                task.cancel()
+
+    def wake(self) -> None:
+        """Renew and claim now rather than at the next poll (a job was stored, a chunk ended)."""
+        self._wake.set()
 
     # -- life cycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the claim/renew loop (it picks up unfinished jobs at once)."""
         self.stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         self._drain_deadline = None
         self._poller = asyncio.create_task(self._poll(), name="bonusjudge-jobs-poll")
 
@@ -163,6 +194,7 @@ class Worker:
         if self._drain_deadline is None:
             self._drain_deadline = time.monotonic() + self.drain_timeout
         self.stopping.set()
+        self._wake.set()
 
     async def stop(self) -> None:
         """Stop feeding items, let in-flight ones finish (bounded), release every lease.
@@ -184,60 +216,64 @@ class Worker:
             await asyncio.gather(*late, return_exceptions=True)
 
     def abandon(self) -> None:
-        """Hand back the lease of every job running here, now (synchronous; any thread).
+        """Hand back the lease of every chunk running here, now (synchronous; any thread).
 
         The immediate exit's path (a second stop signal): nothing is drained. Results stored so
-        far are kept, items in flight are graded again by whichever process takes the job (an
+        far are kept, items in flight are graded again by whichever process takes the chunk (an
         item is stored once, whoever finishes it), and nobody waits for the lease to expire.
         """
-        for job_id in list(self._tasks):
+        for chunk in list(self._tasks):
             try:
-                self.store.release(job_id, self.token)
+                self.store.release(chunk.job_id, self.token, chunk.lo)
             except STORE_ERRORS:
-                log.exception("job %s: could not release its lease", job_id)
+                log.exception("job %s: could not release its lease", chunk.job_id)
 
     async def _poll(self) -> None:
         while not self.stopping.is_set():
+            self._wake.clear()
             try:
                 await self._tick()
             except Exception:
                 log.exception("job lease renewal or claim failed")
             with suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=self.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
 
     async def _tick(self) -> None:
-        for job_id, task in list(self._tasks.items()):
-            held = await asyncio.to_thread(self.store.renew, job_id, self.token, self.lease_seconds)
+        for chunk, task in list(self._tasks.items()):
+            held = await asyncio.to_thread(
+                self.store.renew, chunk.job_id, self.token, self.lease_seconds, chunk.lo
+            )
             if not held and not task.done():
-                log.info("job %s: lease lost or job cancelled; stopping it here", job_id)
+                log.info("job %s: lease lost or job stopped; stopping its items %d-%d here",
+                         chunk.job_id, chunk.lo, chunk.hi - 1)
                 task.cancel()
         if not self.stopping.is_set():
-            # Jobs this process holds but no longer runs (a release that failed on a full disk):
-            # take them up again, rather than leaving them "running" until a restart.
-            for job_id in await asyncio.to_thread(self.store.stale_own, self.token):
-                running = self._tasks.get(job_id)
+            # Chunks this process holds but no longer runs (a release that failed on a full
+            # disk): take them up again, rather than leaving them held until a restart.
+            for chunk in await asyncio.to_thread(self.store.stale_own, self.token):
+                running = self._tasks.get(chunk)
                 if running is not None and not running.done():
                     continue  # still running here; its next renewal revives the lease
                 if len(self._tasks) < self.max_running and await asyncio.to_thread(
-                    self.store.renew, job_id, self.token, self.lease_seconds
+                    self.store.renew, chunk.job_id, self.token, self.lease_seconds, chunk.lo
                 ):
-                    log.info("job %s: reclaiming this process's lapsed lease", job_id)
-                    self.launch(job_id)
+                    log.info("job %s: reclaiming this process's lapsed lease", chunk.job_id)
+                    self.launch(chunk)
         free = self.max_running - len(self._tasks)
         if free > 0 and not self.stopping.is_set():
             claimed = await asyncio.to_thread(
                 self.store.claim, self.token, self.lease_seconds, free, tuple(self._runs)
             )
-            for job_id in claimed:
-                self.launch(job_id)
+            for chunk in claimed:
+                self.launch(chunk)
         elif not self.stopping.is_set():
             await self._make_room()
         await self._purge_expired()
 
     async def _make_room(self) -> None:
-        """When full and another owner waits with fewer jobs held, hand one slot over.
+        """When full and another owner waits with fewer chunks held, hand one slot over.
 
-        The chosen job (``policy.make_room``) stops feeding items, lets its in-flight ones
+        The chosen chunk (``policy.make_room``) stops feeding items, lets its in-flight ones
         finish and be stored, and goes back to the queue. One hand-over at a time.
         """
         if self._yielding & set(self._tasks):
@@ -247,15 +283,15 @@ class Worker:
             return
         held = await asyncio.to_thread(self.store.held_by_owner)
         candidates = {
-            job_id: owner
-            for job_id, (owner, kind) in self._running.items()
-            if kind in self._yielding_kinds and job_id in self._tasks
-            and job_id not in self._yielding
+            chunk: owner
+            for chunk, (owner, kind) in self._running.items()
+            if kind in self._yielding_kinds and chunk in self._tasks
+            and chunk not in self._yielding
         }
-        job_id = policy.make_room(candidates, waiting, held)
-        if job_id is not None:
-            log.info("job %s: making room for another API key's job", job_id)
-            self._yielding.add(job_id)
+        chosen = policy.make_room(candidates, waiting, held)
+        if chosen is not None:
+            log.info("job %s: making room for another API key's job", chosen.job_id)
+            self._yielding.add(chosen)
 
     async def _purge_expired(self) -> None:
         """Delete finished jobs past the retention period (at most every ``purge_seconds``)."""
@@ -278,24 +314,27 @@ class Worker:
             if len(purged) < 200:
                 return
 
-    # -- running one job -----------------------------------------------------------------------
+    # -- running one chunk ---------------------------------------------------------------------
 
-    def launch(self, job_id: str) -> None:
-        """Run a job this process holds the lease of (once: a second launch is a no-op)."""
-        running = self._tasks.get(job_id)
+    def launch(self, chunk: Chunk) -> None:
+        """Run a chunk this process holds the lease of (once: a second launch is a no-op)."""
+        running = self._tasks.get(chunk)
         if running is not None and not running.done():
-            return  # one runner per job per process, whatever the database says
-        name = f"bonusjudge-job-{job_id}"
-        self._tasks[job_id] = asyncio.create_task(self._run(job_id), name=name)
+            return  # one runner per chunk per process, whatever the database says
+        name = f"bonusjudge-job-{chunk.job_id}-{chunk.lo}"
+        self._tasks[chunk] = asyncio.create_task(self._run(chunk), name=name)
 
-    async def _run(self, job_id: str) -> None:
+    async def _run(self, chunk: Chunk) -> None:
+        job_id = chunk.job_id
         try:
             row = await asyncio.to_thread(self.store.get, job_id)
             run = self._runs.get(row["kind"]) if row is not None else None
             if row is not None and run is not None:
-                self._running[job_id] = (str(row["owner"]), str(row["kind"]))
-                # This task's judge calls are made for the job's owner (its own context copy).
+                self._running[chunk] = (str(row["owner"]), str(row["kind"]))
+                # This task's judge calls are made for the job's owner, and its runner works on
+                # this chunk (the task's own context copy).
                 TENANT.set(str(row["owner"]))
+                _CHUNK.set(chunk)
                 await run(job_id, row)
         except asyncio.CancelledError:
             log.info("job %s: stopped in this process", job_id)
@@ -313,12 +352,13 @@ class Worker:
             with suppress(*STORE_ERRORS):  # if even this fails, the lease lapses and is reclaimed
                 await store_retry(self.store.fail, job_id, self.token, detail)
         finally:
-            if self._tasks.get(job_id) is asyncio.current_task():
-                del self._tasks[job_id]
-                self._running.pop(job_id, None)
-                self._yielding.discard(job_id)
+            if self._tasks.get(chunk) is asyncio.current_task():
+                del self._tasks[chunk]
+                self._running.pop(chunk, None)
+                self._yielding.discard(chunk)
             try:
                 # Synchronous on purpose: it must run even while this task is being cancelled.
-                self.store.release(job_id, self.token)
+                self.store.release(job_id, self.token, chunk.lo)
             except STORE_ERRORS:
                 log.exception("job %s: could not release its lease", job_id)
+            self._wake.set()  # a slot is free: claim the next chunk now, not at the next poll

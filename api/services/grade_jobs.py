@@ -1,19 +1,22 @@
-"""The runner of grading jobs (kind ``grade``): grade the pending items, store each result.
+"""The runner of grading jobs (kind ``grade``): grade a chunk's pending items, store each result.
 
-A job is graded with the judge configuration it was submitted with (rebuilt from its stored
-overrides); if the service's settings changed that configuration since, the job fails rather
-than mix two judges in one set of aggregates. At most the job's share of the grader's
-concurrency is in flight, and each result is stored as soon as it is ready, so a restart loses
-at most the items in flight.
+A grading job is leased in chunks (``api.jobs.claims``): each runner grades the pending items of
+its chunk (``current_chunk()``), so every replica with room works on the same job at once, and
+whichever stores the job's last result marks it done. A job is graded with the judge
+configuration it was submitted with (rebuilt from its stored overrides); if the service's
+settings changed that configuration since, the job fails rather than mix two judges in one set
+of aggregates. At most the chunk's share of the grader's concurrency is in flight, and each
+result is stored as soon as it is ready, so a restart loses at most the items in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from api.jobs.claims import Chunk
 from api.jobs.manager import JobManager
 from api.jobs.schema import JobRow
-from api.jobs.worker import store_retry
+from api.jobs.worker import current_chunk, store_retry
 from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from judge.config import JudgeConfig, JudgeOverrides
 
@@ -22,8 +25,15 @@ _PAGE = 256
 
 
 async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
-    """Grade a claimed grading job to the end (or until it is halted or its lease lost)."""
+    """Grade a claimed chunk of a grading job to its end (or until halted or its lease lost).
+
+    A chunk left with no item to grade is marked done; the job is marked done once every item
+    has a result, by whichever runner (on any replica) sees it first.
+    """
     store, token = manager.store, manager.token
+    chunk = current_chunk()
+    if chunk is None or chunk.job_id != job_id:
+        raise RuntimeError(f"job {job_id}: a grading runner runs in a worker's chunk task")
     config = manager.grader.resolve(JudgeOverrides.model_validate_json(row["overrides"]))
     if config.config_hash() != row["config_hash"]:
         # Mixing two judge configurations in one job would make its aggregates meaningless.
@@ -38,16 +48,18 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     await manager.grader.prepare(config)
     if not await asyncio.to_thread(store.start_run, job_id, token):
         return
-    await grade_items(manager, job_id, config)
-    await store_retry(store.complete_if_finished, job_id, token)
+    await grade_items(manager, chunk, config)
+    # The job first: finishing the chunk gives up its lease, and only a holder completes it.
+    if not await store_retry(store.complete_if_finished, job_id, token):
+        await store_retry(store.finish_chunk, job_id, chunk.lo, token)
 
 
-async def grade_items(manager: JobManager, job_id: str, config: JudgeConfig) -> None:
-    """Grade a job's pending items, at most its ``share`` in flight, storing each result."""
-    store = manager.store
+async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) -> None:
+    """Grade a chunk's pending items, at most its ``share`` in flight, storing each result."""
+    store, job_id = manager.store, chunk.job_id
     pending: dict[asyncio.Task[GradeResult], int] = {}
     page: list[tuple[int, str, str]] = []
-    after = -1
+    after = chunk.lo - 1
     exhausted = False
 
     async def fill() -> None:
@@ -57,7 +69,7 @@ async def grade_items(manager: JobManager, job_id: str, config: JudgeConfig) -> 
             and len(pending) < manager.share(config.concurrency)
         ):
             if not page:
-                page = await asyncio.to_thread(store.pending, job_id, after, _PAGE)
+                page = await asyncio.to_thread(store.pending, job_id, after, _PAGE, chunk.hi)
                 page.reverse()  # popped from the end, in index order
                 if not page:
                     exhausted = True

@@ -146,12 +146,13 @@ def wait_gone(processes: Sequence[psutil.Process], timeout: float = 10.0) -> lis
 
 
 def job_row(folder: Path, job_id: str) -> dict[str, Any]:
-    """The job's row, read from the jobs database itself."""
+    """The job's row, read from the jobs database itself, with ``holders``: who holds a lease on
+    its chunks."""
     store = JobStore(folder / "data" / JOBS_DB)
     try:
         row = store.get(job_id)
         assert row is not None, job_id
-        return dict(row)
+        return {**row, "holders": store.holders(job_id)}
     finally:
         store.close()
 
@@ -218,7 +219,7 @@ def test_a_stop_signal_drains_releases_the_lease_and_a_restart_finishes_the_job(
         assert wait_gone(tree) == []
         row = job_row(tmp_path, job_id)
         # Handed back at once: the next process need not wait for the lease to expire.
-        assert row["lease_owner"] is None and row["status"] == "queued", row
+        assert row["holders"] == {} and row["status"] == "queued", row
         assert 3 <= row["done"] < len(batch), row
         # The items in flight at the signal were finished and stored, not thrown away: every
         # item the judge was asked about has its result (two calls each: coverage, defects).
@@ -264,7 +265,7 @@ def test_a_second_signal_exits_at_once_and_still_hands_the_job_back(
         assert took < 6, f"took {took:.1f} s to exit"  # not the drain: the judge takes 12 s
         assert wait_gone(tree) == []
         row = job_row(tmp_path, job_id)
-        assert row["lease_owner"] is None and row["status"] == "queued", row
+        assert row["holders"] == {} and row["status"] == "queued", row
         assert row["done"] == 0, row
         assert "exiting now" in service.log()
         judge.latency = 0.2
@@ -303,7 +304,7 @@ def test_the_local_llm_server_is_stopped_with_the_service(
     assert status == (0 if second is None else 128 + second), service.log()[-3000:]
     assert wait_gone(tree) == []
     row = job_row(tmp_path, job_id)
-    assert row["lease_owner"] is None and row["status"] in ("queued", "done"), row
+    assert row["holders"] == {} and row["status"] in ("queued", "done"), row
     finish_after_restart(services, tmp_path, [], job_id, batch, "--local-llm", env=env)
 
 
@@ -364,7 +365,7 @@ def test_workers_get_the_signal_and_none_is_left(
         assert status == (0 if second is None else 128 + second), service.log()[-3000:]
         assert wait_gone(tree) == []
         row = job_row(tmp_path, job_id)
-        assert row["lease_owner"] is None and row["status"] == "queued", row
+        assert row["holders"] == {} and row["status"] == "queued", row
         if second is None:
             asked = judge_calls_per_item(judge, batch)
             assert len(asked) == row["done"] and set(asked.values()) == {2}, (asked, row)

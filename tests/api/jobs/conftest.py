@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,12 +33,12 @@ def store_target(jobs_url: str | None, tmp_path: Path) -> str | Path:
 
 
 @pytest.fixture
-def open_store(store_target: str | Path) -> Iterator[Callable[[], JobStore]]:
-    """Open a ``JobStore`` on ``store_target`` (each one closed after the test)."""
+def open_store(store_target: str | Path) -> Iterator[Callable[..., JobStore]]:
+    """Open a ``JobStore`` on ``store_target`` with ``JobStore``'s options (closed at the end)."""
     opened: list[JobStore] = []
 
-    def open_() -> JobStore:
-        store = JobStore(store_target)
+    def open_(**options: Any) -> JobStore:
+        store = JobStore(store_target, **options)
         opened.append(store)
         return store
 

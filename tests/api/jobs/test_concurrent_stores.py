@@ -1,6 +1,7 @@
-"""Several stores on one database at once, as replicas are: claims, lease takeover, results and
-quotas stay exact under real concurrency (separate engines and connections, threads started
-together). Postgres is what replicas share; SQLite's file is checked alike where it applies."""
+"""Several stores on one database at once, as replicas are: claims of chunks, lease takeover,
+results and quotas stay exact under real concurrency (separate engines and connections, threads
+started together). Postgres is what replicas share; SQLite's file is checked alike where it
+applies."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from sqlalchemy import func, select
 
 from api.errors import QuotaExceeded
-from api.jobs import JobItem, JobStore, Quota
+from api.jobs import Chunk, JobItem, JobStore, Quota
 from api.jobs.schema import results
 from standins.engine import numbered_request as request
 
@@ -60,44 +61,51 @@ def together(*calls: Callable[[], _T]) -> list[_T]:
 
 
 @pytest.fixture
-def two_stores(open_store: Callable[[], JobStore]) -> tuple[JobStore, JobStore]:
-    """Two stores on one database, each with its own engine and pool: two replicas."""
-    return open_store(), open_store()
+def two_stores(open_store: Callable[..., JobStore]) -> tuple[JobStore, JobStore]:
+    """Two stores on one database, each with its own engine and pool: two replicas. Grading
+    jobs are cut in chunks of 4 items."""
+    return open_store(chunk_items=4), open_store(chunk_items=4)
 
 
-def test_replicas_claiming_at_once_never_take_the_same_job(
+def job_ids(chunks: list[Chunk]) -> list[str]:
+    return [chunk.job_id for chunk in chunks]
+
+
+def test_replicas_claiming_at_once_never_take_the_same_chunk(
     two_stores: tuple[JobStore, JobStore],
 ) -> None:
     first, second = two_stores
     owners = ["a", "b", "c", "d"]
-    job_ids = [f"job-{n:02d}" for n in range(40)]
-    for n, job_id in enumerate(job_ids):
-        add_job(first, job_id, owners[n % len(owners)])
+    ids = [f"job-{n:02d}" for n in range(8)]
+    for n, job_id in enumerate(ids):
+        add_job(first, job_id, owners[n % len(owners)], n_items=18)  # chunks of 4, 4, 4, 4, 2
+    every_chunk = sorted(
+        Chunk(job_id, lo, min(lo + 4, 18)) for job_id in ids for lo in range(0, 18, 4)
+    )
 
-    def claimer(store: JobStore, token: str) -> list[str]:
-        taken: list[str] = []
+    def claimer(store: JobStore, token: str) -> list[Chunk]:
+        taken: list[Chunk] = []
         while batch := store.claim(token, 30.0, 3):
             taken += batch
         return taken
 
+    tokens = ("replica-1/a", "replica-1/b", "replica-2/a", "replica-2/b")
     claimed = together(
-        lambda: claimer(first, "replica-1/a"), lambda: claimer(first, "replica-1/b"),
-        lambda: claimer(second, "replica-2/a"), lambda: claimer(second, "replica-2/b"),
+        lambda: claimer(first, tokens[0]), lambda: claimer(first, tokens[1]),
+        lambda: claimer(second, tokens[2]), lambda: claimer(second, tokens[3]),
     )
-    every = [job_id for taken in claimed for job_id in taken]
-    assert sorted(every) == job_ids  # each job once: none twice, none left
-    # The claims did race (more than one claimer won jobs). Not every claimer need win one:
+    every = [chunk for taken in claimed for chunk in taken]
+    assert sorted(every) == every_chunk  # each chunk once: none twice, none left
+    # The claims did race (more than one claimer won chunks). Not every claimer need win one:
     # on SQLite a writer may wait out the others' whole run for its lock.
     assert sum(1 for taken in claimed if taken) >= 2, [len(t) for t in claimed]
-    for token, taken in zip(
-        ("replica-1/a", "replica-1/b", "replica-2/a", "replica-2/b"), claimed, strict=True
-    ):
-        for job_id in taken:
-            row = first.get(job_id)
-            assert row is not None and row["lease_owner"] == token
+    for job_id in ids:
+        expected = Counter(token for token, taken in zip(tokens, claimed, strict=True)
+                           for chunk in taken if chunk.job_id == job_id)
+        assert first.holders(job_id) == dict(expected)
     # While the leases live, nobody else gets any of them.
     assert first.claim("replica-3", 30.0, 10) == [] and second.claim("replica-3", 30.0, 10) == []
-    assert sum(first.held_by_owner().values()) == 40
+    assert first.held_by_owner() == {"a": 10, "b": 10, "c": 10, "d": 10}
 
 
 def test_a_job_whose_holder_stops_renewing_is_taken_over(
@@ -106,7 +114,7 @@ def test_a_job_whose_holder_stops_renewing_is_taken_over(
     holder, other = two_stores
     add_job(holder, "job", "a", n_items=2)
     lease = 1.0
-    assert holder.claim("replica-1", lease, 1) == ["job"]
+    assert job_ids(holder.claim("replica-1", lease, 1)) == ["job"]
     assert holder.start_run("job", "replica-1")
     # While the holder renews (its heartbeat), the job stays with it past its first lease.
     deadline = time.monotonic() + 2.5 * lease
@@ -119,7 +127,7 @@ def test_a_job_whose_holder_stops_renewing_is_taken_over(
     while not (taken := other.claim("replica-2", 30.0, 1)):
         assert time.monotonic() - stopped < 10 * lease, "the lapsed lease was never taken over"
         time.sleep(0.05)
-    assert taken == ["job"]
+    assert taken == [Chunk("job", 0, 2)]
     assert time.monotonic() - stopped >= 0.5 * lease  # not before it lapsed
     assert other.stale_own("replica-2") == []
     # The old holder finds out at its next renewal, and can change nothing any more.
@@ -127,7 +135,8 @@ def test_a_job_whose_holder_stops_renewing_is_taken_over(
     assert not holder.complete_if_finished("job", "replica-1")
     holder.fail("job", "replica-1", "too late")
     row = other.get("job")
-    assert row is not None and (row["lease_owner"], row["status"]) == ("replica-2", "running")
+    assert row is not None and row["status"] == "running"
+    assert other.holders("job") == {"replica-2": 1}
     assert other.start_run("job", "replica-2")
 
 

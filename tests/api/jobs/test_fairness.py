@@ -92,7 +92,7 @@ def request(n: int) -> GradeRequest:
 
 
 def test_claim_prefers_the_owner_holding_fewest_jobs(
-    open_store: Callable[[], JobStore],
+    open_store: Callable[..., JobStore],
 ) -> None:
     store = open_store()
     for n, owner in enumerate(["a", "a", "a", "b", "a", "c"]):
@@ -102,12 +102,15 @@ def test_claim_prefers_the_owner_holding_fewest_jobs(
             overrides=None, config=None, lease_owner=None, lease_seconds=30.0,
         )
         time.sleep(0.002)  # distinct creation times
+    def claim(token: str, limit: int) -> list[str]:
+        return [chunk.job_id for chunk in store.claim(token, 30.0, limit)]
+
     # Oldest first would take a0, a1, a2; fairness takes one job of each owner first.
-    assert store.claim("worker-1", 30.0, 3) == ["a0", "b3", "c5"]
+    assert claim("worker-1", 3) == ["a0", "b3", "c5"]
     # Then a (1 held) before b and c (1 held each)? All equal: the oldest, a1.
-    assert store.claim("worker-2", 30.0, 1) == ["a1"]
+    assert claim("worker-2", 1) == ["a1"]
     # A second process sees the same counts: a holds 2, b and c 1 each, so b's and c's next
     # jobs would come first; they have none, so a's oldest free job (a2) is next, then a4.
-    assert store.claim("worker-3", 30.0, 5) == ["a2", "a4"]
+    assert claim("worker-3", 5) == ["a2", "a4"]
     assert store.held_by_owner() == {"a": 4, "b": 1, "c": 1}
     assert store.waiting_owners(["grade"]) == set()

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from api.jobs import JobItem, JobStore
+from api.jobs import Chunk, JobItem, JobStore
 from bonusjudge_client.wire.grading import GradeRequest
 from judge.config import JudgeConfig
 from judge.engine import Grader
@@ -332,7 +332,7 @@ def test_restart_resumes_and_grades_every_item_exactly_once(
     row = store.get(job["id"])
     assert row is not None
     assert 3 <= row["done"] < total
-    assert row["status"] == "queued" and row["lease_owner"] is None
+    assert row["status"] == "queued" and store.holders(job["id"]) == {}
     # Every judge call started before the shutdown finished and was stored: none abandoned.
     assert len(slow.calls) == 2 * row["done"]
     store.close()
@@ -368,8 +368,7 @@ def test_expired_lease_is_taken_over_and_live_one_respected(
         status = wait_for(client, "crashed", finished)
         assert status["status"] == "done" and status["done"] == 1
         assert client.get("/v1/jobs/alive").json()["status"] == "queued"
-    alive = store.get("alive")
-    assert alive is not None and alive["lease_owner"] == "999-dead"
+    assert store.holders("alive") == {"999-dead": 1}
     store.close()
 
 
@@ -402,6 +401,6 @@ def test_a_process_never_reclaims_its_own_lapsed_lease(
     assert store.renew("j", "me", 30.0) is True  # the live runner revives its lease
     assert store.claim("other", 30.0, 4) == []
     store.renew("j", "me", -1.0)
-    assert store.claim("other", 30.0, 4) == ["j"]
+    assert store.claim("other", 30.0, 4) == [Chunk("j", 0, 1)]
     assert store.renew("j", "me", 30.0) is False  # the old runner learns it lost the job
     store.close()

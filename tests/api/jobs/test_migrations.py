@@ -20,7 +20,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from api.jobs import SCHEMA_REVISION, JobStore
+from api.jobs import SCHEMA_REVISION, Chunk, JobStore, RetryPolicy
 from api.jobs.codec import REQUESTS, RESULTS, pack
 from api.jobs.schema import metadata
 from api.jobs.sqlite import _use_wal
@@ -164,7 +164,11 @@ def test_a_version_3_file_opens_with_every_job(tmp_path: Path) -> None:
         half = store.get("half")
         assert half is not None
         assert (half["status"], half["done"], half["scored"], half["unscored"], half["next_seq"],
-                half["lease_owner"], half["bytes"]) == ("running", 2, 1, 1, 3, "1234-dead", 900)
+                half["bytes"]) == ("running", 2, 1, 1, 3, 900)
+        # The job's lease is its chunk's now (4 items: one chunk); finished jobs' are done.
+        assert store.holders("half") == {"1234-dead": 1}
+        assert store.held("half", "1234-dead") == [Chunk("half", 0, 4)]
+        assert store.held("full", "") == [] and store.holders("full") == {}
         assert store.get("cal", owner="owner-b", kind="calibrate") is not None
         # The result stream: finishing order, the invalid item first, both result encodings.
         lines = [json.loads(line) for _, line in store.entries("half", 0, 3, 10)]
@@ -176,7 +180,7 @@ def test_a_version_3_file_opens_with_every_job(tmp_path: Path) -> None:
         assert store.item_errors("half") == [(1, 2, '{"type":"invalid_input","message":"bad"}')]
         assert store.pending("half", -1, 10) == [(3, "it-4", request(4).model_dump_json())]
         # The lapsed lease of the process that died is taken over; grading goes on.
-        assert store.claim("new-process", 30.0, 4) == ["half"]
+        assert store.claim("new-process", 30.0, 4) == [Chunk("half", 0, 4)]
         assert store.save_results("half", [(3, result(4), "scored", True)]) == 1
         assert store.save_results("half", [(0, result(1), "scored", True)]) == 0  # had one
         assert store.complete_if_finished("half", "new-process")
@@ -184,12 +188,15 @@ def test_a_version_3_file_opens_with_every_job(tmp_path: Path) -> None:
         assert done is not None and (done["status"], done["done"], done["next_seq"]) == (
             "done", 3, 4)
         # A finished job's unscored item is graded again; the size it freed was counted.
-        assert store.reset_unscored("full", "owner-a", lease_owner=None, lease_seconds=30) == 1
+        assert store.reset_unscored("full", "owner-a", lease_owner=None, lease_seconds=30,
+                                    retry=RetryPolicy(max_passes=3)) == 1
         full = store.get("full")
         assert full is not None and (full["status"], full["done"], full["unscored"]) == (
             "queued", 0, 0)
         assert 0 < full["bytes"] < 300
         assert store.pending("full", -1, 10) == [(0, "it-9", request(9).model_dump_json())]
+        # Its chunk is open again: the next claim takes it.
+        assert store.claim("new-process", 30.0, 4) == [Chunk("full", 0, 1)]
         # The schema is the one this code describes, at the newest revision.
         assert schema_differences(store, version_3_file=True) == []
         with store.db.read() as conn:
