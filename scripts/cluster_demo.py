@@ -8,19 +8,25 @@ whatever happens. The steps:
    and the OpenAI-compatible stand-in judge (``standins.openai_server``, a fixed latency);
 2. start two ``bonusjudge serve`` replicas, A and B, both with ``--cache-url`` on the Redis and
    ``--jobs-url`` on the Postgres;
-3. submit a job of ``--items`` items through A and wait until part of it is graded;
-4. SIGKILL the replica whose process holds the job's lease (read from the store);
-5. wait for the job through B (B takes the job up once the dead replica's lease expires);
-6. grade a sample of the items A graded again through B, and count the judge calls served from
-   the cache entries A wrote;
+3. submit one job of ``--items`` items through A and wait until part of it is graded: both
+   replicas grade it at once, each its own chunks of the job's items (the items graded by each
+   are read from its ``/metrics``, the chunks each holds from the store);
+4. SIGKILL replica A, with the chunks it holds (no shutdown, no lease handed back);
+5. wait for the job through B (B takes A's chunks over once their leases expire);
+6. grade the items of A's chunks that A had graded again through B, and count the judge calls
+   served from the cache entries A wrote;
 7. count from the store: results per item, items without a result.
 
 The last line printed is one JSON object::
 
     {"replicas": 2, "killed": true, "items": N, "graded_once": N, "lost": 0, "duplicates": 0,
-     "cross_replica_cache_hits": K}
+     "cross_replica_cache_hits": K, "replicas_grading_one_job": 2}
 
-Exit status 0 when ``graded_once == items`` and ``lost == duplicates == 0``, else 1.
+``replicas_grading_one_job`` counts the replicas that had graded items of the job before the
+kill.
+
+Exit status 0 when ``graded_once == items``, ``lost == duplicates == 0`` and both replicas
+graded the job, else 1.
 """
 
 from __future__ import annotations
@@ -38,9 +44,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.processes import free_port, wait_until_answers
+
+if TYPE_CHECKING:
+    from api.jobs import JobStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -139,32 +148,34 @@ def _items(n: int) -> Iterator[dict[str, Any]]:
         }
 
 
-def _store_counts(jobs_url: str, job_id: str) -> tuple[int, Counter[str]]:
+def _store_counts(store: JobStore, job_id: str) -> tuple[int, Counter[str]]:
     """The job's valid item count and its stored results per item id, read from the store."""
-    from api.jobs import open_store
-    from judge.config import load_settings
-
-    store = open_store(load_settings(jobs_url=jobs_url))
-    try:
-        row = store.get(job_id)
-        if row is None:
-            raise RuntimeError(f"job {job_id} is not in the store")
-        per_item = Counter(json.loads(raw)["id"] for raw in store.raw_results(job_id))
-        return int(row["total"]), per_item
-    finally:
-        store.close()
+    row = store.get(job_id)
+    if row is None:
+        raise RuntimeError(f"job {job_id} is not in the store")
+    per_item = Counter(json.loads(raw)["id"] for raw in store.raw_results(job_id))
+    return int(row["total"]), per_item
 
 
-def _lease_owner(jobs_url: str, job_id: str) -> str | None:
-    from api.jobs import open_store
-    from judge.config import load_settings
+def _held_items(store: JobStore, job_id: str, pid: int) -> list[int]:
+    """Item indexes of the job's chunks that the replica of process ``pid`` holds."""
+    return [
+        i
+        for token in store.holders(job_id) if token.split("-", 1)[0] == str(pid)
+        for chunk in store.held(job_id, token)
+        for i in range(chunk.lo, chunk.hi)
+    ]
 
-    store = open_store(load_settings(jobs_url=jobs_url))
-    try:
-        row = store.get(job_id)
-        return None if row is None else row["lease_owner"]
-    finally:
-        store.close()
+
+def _items_graded(url: str) -> int:
+    """Items a replica has graded since it started (its ``bonusjudge_items_graded`` counter)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return int(sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("bonusjudge_items_graded_total{")
+    ))
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -206,6 +217,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             ], env={**env, "BONUSJUDGE_DATA_DIR": str(work / f"data-{name}")})
         for name, url in urls.items():
             _wait_http(f"{url}/readyz", processes, name)
+        # Opened now: the reads around the kill must not wait for the store's imports.
+        from api.jobs import open_store
+        from judge.config import load_settings
+
+        store = open_store(load_settings(jobs_url=jobs_url))
 
         a, b = JudgeClient(urls["A"]), JudgeClient(urls["B"])
         job = a.submit_job(list(_items(args.items)))
@@ -217,21 +233,27 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             if status.status in ("done", "failed", "cancelled"):
                 raise RuntimeError(f"the job finished before the kill: {status.status}")
             time.sleep(0.2)
-        owner = _lease_owner(jobs_url, job.id)
-        pid = int(str(owner).split("-", 1)[0]) if owner else None
-        victim = next((n for n in ("A", "B") if processes.started[n].pid == pid), None)
-        if victim is None:
-            raise RuntimeError(f"no replica holds the job's lease (owner {owner!r})")
-        _, before = _store_counts(jobs_url, job.id)
-        graded_by_victim = sorted(before)
-        _log(f"SIGKILL replica {victim} (pid {pid}) holding the job at "
-             f"{len(before)}/{status.total} items")
+        # The job is the only grading either replica does: their counters are its items.
+        graded = {name: _items_graded(url) for name, url in urls.items()}
+        _log(f"job {job.id} at {status.done}/{status.total} items: "
+             + ", ".join(f"replica {name} graded {n}" for name, n in graded.items()))
+        victim, survivor, client = "A", "B", b
+        pid = processes.started[victim].pid
+        _, before = _store_counts(store, job.id)
+        held = _held_items(store, job.id, pid)
+        # Items with a result (read first) of the chunks the victim holds (read next): it graded
+        # them (a chunk changes hands only when its holder gives it up or dies; none has yet).
+        graded_by_victim = sorted({f"demo-{i:04d}" for i in held} & set(before))
+        _log(f"SIGKILL replica {victim} (pid {pid}) holding {len(held)} items in chunks of the "
+             f"job ({len(graded_by_victim)} of them graded)")
         processes.kill(victim)
-        survivor = "B" if victim == "A" else "A"
-        client = b if survivor == "B" else a
+        if not held:
+            raise RuntimeError(f"replica {victim} held no chunk of the job when it was killed "
+                               "(the job ran out first: try more --items or a lower --kill-after)")
         finished = client.wait(job.id, timeout=args.timeout)
         _log(f"job {job.id} {finished.status} through replica {survivor}: "
-             f"{finished.done}/{finished.total}")
+             f"{finished.done}/{finished.total}; replica {survivor} graded "
+             f"{_items_graded(urls[survivor]) - graded[survivor]} more")
 
         sample = [item for item in _items(args.items) if item["id"] in set(
             graded_by_victim[: args.sample]
@@ -241,7 +263,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         _log(f"{len(sample)} items graded by {victim} graded again through {survivor}: "
              f"{hits} judge calls served from the shared cache")
 
-        total, per_item = _store_counts(jobs_url, job.id)
+        total, per_item = _store_counts(store, job.id)
+        store.close()
         expected = {item["id"] for item in _items(args.items)}
         return {
             "replicas": 2,
@@ -251,6 +274,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "lost": sum(1 for item_id in expected if item_id not in per_item),
             "duplicates": sum(count - 1 for count in per_item.values() if count > 1),
             "cross_replica_cache_hits": hits,
+            "replicas_grading_one_job": sum(1 for n in graded.values() if n > 0),
         }
     finally:
         _log("stopping every process")
@@ -286,7 +310,7 @@ def main() -> int:
     print(json.dumps(summary))
     ok = summary["graded_once"] == summary["items"] and not summary["lost"] and not (
         summary["duplicates"]
-    )
+    ) and summary["replicas_grading_one_job"] == 2
     return 0 if ok else 1
 
 
