@@ -33,12 +33,13 @@ def add_estimate_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--price-in", type=float, metavar="USD",
-        help="with --estimate: USD per million prompt tokens, for a model litellm's cost map "
-        "does not price (with --price-out)",
+        help="with --estimate or --max-cost: USD per million prompt tokens, for a model "
+        "litellm's cost map does not price (with --price-out)",
     )
     group.add_argument(
         "--price-out", type=float, metavar="USD",
-        help="with --estimate: USD per million completion tokens (with --price-in)",
+        help="with --estimate or --max-cost: USD per million completion tokens (with "
+        "--price-in)",
     )
     group.add_argument(
         "--json", action="store_true", help="with --estimate: print the estimate as JSON"
@@ -161,17 +162,23 @@ def check_estimate_options(args: argparse.Namespace) -> None:
     """Refuse what only an estimate takes without ``--estimate``, and a run without ``--out``.
 
     Raises:
-        ConfigError: ``--price-in``, ``--price-out`` or ``--json`` without ``--estimate`` (they
-            would do nothing), or no ``--out`` for a run that grades.
+        ConfigError: ``--price-in``, ``--price-out`` without ``--estimate`` or ``--max-cost``,
+            or ``--json`` without ``--estimate`` (they would do nothing), or no ``--out`` for a
+            run that grades.
     """
     from core.errors import ConfigError
 
     if args.estimate:
         return
-    given = [flag for flag, dest in (("--price-in", "price_in"), ("--price-out", "price_out"),
-                                     ("--json", "json")) if getattr(args, dest, None)]
-    if given:
-        raise ConfigError(f"{', '.join(given)}: only with --estimate", field=given[0][2:])
+    if args.json:
+        raise ConfigError("--json: only with --estimate", field="json")
+    # The prices also price a cost cap (--max-cost) for a model litellm does not price.
+    if getattr(args, "max_cost", None) is None:
+        given = [flag for flag, dest in (("--price-in", "price_in"), ("--price-out", "price_out"))
+                 if getattr(args, dest, None) is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only with --estimate or --max-cost",
+                              field=given[0][2:])
     if args.out is None:
         raise ConfigError("--out is required (the results file), unless --estimate",
                           field="out")

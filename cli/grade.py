@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cli.common import (
+    PROG,
     Parser,
     add_judge_options,
     add_model_options,
@@ -34,7 +35,12 @@ if TYPE_CHECKING:
     from bonusjudge_client import JudgeClient
     from bonusjudge_client.wire.grading import GradeRequest, GradeResult
     from judge.aggregate import Summary
+    from judge.budget import Budget
     from judge.io import ResultWriter
+
+EXIT_BUDGET = 3
+"""The exit code of a run stopped by ``--max-cost`` or ``--max-calls`` (what finished is written;
+a re-run with a higher cap grades the rest)."""
 
 CLIENT_SIDE_OPTIONS = ("concurrency", "verbose")
 """Judge-group options that still mean something with ``--server`` (they shape this process), so
@@ -78,6 +84,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "(credentials and the model name are still checked)",
     )
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
+    cap = grade.add_argument_group(
+        "cost cap", f"stop sending judge calls at a limit: exit {EXIT_BUDGET}, resumable"
+    )
+    cap.add_argument(
+        "--max-cost", type=float, metavar="USD",
+        help="spend at most this many USD on judge calls: each request reserves its estimated "
+        "cost first; at the cap the run stops sending, finishes what is in flight, writes it "
+        f"and exits {EXIT_BUDGET}; re-run with a higher cap to grade the rest (a model litellm "
+        "does not price needs --price-in/--price-out)",
+    )
+    cap.add_argument(
+        "--max-calls", type=int, metavar="N",
+        help=f"send at most N requests to the judge (retries included); exit {EXIT_BUDGET} at "
+        "the cap, resumable as --max-cost",
+    )
     add_estimate_options(grade)
     add_judge_options(grade)
     grade.set_defaults(func=run)
@@ -137,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
     if args.estimate:
         return _estimate(args)
     settings = settings_from_args(args)
+    if args.server and (args.max_cost is not None or args.max_calls is not None):
+        raise ConfigError(
+            "--max-cost, --max-calls: not with --server (the service caps each API key's "
+            "spend per day, and a job's with its max_cost)",
+            field="max_cost",
+        )
     check_input_file(args.input, "input")
     check_outputs({"out": args.out, "summary": args.summary})
     grading: Grading = (
@@ -150,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         grading.close()
     _report(args, settings.judge, summary, problems, stamp, round(time.monotonic() - started, 3))
+    capped = getattr(grading, "capped", None)
+    if capped is not None:
+        print(capped, file=sys.stderr)
+        return EXIT_BUDGET
     return 0
 
 
@@ -417,10 +448,14 @@ class _LocalGrading:
         self._args = args
         self._settings = settings
         self._config = settings.judge
+        self._budget: Budget | None = None
+        self.capped: str | None = None
+        """What the cost cap stopped (spent, items left), when it did."""
 
     def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
-        """Check the judge (``_check_judge``); this configuration's stamp."""
+        """Check the judge (``_check_judge``) and the cost cap; this configuration's stamp."""
         _check_judge(self._args, self._config)
+        self._budget = run_budget(self._args, self._config)
         config = self._config
         return JudgeStamp.of(config), None
 
@@ -437,6 +472,7 @@ class _LocalGrading:
     ) -> dict[str, Any]:
         from tqdm import tqdm
 
+        from judge.budget import BUDGET
         from judge.cache import open_cache
         from judge.engine import Grader
         from judge.retry import RetryBudget
@@ -457,13 +493,22 @@ class _LocalGrading:
             # cost 10-20% of the CPU of a judge call. Frozen objects are still freed by reference
             # count.
             gc.freeze()
+            fed = [0]
+            left = 0
+            if self._budget is not None:
+                BUDGET.set(self._budget)
+                todo = _until_capped(todo, self._budget, fed)
             async for result in grader.grade_many(todo, config=config):
                 emit(result)
                 bar.update(1)
+                left += any(r.endswith(": budget_exhausted") for r in result.unscored_reasons)
         finally:
             bar.close()
             await grader.aclose()
             cache.close()
+        if self._budget is not None and self._budget.exhausted:
+            left += total - fed[0]
+            self.capped = capped_message(self._budget, left)
         stats = grader.stats.as_dict()
         return {
             "judge_calls": stats["judge_calls"],
@@ -473,6 +518,7 @@ class _LocalGrading:
             "retries_by_reason": stats["retries_by_reason"],
             "prompt_tokens": stats["prompt_tokens"],
             "completion_tokens": stats["completion_tokens"],
+            "cached_tokens": stats["cached_tokens"],
             "cost_usd": stats["cost_usd"] or None,
             "retries": stats["retries"],
             "retry_budget": {
@@ -483,6 +529,65 @@ class _LocalGrading:
 
     def close(self) -> None:
         """Nothing to release: ``grade`` closes the grader and the cache it opened."""
+
+
+def run_budget(args: argparse.Namespace, config: JudgeConfig) -> Budget | None:
+    """The budget of ``--max-cost``/``--max-calls``, or None without a cap.
+
+    Raises:
+        ConfigError: a negative cap, or ``--max-cost`` for a model without a price (no
+            ``--price-in``/``--price-out``); nothing has been written yet.
+        InputError: only one of the prices, or a negative one.
+    """
+    max_cost, max_calls = args.max_cost, args.max_calls
+    if max_cost is None and max_calls is None:
+        return None
+    for flag, value in (("--max-cost", max_cost), ("--max-calls", max_calls)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{flag}: a cap cannot be negative", field=flag[2:])
+    from judge.budget import Budget, Cap
+
+    cap = Cap("--max-cost", max_cost=max_cost, max_calls=max_calls)
+    if max_cost is None:
+        return Budget([cap])
+    from judge.estimate import prices_for, request_cost
+
+    prices = prices_for(config.model, args.price_in, args.price_out)
+    if prices is None and not config.is_embedded:
+        raise ConfigError(
+            f"--max-cost: no price for {config.model}: pass --price-in and --price-out (USD per "
+            "million tokens)",
+            field="max_cost",
+        )
+    if prices is None:  # the embedded judge sends nothing: nothing to price
+        return Budget([cap])
+    return Budget([cap], request_cost(prices), prices)
+
+
+def _until_capped(todo: Iterable[Entry], budget: Budget, fed: list[int]) -> Iterator[Entry]:
+    """``todo`` until ``budget`` refuses a request: no item is started after that.
+
+    ``fed[0]`` counts the items handed over, so the items left can be told.
+    """
+    for entry in todo:
+        if budget.exhausted:
+            return
+        fed[0] += 1
+        yield entry
+
+
+def capped_message(budget: Budget, left: int) -> str:
+    """The closing line of a run the cap stopped: what was spent against it, and what is left."""
+    cap = next(cap for cap in budget.caps if cap.exhausted)
+    limits = []
+    if cap.max_cost is not None:
+        limits.append(f"${cap.spent_cost:.6f} spent of --max-cost ${cap.max_cost:g}")
+    if cap.max_calls is not None:
+        limits.append(f"{cap.spent_calls} request(s) sent of --max-calls {cap.max_calls}")
+    return (
+        f"{PROG}: stopped at the cost cap: {'; '.join(limits)}; {left} item(s) left (unscored "
+        "budget_exhausted or not started): re-run with a higher cap to grade them"
+    )
 
 
 # -- through a service ---------------------------------------------------------------------------

@@ -132,7 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bonusjudge`` console script; the exit code.
 
     0 done; 2 a mistake (an invalid option, setting or input, a file that cannot be used, a judge
-    that cannot work), reported on one line; 1 another bonusjudge error; 130 interrupted.
+    that cannot work), reported on one line; 1 another bonusjudge error; 3 ``grade`` stopped at
+    its cost cap (``--max-cost``/``--max-calls``: what finished is written, a re-run with a
+    higher cap resumes); 130 interrupted.
     """
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(chosen_subcommand(words), lazy=True)

@@ -38,6 +38,7 @@ from tenacity import AsyncRetrying, RetryCallState
 from bonusjudge_client.wire.grading import CallRecord, RubricRef
 from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from core.text import Language
+from judge.budget import BUDGET, Budget, BudgetExhausted, Reservation
 from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
 from judge.providers.base import PROBE_MESSAGES, Completion, Provider, probe_config
@@ -224,6 +225,7 @@ class _CallState:
     attempts: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     cost: float = 0.0
     budget_exhausted: bool = False
     failures: int = 0
@@ -240,6 +242,7 @@ class _CallState:
             outcome=outcome,
             prompt_tokens=self.prompt_tokens or None,
             completion_tokens=self.completion_tokens or None,
+            cached_tokens=self.cached_tokens or None,
             cost_usd=self.cost or None,
             latency_s=round(time.monotonic() - self.started, 4),
             cache_key=self.key,
@@ -360,7 +363,8 @@ class Caller:
         """Count a probe's re-asks and usage (for no caller: totals only)."""
         self.stats.add_requests(max(0, spent.attempts - 1), None, probe=True)
         self.stats.add_usage(
-            spent.prompt_tokens, spent.completion_tokens, spent.cost_usd, None, probe=True
+            spent.prompt_tokens, spent.completion_tokens, spent.cost_usd, None,
+            cached_tokens=spent.cached_tokens, probe=True,
         )
 
     # -- one call ------------------------------------------------------------------------------
@@ -384,6 +388,8 @@ class Caller:
             completion = await self._with_retries(state)
         except _CircuitOpen as exc:
             return state.failed("circuit_open", str(exc))
+        except BudgetExhausted as exc:
+            return state.failed("budget_exhausted", str(exc))
         except ProviderError as exc:
             if state.budget_exhausted:
                 return state.failed(exc.reason, f"{exc} (the run's retry budget is exhausted)")
@@ -511,15 +517,11 @@ class Caller:
                     f" s, longer than max_outage ({config.max_outage:g} s); grade this item "
                     "again later"
                 )
+            held = await self._reserve(state)
             state.attempts += 1
             self.stats.add_requests(1, tenant)
             try:
-                completion = await self.provider.complete(
-                    spec.messages,
-                    spec.response_model,
-                    config,
-                    validation_context=spec.validation_context,
-                )
+                completion = await self._send(spec, held)
             except ProviderError as exc:
                 self._spent(state, exc)
                 if not exc.retryable:
@@ -556,6 +558,49 @@ class Caller:
             self._spent(state, completion)
             return completion
 
+    async def _reserve(self, state: _CallState) -> tuple[Budget, Reservation] | None:
+        """Reserve the next request against the budget in force (:data:`BUDGET`), if any.
+
+        Raises:
+            BudgetExhausted: the request would pass a cap; it is not sent.
+        """
+        budget = BUDGET.get()
+        if budget is None:
+            return None
+        cost = budget.known_estimate(state.key)
+        if cost is None:  # the tokenizer is CPU work: off the event loop
+            cost = await asyncio.to_thread(budget.estimate, state.spec, state.key)
+        return budget, budget.reserve(cost)
+
+    async def _send(
+        self, spec: CallSpec, held: tuple[Budget, Reservation] | None
+    ) -> Completion:
+        """One ``provider.complete`` of ``spec``, settling its reservation with what it cost."""
+        request = self.provider.complete(
+            spec.messages, spec.response_model, spec.config,
+            validation_context=spec.validation_context,
+        )
+        if held is None:
+            return await request
+        budget, reservation = held
+        spent: Completion | JudgeOutputError | ProviderError | None = None
+        try:
+            spent = await request
+            return spent
+        except (ProviderError, JudgeOutputError) as exc:
+            spent = exc
+            raise
+        finally:
+            if spent is None:  # cancelled, or an unexpected error: what it cost is unknown
+                budget.settle(reservation, 1)
+            else:
+                budget.settle(
+                    reservation, spent.attempts, prompt_tokens=spent.prompt_tokens,
+                    completion_tokens=spent.completion_tokens, cost_usd=spent.cost_usd,
+                    # A provider failure bills only the usage it reports (its earlier re-asks).
+                    answered=not isinstance(spent, ProviderError),
+                )
+
     def _spent(
         self, state: _CallState, spent: Completion | JudgeOutputError | ProviderError
     ) -> None:
@@ -572,7 +617,10 @@ class Caller:
         state.prompt_tokens += prompt or 0
         state.completion_tokens += completion or 0
         state.cost += cost or 0.0
-        self.stats.add_usage(prompt, completion, cost, state.tenant)
+        state.cached_tokens += spent.cached_tokens or 0
+        self.stats.add_usage(
+            prompt, completion, cost, state.tenant, cached_tokens=spent.cached_tokens
+        )
 
     async def _await_breaker(
         self, breaker: CircuitBreaker, config: JudgeConfig, tenant: str | None

@@ -27,7 +27,7 @@ import asyncio
 import contextvars
 import functools
 import json
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,6 +52,7 @@ __all__ = [
     "expected_completion",
     "model_prices",
     "prices_for",
+    "request_cost",
 ]
 
 TASKS: tuple[EstimateTaskName, ...] = ("extract_points", "coverage", "defects")
@@ -232,6 +233,31 @@ def expected_completion(spec: CallSpec, points: int) -> int:
     if spec.task == "defects":
         return _DEFECTS_STRUCTURED if structured else _TEXT_DEFECTS
     return points
+
+
+def request_cost(prices: Prices) -> Callable[[CallSpec], float]:
+    """A request's estimated cost at ``prices``: what a budget reserves before sending it.
+
+    The same figures as an estimate's: prompt tokens on the exact first request and the task's
+    typical answer size (coverage by the item's points). An extraction's answer is the
+    reference's statements, which the prompt holds: half the prompt's tokens, at most
+    ``_EXTRACTION_CAP``, stands in for it (a cap reserves rather too much than too little).
+    """
+
+    def cost(spec: CallSpec) -> float:
+        prompt = prompt_tokens(spec)
+        if spec.task == "extract_points":
+            size = min(prompt // 2, _EXTRACTION_CAP)
+        else:
+            context = spec.validation_context or {}
+            size = int(context.get("n_points", 0))
+        return prices.cost(prompt, expected_completion(spec, size))
+
+    return cost
+
+
+_EXTRACTION_CAP = 600
+"""The most completion tokens a budget expects an extraction to answer with."""
 
 
 # -- the run without calls -----------------------------------------------------------------------

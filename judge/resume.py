@@ -4,7 +4,9 @@
 both keep a stored result only when it grades the same content with the same judge: the same
 configuration hash (which covers the embedded matcher's version and the digest of its
 parameters, lexicons and encoders, :mod:`judge.identity`), the same judge version and the same
-metrics. Anything else is graded again, and the reason is said, so one file never mixes judges.
+metrics. Anything else is graded again, and the reason is said, so one file never mixes judges;
+so is an item a cost cap kept from being sent (``budget_exhausted``), so a run with a higher cap
+grades exactly what the capped run left.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def stale_reason(
     """
     if content_hash is None:
         return None
+    if any(reason.endswith(": budget_exhausted") for reason in obj.get("unscored_reasons") or []):
+        # Never sent: the cost cap stopped the run before its call (``judge.budget``).
+        return "not sent before the cost cap was reached"
     provenance = obj.get("provenance") or {}
     if obj.get("input_hash") != content_hash:
         return "with changed content"

@@ -307,7 +307,8 @@ class RetryUnscoredBody(WireModel):
         max_length=len(get_args(UnscoredReason)),
         description="Re-send items unscored for these reasons too. By default an item is "
         "graded again only when a task failed for a reason that may change (provider_error, "
-        "rate_limited, timeout, circuit_open, retry_budget_exhausted, cancelled); one the judge "
+        "rate_limited, timeout, circuit_open, retry_budget_exhausted, budget_exhausted, "
+        "cancelled); one the judge "
         "answered (refusal, not_supported, parse_failure, validation_failure, "
         "truncated_output, empty_output) would mostly get the same answer, and is re-sent "
         "only when its reason is listed here.",

@@ -47,6 +47,7 @@ UnscoredReason = Literal[
     "timeout",
     "circuit_open",
     "retry_budget_exhausted",
+    "budget_exhausted",
     "cancelled",
     "not_supported",
 ]
