@@ -39,6 +39,7 @@ import queue
 import sqlite3
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -107,8 +108,12 @@ class _Lane:
 
     def stop(self) -> None:
         """Run what is queued, then end the thread; returns when it has ended."""
-        self._queue.put(None)
+        self.end()
         self._thread.join()
+
+    def end(self) -> None:
+        """Run what is queued, then end the thread, without waiting for it (a finalizer's)."""
+        self._queue.put(None)
 
     def _work(self) -> None:
         while True:
@@ -116,26 +121,35 @@ class _Lane:
             with contextlib.suppress(queue.Empty):
                 while True:
                     batch.append(self._queue.get_nowait())
-            settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], _Outcome]]]
-            settled = defaultdict(list)
-            for job in batch:
-                if job is None:
-                    continue
-                call, loop, future = job
-                if future is not None and future.cancelled():
-                    continue  # its caller stopped waiting (a benign race: it may run anyway)
-                outcome: _Outcome
-                try:
-                    outcome = (call(), None)
-                except Exception as exc:
-                    outcome = (None, exc)
-                if loop is not None and future is not None:
-                    settled[loop].append((future, outcome))
-            for loop, results in settled.items():
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(_settle, results)
-            if None in batch:
+            last = None in batch
+            self._run_batch(batch)
+            # No reference to a job may outlive its batch: a job's call is bound to its cache,
+            # and an idle thread holding one would keep a dropped cache (and itself) alive.
+            del batch
+            if last:
                 return
+
+    @staticmethod
+    def _run_batch(batch: list[_Job | None]) -> None:
+        """Run ``batch``'s calls in order, then settle each loop's callers in one callback."""
+        settled: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], _Outcome]]]
+        settled = defaultdict(list)
+        for job in batch:
+            if job is None:
+                continue
+            call, loop, future = job
+            if future is not None and future.cancelled():
+                continue  # its caller stopped waiting (a benign race: it may run anyway)
+            outcome: _Outcome
+            try:
+                outcome = (call(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+            if loop is not None and future is not None:
+                settled[loop].append((future, outcome))
+        for loop, results in settled.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_settle, results)
 
 
 def _settle(results: list[tuple[asyncio.Future[Any], _Outcome]]) -> None:
@@ -390,7 +404,10 @@ class JudgeCache(CacheBase):
         """The thread that runs ``lane``'s calls, started on first use (again after ``close``)."""
         with self._lock:
             if lane not in self._lanes:
-                self._lanes[lane] = _Lane(f"bonusjudge-cache-{lane}")
+                started = self._lanes[lane] = _Lane(f"bonusjudge-cache-{lane}")
+                # A cache dropped without close (a test's, a caller's) ends its threads when it
+                # is collected, instead of leaving two idle threads per cache for the process.
+                weakref.finalize(self, started.end)
             return self._lanes[lane]
 
     def _wrote(self, *, background: bool) -> None:

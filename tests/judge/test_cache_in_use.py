@@ -338,3 +338,28 @@ def test_a_locked_cache_db_neither_freezes_serve_nor_stops_grading(tmp_path: Pat
         wait_for("the cache working again after the lock", cache_is_back)
         print(f"the cache served again {time.monotonic() - locked - LOCKED:.1f} s after the lock "
               "ended")
+
+
+async def test_a_cache_dropped_without_close_ends_its_threads(tmp_path: Path) -> None:
+    """Each disk cache in use has two threads; one nobody closed must not keep them forever.
+
+    A pytest process building a grader per test (and closing few) had 161 idle cache threads,
+    each keeping its cache alive through the last call it ran.
+    """
+    def cache_threads() -> int:
+        return sum(t.name.startswith("bonusjudge-cache") for t in threading.enumerate())
+
+    before = cache_threads()
+    for n in range(5):
+        cache = JudgeCache(tmp_path / f"c{n}")
+        await cache.aset("key", {"value": n})
+        assert await cache.aget("key") == {"value": n}
+    assert cache_threads() >= before + 2
+    del cache
+    import gc
+
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while cache_threads() > before:
+        assert time.monotonic() < deadline, f"{cache_threads() - before} cache threads left"
+        await asyncio.sleep(0.05)
