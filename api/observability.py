@@ -225,8 +225,9 @@ class EncoderWarmup:
     ) -> None:
         self.config = config
         self.bertscore = "bertscore" in config.metrics
-        # The embedded matcher reads the encoder only for coverage; BERTScore always does.
-        self.embedded = config.is_embedded and "coverage" in config.metrics
+        # The embedded matcher reads the encoder only when it judges (coverage; the cascade's
+        # routing); BERTScore always does.
+        self.embedded = config.uses_matcher
         self.needed = needs_encoder(config)
         self.encoder = config.encoder
         self.loaded = False

@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--quiet", action="store_true", help="no progress bars (they go to stderr, not the report)"
     )
-    add_judge_options(parser, metrics=False)
+    add_judge_options(parser, metrics=False, cascade=False)
     parser.set_defaults(func=run)
 
 

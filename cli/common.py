@@ -43,6 +43,11 @@ JUDGE_FIELDS = (
 ``context_window`` (``grade --context``) is read too when a subcommand adds it.
 """
 
+CASCADE_FIELDS = ("judge", "cascade_agreement")
+"""The cascade judge's ``JudgeConfig`` fields (``--judge cascade``, ``--cascade-agreement``),
+options of ``grade`` and ``serve`` after ``--model``: ``calibrate`` has a ``--judge`` of its own
+(the judge models it calibrates), so it does not take them."""
+
 VERBOSE_HELP = "show library logs (re-asks and failed requests of either transport, transformers)"
 """Help of ``--verbose``, accepted before and after the subcommand."""
 
@@ -242,14 +247,16 @@ def add_model_options(
     return actions
 
 
-def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) -> list[
-    argparse.Action
-]:
+def add_judge_options(
+    parser: argparse.ArgumentParser, *, metrics: bool = True, cascade: bool = True
+) -> list[argparse.Action]:
     """The judge options shared by ``grade``, ``serve`` and ``calibrate``.
 
     Args:
         parser: The subcommand's parser.
         metrics: Whether to add ``--metrics`` (``calibrate`` has its own).
+        cascade: Whether to add the cascade's options (:data:`CASCADE_FIELDS`; ``calibrate``'s
+            ``--judge`` is another option).
 
     Returns:
         Every action of the ``judge`` group, in order.
@@ -260,6 +267,10 @@ def add_judge_options(parser: argparse.ArgumentParser, *, metrics: bool = True) 
         "judge", "over the settings file (--settings) and BONUSJUDGE_JUDGE__* variables"
     )
     fields = [name for name in JUDGE_FIELDS if metrics or name != "metrics"]
+    if cascade:
+        fields[1:1] = CASCADE_FIELDS
+        # settings_from_args reads them only where they are this parser's options.
+        parser.set_defaults(cascade_options=True)
     cut = fields.index("api_base") + 1
     actions = add_model_options(group, JudgeConfig, fields[:cut])
     actions.append(add_api_key_env_option(group))
@@ -318,7 +329,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     from judge.config import load_settings
 
     judge: dict[str, Any] = {}
-    for name in (*JUDGE_FIELDS, "context_window"):
+    cascade = CASCADE_FIELDS if getattr(args, "cascade_options", False) else ()
+    for name in (*JUDGE_FIELDS, *cascade, "context_window"):
         value = getattr(args, name, None)
         if value is not None:
             judge[name] = value

@@ -53,6 +53,9 @@ class _Acc:
     cal_sum: float = 0.0
     cal_n: int = 0
     cal_metrics: set[str] = field(default_factory=set)
+    by_matcher: int = 0
+    by_llm: int = 0
+    calls_saved: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)
 
@@ -91,6 +94,11 @@ class _Acc:
         if r.length_ratio is not None:
             self.ratio_sum += r.length_ratio
             self.ratio_n += 1
+        if r.decided_by == "llm":
+            self.by_llm += 1
+        elif r.decided_by == "embedded-matcher":
+            self.by_matcher += 1
+            self.calls_saved += llm_calls_saved(r)
         if r.calibrated_metric is not None:
             self.cal_metrics.add(r.calibrated_metric)
         if r.calibrated_score is not None:
@@ -135,8 +143,27 @@ class _Acc:
             ),
             "calibrated_n": self.cal_n,
             "unscored_by_reason": dict(sorted(self.reasons.items())),
+            "decided_by_matcher": self.by_matcher,
+            "decided_by_llm": self.by_llm,
+            "llm_share": mean(self.by_llm, self.by_llm + self.by_matcher),
+            "llm_calls_saved": self.calls_saved,
             "flags": dict(sorted(self.flags.items())),
         }
+
+
+BLANK_FLAGS = frozenset({"null_response", "empty_response"})
+"""The flags of an answer with nothing to judge, about which no judge is asked."""
+
+
+def llm_calls_saved(result: GradeResult) -> int:
+    """The LLM calls a cascade item the matcher decided alone did not make.
+
+    One per judge task asked (coverage, defects), as the LLM judge would have made them; none
+    for an empty or null answer, which the LLM judge grades without a call too.
+    """
+    if result.decided_by != "embedded-matcher" or BLANK_FLAGS.intersection(result.flags):
+        return 0
+    return sum(task in result.provenance.metrics for task in ("coverage", "defects"))
 
 
 class Aggregator:
@@ -351,6 +378,13 @@ def format_table(summary: Summary) -> str:
         lines.append(
             f"calibrated score ({summary.calibrated_metric} mapped onto the human scale, 0-1): "
             f"mean {mean} over {summary.calibrated_n} item(s)"
+        )
+    routed = summary.decided_by_matcher + summary.decided_by_llm
+    if routed:
+        lines.append(
+            f"cascade: {summary.decided_by_llm} of {routed} item(s) sent to the LLM judge "
+            f"({_pct(summary.llm_share)}%), {summary.decided_by_matcher} decided by the embedded "
+            f"matcher alone (defects not assessed); {summary.llm_calls_saved} LLM call(s) saved"
         )
     lines.append(
         "unsc.C / unsc.D: items whose coverage / defect verdict is unscored. BPC% counts "

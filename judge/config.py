@@ -49,6 +49,9 @@ StructuredMode = Literal["tools", "json_schema", "json", "md_json", "json_object
 "schema": ...}``, which it turns into a grammar (its server rejects ``json_schema``).
 """
 
+JudgeKind = Literal["model", "cascade"]
+"""Which judge decides: the judge model alone, or the cascade (matcher first, LLM when unsure)."""
+
 CACHE_FORMAT_VERSION = 1
 """Bumped whenever cached values change shape, so old entries are never misread."""
 
@@ -143,6 +146,22 @@ class JudgeConfig(BaseModel):
     )
     concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
     cache: bool = Field(default=True, description="Use the judge-call cache.")
+    judge: JudgeKind = Field(
+        default="model",
+        description="Which judge decides coverage and defects: `model` (the judge model alone) "
+        "or `cascade`: the embedded matcher decides the points it is sure of and an item with "
+        "any point in its uncertain band goes to the LLM judge `model`, whose verdicts replace "
+        "the matcher's for that item (defects: the LLM's on the items it judges, `not_assessed` "
+        "on the others). Needs an LLM `model`.",
+    )
+    cascade_agreement: float = Field(
+        default=0.95,
+        ge=0.5,
+        lt=1.0,
+        description="Cascade: the agreement with people the matcher's sure verdicts reach on the "
+        "shared human-rated sets (out of fold), which sets its uncertain band; one of the fitted "
+        "targets (0.9, 0.95, 0.97). Higher sends more items to the LLM.",
+    )
     calibration: str | None = Field(
         default=None,
         description="Calibrated mapping file (from `bonusjudge calibrate`, REPORT/mappings/*.json) "
@@ -173,6 +192,41 @@ class JudgeConfig(BaseModel):
         """Whether the judge is the built-in matcher rather than an LLM."""
         return self.model == EMBEDDED_JUDGE
 
+    @property
+    def is_cascade(self) -> bool:
+        """Whether the cascade judges (the matcher where it is sure, the LLM ``model`` else)."""
+        return self.judge == "cascade"
+
+    def check_cascade(self) -> None:
+        """Refuse a cascade without an LLM ``model`` to send its unsure items to.
+
+        Checked where the judge is made (``Grader``), not when the options are read: with
+        ``bonusjudge grade --server`` the service's model is the one that counts.
+
+        Raises:
+            ConfigError: (``model``) the cascade has no LLM judge; the message says what to set.
+        """
+        # The cascade's whole point is the LLM it falls back to; without one it would silently
+        # be the matcher alone.
+        if self.is_cascade and (self.is_embedded or not self.model.strip()):
+            raise ConfigError(
+                "judge `cascade` needs an LLM judge model for the items the matcher is unsure "
+                "of: set `model` (--model, BONUSJUDGE_JUDGE__MODEL or `judge.model`) to a "
+                "litellm model string such as openai/gpt-4o",
+                field="model",
+            )
+
+    @property
+    def uses_matcher(self) -> bool:
+        """Whether grading with this configuration asks the embedded matcher.
+
+        The embedded judge asks it for coverage; the cascade for either judge task, since the
+        matcher's verdicts route the item's defects too.
+        """
+        if self.is_cascade:
+            return bool({"coverage", "defects"}.intersection(self.metrics))
+        return self.is_embedded and "coverage" in self.metrics
+
     def sampling(self) -> dict[str, Any]:
         """The sampling settings sent to the provider (recorded in provenance)."""
         out: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
@@ -192,12 +246,22 @@ class JudgeConfig(BaseModel):
     def judge_identity(self) -> dict[str, str] | None:
         """What identifies the judge beyond the output fields, or None when they say it all.
 
-        The embedded matcher's version and digest when it judges coverage
+        For the cascade, the matcher's identity (its bands are in its parameter file) with the
+        judge kind and the target agreement. The embedded matcher's version and digest when it
+        judges coverage
         (:func:`judge.identity.matcher_identity`); None for an LLM judge, whose model, base URL,
         mode and sampling already identify it, and for a metrics-only run, which loads no judge.
         """
         if self.is_embedded and "coverage" in self.metrics:
             return dict(matcher_identity())
+        if self.is_cascade:
+            # The matcher decides (or routes) every item, defects included: its identity covers
+            # the shipped bands (they are in its parameter file), the target picks one.
+            return {
+                **matcher_identity(),
+                "judge": "cascade",
+                "cascade_agreement": f"{self.cascade_agreement:g}",
+            }
         return None
 
     @property

@@ -38,7 +38,7 @@ from bonusjudge_client.wire.grading import (
     GradeRequest,
     GradeResult,
 )
-from core.errors import JudgeOutputError, ProviderError
+from core.errors import ConfigError, JudgeOutputError, ProviderError
 from core.text import Language, count_words, detect_language, length_cap, truncate_words
 from judge.cache import Cache, JudgeCache
 from judge.calls import PROVIDER_REASONS, TENANT, Caller, CallerOptions, CallSpec
@@ -63,6 +63,7 @@ from rubrics.schema import Rubric
 
 if TYPE_CHECKING:
     from judge.mapping import CalibratedMapping
+    from judge.matcher import CascadeBand, ModelKind
 
 __all__ = ["BONUSJUDGE_VERSION", "TENANT", "EngineStats", "Grader"]
 
@@ -139,6 +140,7 @@ class Grader:
         self._mappings: dict[tuple[str, str], CalibratedMapping | None] = {}
         # Validate the default rubric family and mapping now: a bad setting fails at start.
         self._rubrics_for(self.config)
+        self._check_judge(self.config)
         self._mapping_for(self.config)
 
     # -- what the caller holds -------------------------------------------------------------------
@@ -195,6 +197,7 @@ class Grader:
         """The default config with a request's overrides applied (validated)."""
         config = self.config.merged(overrides)
         self._rubrics_for(config)
+        self._check_judge(config)
         return config
 
     async def grade(
@@ -336,7 +339,7 @@ class Grader:
     async def _ensure_loaded(self, config: JudgeConfig) -> None:
         """Load what ``config`` needs, once per grader, in a worker thread (serialized)."""
         key = (
-            config.metrics, config.is_embedded, config.encoder, config.encoder_layer,
+            config.metrics, config.uses_matcher, config.encoder, config.encoder_layer,
             config.rouge_segmenter,
         )  # fmt: skip
         if key in self._loaded:
@@ -364,7 +367,16 @@ class Grader:
         judge = self._judges.get(config)
         if judge is None:
             rubrics = self._rubrics_for(config)  # validates the rubric family for every judge
-            if config.is_embedded:
+            if config.is_cascade:
+                from judge.cascade import CascadeJudge
+
+                judge = CascadeJudge(
+                    config,
+                    EmbeddedJudge(config, self._matcher),
+                    LLMJudge(config, rubrics, self.library, self.caller),
+                    _cascade_bands(config),
+                )
+            elif config.is_embedded:
                 judge = EmbeddedJudge(config, self._matcher)
             else:
                 judge = LLMJudge(config, rubrics, self.library, self.caller)
@@ -372,6 +384,12 @@ class Grader:
                 self._judges.clear()  # per-request overrides: bounded, never a leak
             self._judges[config] = judge
         return judge
+
+    def _check_judge(self, config: JudgeConfig) -> None:
+        """Fail now when a cascade has no LLM, or no band for its agreement (ConfigError)."""
+        if config.is_cascade:
+            config.check_cascade()
+            _cascade_bands(config)
 
     def _mapping_for(self, config: JudgeConfig) -> CalibratedMapping | None:
         """The calibrated mapping of ``config`` (loaded once), or None when none is configured.
@@ -424,6 +442,7 @@ class Grader:
         runs = [run for run in (coverage, defects) if run is not None]
         calls = [call for run in runs for call in run.calls]
         rubrics = {task: ref for run in runs for task, ref in run.rubrics.items()}
+        decided_by = next((run.decided_by for run in runs if run.decided_by), None)
         coverage_result = coverage.value if coverage is not None else None
         defects_result = defects.value if defects is not None else None
         unscored = [
@@ -455,6 +474,7 @@ class Grader:
             respondent=request.respondent,
             metadata=request.metadata,
             provenance=judge.provenance(rubrics, calls, truncated=truncated),
+            decided_by=decided_by,
             elapsed_s=round(time.monotonic() - started, 4),
         )
         self._count(unscored)
@@ -474,7 +494,10 @@ class Grader:
             return TaskRun(failed, found.calls, found.rubrics)
         judged = await judge.coverage(item, points.points, points.source)
         return TaskRun(
-            judged.value, [*found.calls, *judged.calls], {**found.rubrics, **judged.rubrics}
+            judged.value,
+            [*found.calls, *judged.calls],
+            {**found.rubrics, **judged.rubrics},
+            judged.decided_by,
         )
 
     def _calibrated(
@@ -497,6 +520,24 @@ class Grader:
 
     def _count(self, unscored: list[str]) -> None:
         self.stats.count_item(unscored, TENANT.get())
+
+
+def _cascade_bands(config: JudgeConfig) -> dict[ModelKind, CascadeBand]:
+    """The matcher's uncertain bands at ``config``'s target agreement (its shipped parameters).
+
+    Raises:
+        ConfigError: the parameter file has no cascade bands, or none for that agreement.
+    """
+    from judge.matcher import get_matcher
+
+    fitted = get_matcher().params.cascade
+    if fitted is None:
+        raise ConfigError(
+            "the matcher's parameter file has no cascade bands; fit them with "
+            "python -m calibration.fit.cascade",
+            field="judge",
+        )
+    return fitted.at(config.cascade_agreement)
 
 
 async def _optional(task: Awaitable[T] | None) -> T | None:

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from bonusjudge_client.wire.grading import (
     CallRecord,
     CoverageResult,
+    DecidedBy,
     Defect,
     DefectsResult,
     ExtractRequest,
@@ -126,11 +127,14 @@ class TaskRun(Generic[T]):
         value: The task's result.
         calls: The call records, in the order the calls were made.
         rubrics: The rubric used per task name.
+        decided_by: Which judge of a cascade decided (``GradeResult.decided_by``); None for
+            any other judge.
     """
 
     value: T
     calls: list[CallRecord] = field(default_factory=list)
     rubrics: dict[str, RubricRef] = field(default_factory=dict)
+    decided_by: DecidedBy | None = None
 
 
 class Judge(Protocol):
@@ -587,31 +591,8 @@ class EmbeddedJudge(_JudgeBase):
         """Match the answer against the points (the best of several references)."""
         if item.blank is not None:
             return TaskRun(empty_coverage(points, source, expected=0.0, blank=item.blank))
-        from judge.matcher import MatchInput
-
-        request = item.request
-        # With no bonus points the whole reference is the one point; a dataset that lists
-        # several acceptable references (TriviaQA aliases, NarrativeQA's two) is judged against
-        # each, keeping the best match, as a reader would and as the weights were fitted.
-        alternatives = [points]
-        if source == "reference" and request.references:
-            alternatives = [[r] for r in dict.fromkeys([points[0], *request.references])]
         try:
-            answers = await asyncio.gather(
-                *(
-                    self._matcher.match(
-                        MatchInput(
-                            question=request.question,
-                            reference=request.reference,
-                            points=candidate,
-                            response=item.response,
-                            language=item.language,
-                        ),
-                        self.config,
-                    )
-                    for candidate in alternatives
-                )
-            )
+            matches, best = await self.match(item, points, source)
         except JudgeError as exc:
             return TaskRun(
                 CoverageResult(
@@ -622,9 +603,51 @@ class EmbeddedJudge(_JudgeBase):
                     points_source=source,
                 )
             )
-        matches, best = max(
+        return TaskRun(self.verdicts(matches, best, source))
+
+    async def match(
+        self, item: Item, points: list[str], source: PointsSource
+    ) -> tuple[list[PointMatch], list[str]]:
+        """The matcher's verdict on each point, and the points they are on.
+
+        With no bonus points and several references, the best-matching reference's.
+
+        Raises:
+            JudgeError: the matcher cannot judge the input (an unsupported language...).
+        """
+        from judge.matcher import MatchInput
+
+        request = item.request
+        # With no bonus points the whole reference is the one point; a dataset that lists
+        # several acceptable references (TriviaQA aliases, NarrativeQA's two) is judged against
+        # each, keeping the best match, as a reader would and as the weights were fitted.
+        alternatives = [points]
+        if source == "reference" and request.references:
+            alternatives = [[r] for r in dict.fromkeys([points[0], *request.references])]
+        answers = await asyncio.gather(
+            *(
+                self._matcher.match(
+                    MatchInput(
+                        question=request.question,
+                        reference=request.reference,
+                        points=candidate,
+                        response=item.response,
+                        language=item.language,
+                    ),
+                    self.config,
+                )
+                for candidate in alternatives
+            )
+        )
+        return max(
             zip(answers, alternatives, strict=True), key=lambda pair: pair[0][0].probability
         )
+
+    @staticmethod
+    def verdicts(
+        matches: list[PointMatch], best: list[str], source: PointsSource
+    ) -> CoverageResult:
+        """The scored coverage of the matcher's verdicts (``match``'s answer)."""
         verdicts = [
             PointVerdict(
                 index=i,
@@ -637,7 +660,7 @@ class EmbeddedJudge(_JudgeBase):
             for i, (p, m) in enumerate(zip(best, matches, strict=True), start=1)
         ]
         expected = round(sum(m.probability for m in matches) / len(best), 4)
-        return TaskRun(_scored_coverage(verdicts, source, expected))
+        return _scored_coverage(verdicts, source, expected)
 
     async def defects(self, item: Item) -> TaskRun[DefectsResult]:
         """Not assessed: the matcher cannot judge defects."""

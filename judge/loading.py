@@ -24,7 +24,7 @@ def needs_encoder(config: JudgeConfig) -> bool:
     Returns:
         True when its metrics include BERTScore, or coverage judged by the embedded matcher.
     """
-    return "bertscore" in config.metrics or (config.is_embedded and "coverage" in config.metrics)
+    return "bertscore" in config.metrics or config.uses_matcher
 
 
 def check_loadable(config: JudgeConfig) -> None:
@@ -41,7 +41,7 @@ def check_loadable(config: JudgeConfig) -> None:
     """
     if "bertscore" in config.metrics:
         resolve_encoder(config.encoder, layer=config.encoder_layer)
-    if config.is_embedded and "coverage" in config.metrics:
+    if config.uses_matcher:
         import_serialized("judge.matcher")
         from judge.matcher import load_params
 
@@ -57,7 +57,8 @@ def warm_up(config: JudgeConfig) -> None:
     the same libraries twice at once. It loads exactly what the metrics need: rouge-score for
     ``rouge_l``; the BERTScore encoder for ``bertscore`` (and bert_score when that encoder runs
     on transformers; the packaged one does not); the embedded matcher
-    (parameters and its encoder) for ``coverage`` when the judge is the embedded matcher.
+    (parameters and its encoder) for ``coverage`` when the judge is the embedded matcher or the
+    cascade.
 
     Args:
         config: The judge configuration (metrics, judge model, encoder, layer, segmenter).
@@ -72,7 +73,7 @@ def warm_up(config: JudgeConfig) -> None:
         warm_rouge(config.rouge_segmenter)
     if "bertscore" in wanted:
         get_encoder(config.encoder, layer=config.encoder_layer).load(bertscore=True)
-    if config.is_embedded and "coverage" in wanted:
+    if config.uses_matcher:
         # Imported under the load lock, loaded outside it: the matcher takes its own lock and
         # get_encoder's before that one (the load lock stays innermost).
         import_serialized("judge.matcher")

@@ -322,13 +322,15 @@ class EmbeddedMatcher:
         # Without the multilingual encoder (vectors None) Chinese gets the lexical-only model.
         scale = self.params.similarity_scale.get(item.language, 1.0)
         features = point_features(point, item, vectors, complete=False, similarity_scale=scale)
-        model = self.params.select(features)
+        kind = self.params.kind(features)
+        model = self.params.model(kind)
         p = apply_constraints(float(model.probability(features.vector(model.features))), features)
         return PointMatch(
             probability=p,
             covered=p >= model.threshold,
             evidence=features.evidence,
             rationale=_rationale(p, features),
+            kind=kind,
         )
 
 

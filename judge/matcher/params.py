@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -71,6 +71,67 @@ NUMBER_RULE_MAX_WORDS = 25
 """Points with at most this many words are subject to the number rule (one fact per point)."""
 
 
+ModelKind = Literal["full", "long", "lexical", "multilingual"]
+"""Which of the matcher's models judged a point (:meth:`MatcherParams.kind`): English short
+points, English long points, Chinese without the multilingual encoder, Chinese."""
+
+MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
+"""Every model kind, in the parameter file's order."""
+
+
+@dataclass(frozen=True)
+class CascadeBand:
+    """The matcher's uncertain band for one model kind, at one target agreement.
+
+    A point whose probability lies in ``[low, high]`` is uncertain: the cascade judge sends its
+    item to the LLM. Below ``low`` the matcher is sure it is not covered, above ``high`` sure it
+    is; ``low <= threshold <= high``, so a sure verdict is always the matcher's own verdict.
+    ``low = 0`` and ``high = 1`` make every point uncertain (a target the sets cannot reach).
+
+    Attributes:
+        low: Probabilities below it are sure "not covered".
+        high: Probabilities above it are sure "covered".
+    """
+
+    low: float
+    high: float
+
+    def sure(self, probability: float) -> bool:
+        """Whether the matcher is sure of a point with this probability (outside the band)."""
+        return probability < self.low or probability > self.high
+
+
+@dataclass(frozen=True)
+class CascadeBands:
+    """The fitted bands (:mod:`calibration.fit.cascade`), per target agreement and model kind.
+
+    Attributes:
+        bands: Target agreement (of the sure verdicts with people, out of fold) -> model kind
+            -> band.
+        training: The band fit's summary (sets, per-set routed share and agreement).
+    """
+
+    bands: dict[float, dict[ModelKind, CascadeBand]]
+    training: dict[str, Any] = field(default_factory=dict)
+
+    def at(self, agreement: float) -> dict[ModelKind, CascadeBand]:
+        """The bands fitted for ``agreement``.
+
+        Raises:
+            ConfigError: (``cascade_agreement``) no band was fitted for that target; the
+                message lists those that were.
+        """
+        for target, bands in self.bands.items():
+            if math.isclose(target, agreement, abs_tol=1e-9):
+                return bands
+        shipped = ", ".join(f"{t:g}" for t in sorted(self.bands))
+        raise ConfigError(
+            f"no cascade band is fitted for agreement {agreement:g}; fitted: {shipped} (fit "
+            f"others with python -m calibration.fit.cascade)",
+            field="cascade_agreement",
+        )
+
+
 @dataclass(frozen=True)
 class LinearModel:
     """A logistic regression on raw feature values (standardisation folded into the weights).
@@ -118,6 +179,8 @@ class MatcherParams:
         similarity_scale: Per language, the factor that maps its cosines onto the English
             scale (:func:`judge.matcher.encoder.to_english_scale`).
         training: The fit's summary (sets, sizes, cross-validated figures), for reports.
+        cascade: The cascade judge's uncertain bands (the ``cascade`` section), or None when
+            the file has none.
     """
 
     version: str
@@ -129,6 +192,31 @@ class MatcherParams:
     multilingual_encoder: str
     similarity_scale: dict[str, float]
     training: dict[str, Any] = field(default_factory=dict)
+    cascade: CascadeBands | None = None
+
+    def kind(self, features: PointFeatures) -> ModelKind:
+        """Which model judges a point with these features.
+
+        Args:
+            features: The point's features.
+
+        Returns:
+            ``lexical`` for lexical-only features, ``multilingual`` for Chinese ones, ``long``
+            for a long English point, else ``full``.
+        """
+        if features.lexical_only:
+            return "lexical"
+        if features.multilingual:
+            return "multilingual"
+        return "long" if features.long_point else "full"
+
+    def model(self, kind: ModelKind) -> LinearModel:
+        """The model of one kind."""
+        models: dict[ModelKind, LinearModel] = {
+            "full": self.full, "long": self.long, "lexical": self.lexical,
+            "multilingual": self.multilingual,
+        }  # fmt: skip
+        return models[kind]
 
     def select(self, features: PointFeatures) -> LinearModel:
         """Return the model that judges a point with these features.
@@ -140,11 +228,7 @@ class MatcherParams:
             ``lexical`` for lexical-only features, ``multilingual`` for Chinese ones, ``long``
             for a long English point, else ``full``.
         """
-        if features.lexical_only:
-            return self.lexical
-        if features.multilingual:
-            return self.multilingual
-        return self.long if features.long_point else self.full
+        return self.model(self.kind(features))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,17 +340,72 @@ def load_params(path: str | Path | None = None) -> MatcherParams:
     section = data.get("multilingual")
     multilingual = _model_from_json(section, "multilingual", MULTILINGUAL_FEATURES, file)
     ml_encoder, scale = _multilingual_from_json(section, file)
+    models = {
+        "full": _model_from_json(data.get("full"), "full", FULL_FEATURES, file),
+        "lexical": _model_from_json(data.get("lexical"), "lexical", LEXICAL_FEATURES, file),
+        "long": _model_from_json(data.get("long"), "long", LONG_FEATURES, file),
+        "multilingual": multilingual,
+    }
+    cascade = data.get("cascade")
     return MatcherParams(
         version=version,
-        full=_model_from_json(data.get("full"), "full", FULL_FEATURES, file),
-        lexical=_model_from_json(data.get("lexical"), "lexical", LEXICAL_FEATURES, file),
-        long=_model_from_json(data.get("long"), "long", LONG_FEATURES, file),
+        full=models["full"],
+        lexical=models["lexical"],
+        long=models["long"],
         encoder=encoder,
         multilingual=multilingual,
         multilingual_encoder=ml_encoder,
         similarity_scale=scale,
         training=training,
+        cascade=None if cascade is None else _cascade_from_json(cascade, models, file),
     )
+
+
+def _cascade_from_json(
+    section: Any, models: Mapping[str, LinearModel], file: Path
+) -> CascadeBands:
+    """Validate the ``cascade`` section: per target, a band around each model's threshold."""
+    where = f"matcher parameter file {file}: cascade"
+    fix = "; refit with python -m calibration.fit.cascade"
+    bands = section.get("bands") if isinstance(section, Mapping) else None
+    if not isinstance(bands, Mapping) or not bands:
+        raise ConfigError(
+            f"{where}.bands must map target agreements to bands{fix}",
+            field="matcher_params.cascade.bands",
+        )
+    out: dict[float, dict[ModelKind, CascadeBand]] = {}
+    for target_text, per_kind in bands.items():
+        try:
+            target = float(target_text)
+        except ValueError:
+            target = math.nan
+        if not 0.5 <= target < 1.0 or not isinstance(per_kind, Mapping):
+            raise ConfigError(
+                f"{where}.bands: {target_text!r} must be an agreement in [0.5, 1) mapped to "
+                f"one band per model{fix}",
+                field="matcher_params.cascade.bands",
+            )
+        fitted: dict[ModelKind, CascadeBand] = {}
+        for kind in MODEL_KINDS:
+            band = per_kind.get(kind)
+            threshold = models[kind].threshold
+            if (
+                not isinstance(band, list)
+                or len(band) != 2
+                or not all(_is_finite_number(v) for v in band)
+                or not 0.0 <= band[0] <= threshold <= band[1] <= 1.0
+            ):
+                # A band not around the threshold would make a "sure" verdict contradict the
+                # matcher's own.
+                raise ConfigError(
+                    f"{where}.bands.{target_text}.{kind} must be [low, high] with 0 <= low <= "
+                    f"{threshold} (the threshold) <= high <= 1, got {band!r}{fix}",
+                    field=f"matcher_params.cascade.bands.{kind}",
+                )
+            fitted[kind] = CascadeBand(float(band[0]), float(band[1]))
+        out[target] = fitted
+    training = section.get("training", {})
+    return CascadeBands(out, training if isinstance(training, dict) else {})
 
 
 def _multilingual_from_json(section: Any, file: Path) -> tuple[str, dict[str, float]]:

@@ -48,12 +48,16 @@ class PointMatch:
         covered: ``probability >= threshold`` of the model that judged it.
         evidence: The response sentence that best matches the point, or None (empty response).
         rationale: A short, honest account of the evidence used.
+        kind: Which of the matcher's models judged it (``full``, ``long``, ``lexical`` or
+            ``multilingual``, :meth:`judge.matcher.params.MatcherParams.kind`): the cascade
+            judge reads that model's uncertain band.
     """
 
     probability: float
     covered: bool
     evidence: str | None
     rationale: str
+    kind: Literal["full", "long", "lexical", "multilingual"] = "full"
 
 
 @dataclass(frozen=True)

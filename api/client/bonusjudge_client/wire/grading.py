@@ -35,6 +35,10 @@ TaskStatus = Literal["scored", "unscored", "not_assessed"]
 JudgeTask = Literal["coverage", "defects", "extract_points"]
 """The three judge tasks of the CharToM protocol (protocol.md section 2)."""
 
+DecidedBy = Literal["embedded-matcher", "llm"]
+"""Which judge of a cascade decided an item: the embedded matcher, sure of every point, or the
+LLM judge, asked because a point was in the matcher's uncertain band."""
+
 CalibratedMetric = Literal["coverage", "expected_coverage", "rouge_l", "bertscore"]
 """What a calibrated mapping can map onto the human scale (``GradeResult.calibrated_metric``):
 thresholded coverage, the embedded matcher's expected coverage, ROUGE-L F1 or BERTScore F1."""
@@ -448,7 +452,31 @@ class GradeResult(WireModel):
     respondent: str | None = Field(default=None, description="Echoed from the request.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed from the request.")
     provenance: Provenance = Field(description="How this result was produced.")
+    decided_by: DecidedBy | None = Field(
+        default=None,
+        description="Cascade judge only (`judge: cascade`): `embedded-matcher` when the matcher "
+        "was sure of every point and decided the item alone (its defects then `not_assessed`, as "
+        "the matcher reports them), `llm` when a point was in its uncertain band and the LLM "
+        "judge decided coverage and defects (unscored with its reason if the LLM failed, never "
+        "the matcher's verdict); null for any other judge.",
+    )
     elapsed_s: float = Field(default=0.0, description="Wall time to grade the item.")
+
+    @model_validator(mode="after")
+    def _decided_by_consistent(self) -> GradeResult:
+        # The matcher judges no defects: a matcher-decided item with judged defects would be an
+        # LLM's verdict, or a zero, passed off as the matcher's.
+        if (
+            self.decided_by == "embedded-matcher"
+            and self.defects is not None
+            and self.defects.status != "not_assessed"
+        ):
+            raise ValueError("an item the matcher decided has defects not_assessed")
+        if self.decided_by == "embedded-matcher" and any(
+            call.task in ("coverage", "defects") for call in self.provenance.calls
+        ):
+            raise ValueError("an item the matcher decided made no LLM coverage or defect call")
+        return self
 
     @model_validator(mode="after")
     def _calibrated_named(self) -> GradeResult:

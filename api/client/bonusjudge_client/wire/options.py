@@ -10,7 +10,7 @@ reads every form the same way, so the CLI, the routes and the judge configuratio
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
@@ -78,6 +78,19 @@ class JudgeOverrides(WireModel):
     length_control: bool | None = Field(default=None, description="Apply the length cap.")
     context_window: ContextWindow = Field(
         default=None, description="CharToM plot window (0, 1000, 2000)."
+    )
+    judge: Literal["model", "cascade"] | None = Field(
+        default=None,
+        description="`model` (the judge model alone) or `cascade`: the embedded matcher decides "
+        "the points it is sure of, an item with any point in its uncertain band goes to the LLM "
+        "judge `model` (the result's `decided_by` says which). Needs an LLM model.",
+    )
+    cascade_agreement: float | None = Field(
+        default=None,
+        ge=0.5,
+        lt=1.0,
+        description="Cascade: the agreement with people of the matcher's sure verdicts, which "
+        "sets its uncertain band (a fitted target: 0.9, 0.95 or 0.97; default 0.95).",
     )
 
     @field_validator("metrics", mode="before")

@@ -56,6 +56,27 @@ class GroupSummary(WireModel):
     )
     calibrated_n: int = Field(default=0, description="Items with a calibrated score.")
     unscored_by_reason: dict[str, int] = Field(description="`task: reason` -> count.")
+    decided_by_matcher: int = Field(
+        default=0,
+        description="Cascade judge: items the embedded matcher decided alone (sure of every "
+        "point; defects not assessed).",
+    )
+    decided_by_llm: int = Field(
+        default=0,
+        description="Cascade judge: items sent to the LLM judge (a point in the matcher's "
+        "uncertain band).",
+    )
+    llm_share: float | None = Field(
+        default=None,
+        description="Cascade judge: decided_by_llm / (decided_by_matcher + decided_by_llm), the "
+        "share of items sent to the LLM; null without cascade results.",
+    )
+    llm_calls_saved: int = Field(
+        default=0,
+        description="Cascade judge: the LLM judge calls the items the matcher decided alone did "
+        "not make, one per coverage and defect task asked (none for an empty or null answer, "
+        "which no judge is asked about).",
+    )
     flags: dict[str, int] = Field(
         default_factory=dict,
         description="Results per flag (`null_response`, `empty_response`, "
