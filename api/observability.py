@@ -93,6 +93,14 @@ class _EngineCollector(Collector):
         tokens.add_metric(["prompt"], stats.prompt_tokens)
         tokens.add_metric(["completion"], stats.completion_tokens)
         yield tokens
+        # A family of its own, not a third `kind`: these are part of the prompt tokens, and a
+        # sum over `kind` would count them twice.
+        yield CounterMetricFamily(
+            "bonusjudge_cached_prompt_tokens",
+            "Of the judge's prompt tokens, those the provider served from its prompt cache "
+            "(billed at its cache-read price).",
+            value=stats.cached_tokens,
+        )
         yield CounterMetricFamily(
             "bonusjudge_cost_usd", "Judge cost in USD (when litellm knows the price).",
             value=stats.cost_usd,

@@ -518,6 +518,7 @@ class _LocalGrading:
             "retries_by_reason": stats["retries_by_reason"],
             "prompt_tokens": stats["prompt_tokens"],
             "completion_tokens": stats["completion_tokens"],
+            "cached_tokens": stats["cached_tokens"],
             "cost_usd": stats["cost_usd"] or None,
             "retries": stats["retries"],
             "retry_budget": {

@@ -100,6 +100,8 @@ class ProviderError(JudgeError):
             them (re-asks before the failure), when it reported any.
         completion_tokens: Completion tokens reported for them, likewise.
         cost_usd: Their cost, when the model's price is known.
+        cached_tokens: Of ``prompt_tokens``, those the provider served from its prompt cache
+            (billed at its cache-read price), when it reported them.
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class ProviderError(JudgeError):
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         cost_usd: float | None = None,
+        cached_tokens: int | None = None,
     ) -> None:
         super().__init__(message)
         self.reason: UnscoredReason = reason
@@ -124,6 +127,7 @@ class ProviderError(JudgeError):
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
         self.cost_usd = cost_usd
+        self.cached_tokens = cached_tokens
 
 
 class JudgeOutputError(JudgeError):
@@ -137,6 +141,8 @@ class JudgeOutputError(JudgeError):
             unusable answers too), when it reported any.
         completion_tokens: Completion tokens reported over them, likewise.
         cost_usd: Their cost, when the model's price is known.
+        cached_tokens: Of ``prompt_tokens``, those served from the provider's prompt cache,
+            when it reported them.
     """
 
     def __init__(
@@ -149,6 +155,7 @@ class JudgeOutputError(JudgeError):
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         cost_usd: float | None = None,
+        cached_tokens: int | None = None,
     ) -> None:
         super().__init__(message)
         self.reason: UnscoredReason = reason
@@ -157,6 +164,7 @@ class JudgeOutputError(JudgeError):
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
         self.cost_usd = cost_usd
+        self.cached_tokens = cached_tokens
 
 
 class CacheError(JudgeError):

@@ -409,6 +409,7 @@ class ProvenanceCalls:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     cost_usd: float = 0.0
 
     def add(self, result: GradeResult) -> None:
@@ -420,6 +421,7 @@ class ProvenanceCalls:
                 self.judge_calls += call.attempts
             self.prompt_tokens += call.prompt_tokens or 0
             self.completion_tokens += call.completion_tokens or 0
+            self.cached_tokens += call.cached_tokens or 0
             self.cost_usd += call.cost_usd or 0.0
 
     def counters(self) -> dict[str, object]:
@@ -429,5 +431,6 @@ class ProvenanceCalls:
             "cache_hits": self.cache_hits,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
             "cost_usd": round(self.cost_usd, 6) if self.cost_usd else None,
         }

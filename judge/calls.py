@@ -225,6 +225,7 @@ class _CallState:
     attempts: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     cost: float = 0.0
     budget_exhausted: bool = False
     failures: int = 0
@@ -241,6 +242,7 @@ class _CallState:
             outcome=outcome,
             prompt_tokens=self.prompt_tokens or None,
             completion_tokens=self.completion_tokens or None,
+            cached_tokens=self.cached_tokens or None,
             cost_usd=self.cost or None,
             latency_s=round(time.monotonic() - self.started, 4),
             cache_key=self.key,
@@ -361,7 +363,8 @@ class Caller:
         """Count a probe's re-asks and usage (for no caller: totals only)."""
         self.stats.add_requests(max(0, spent.attempts - 1), None, probe=True)
         self.stats.add_usage(
-            spent.prompt_tokens, spent.completion_tokens, spent.cost_usd, None, probe=True
+            spent.prompt_tokens, spent.completion_tokens, spent.cost_usd, None,
+            cached_tokens=spent.cached_tokens, probe=True,
         )
 
     # -- one call ------------------------------------------------------------------------------
@@ -614,7 +617,10 @@ class Caller:
         state.prompt_tokens += prompt or 0
         state.completion_tokens += completion or 0
         state.cost += cost or 0.0
-        self.stats.add_usage(prompt, completion, cost, state.tenant)
+        state.cached_tokens += spent.cached_tokens or 0
+        self.stats.add_usage(
+            prompt, completion, cost, state.tenant, cached_tokens=spent.cached_tokens
+        )
 
     async def _await_breaker(
         self, breaker: CircuitBreaker, config: JudgeConfig, tenant: str | None

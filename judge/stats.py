@@ -25,6 +25,8 @@ class Usage:
         prompt_tokens: Prompt tokens the provider reported for them.
         completion_tokens: Completion tokens reported for them.
         cost_usd: Their cost, when the model's price is known.
+        cached_tokens: Of ``prompt_tokens``, those the provider served from its prompt cache
+            (billed at its cache-read price).
         cache_hits: Judge calls answered from the cache.
         items: Items graded.
         scored: Items whose every requested judge task was scored.
@@ -35,6 +37,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached_tokens: int = 0
     cache_hits: int = 0
     items: int = 0
     scored: int = 0
@@ -69,6 +72,7 @@ class EngineStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached_tokens: int = 0
     unscored_by_reason: Counter[str] = field(default_factory=Counter)
     by_caller: dict[str, Usage] = field(default_factory=dict)
 
@@ -96,18 +100,26 @@ class EngineStats:
         cost_usd: float | None,
         caller: str | None,
         *,
+        cached_tokens: int | None = None,
         probe: bool = False,
     ) -> None:
-        """Add what the provider reported for answered requests (None: it reported nothing)."""
+        """Add what the provider reported for answered requests (None: it reported nothing).
+
+        ``cached_tokens`` is the part of ``prompt_tokens`` served from the provider's prompt
+        cache (already priced into ``cost_usd``).
+        """
         prompt, completion, cost = prompt_tokens or 0, completion_tokens or 0, cost_usd or 0.0
+        cached = cached_tokens or 0
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.cost_usd += cost
-        if not probe and (prompt or completion or cost):
+        self.cached_tokens += cached
+        if not probe and (prompt or completion or cost or cached):
             usage = self._caller(caller)
             usage.prompt_tokens += prompt
             usage.completion_tokens += completion
             usage.cost_usd += cost
+            usage.cached_tokens += cached
 
     def add_cache_hit(self, caller: str | None) -> None:
         """Count one judge call answered from the cache for ``caller``."""
@@ -144,5 +156,6 @@ class EngineStats:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": round(self.cost_usd, 6),
+            "cached_tokens": self.cached_tokens,
             "unscored_by_reason": dict(self.unscored_by_reason),
         }

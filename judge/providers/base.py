@@ -50,6 +50,8 @@ class Completion:
         completion_tokens: Completion tokens over all attempts, when reported.
         cost_usd: Cost litellm computed, when it knows the model's price.
         attempts: Attempts made, re-asks included.
+        cached_tokens: Of ``prompt_tokens``, those the provider served from its prompt cache
+            (``usage.prompt_tokens_details.cached_tokens``), when it reported them.
     """
 
     output: BaseModel | str
@@ -58,6 +60,7 @@ class Completion:
     completion_tokens: int | None = None
     cost_usd: float | None = None
     attempts: int = 1
+    cached_tokens: int | None = None
 
 
 SpendingError = TypeVar("SpendingError", JudgeOutputError, ProviderError)
@@ -69,6 +72,7 @@ def with_usage(
     prompt_tokens: int | None,
     completion_tokens: int | None,
     cost_usd: float | None,
+    cached_tokens: int | None = None,
 ) -> SpendingError:
     """``error`` carrying the usage the provider reported for the requests it ends.
 
@@ -79,6 +83,7 @@ def with_usage(
     error.prompt_tokens = prompt_tokens
     error.completion_tokens = completion_tokens
     error.cost_usd = cost_usd
+    error.cached_tokens = cached_tokens
     return error
 
 

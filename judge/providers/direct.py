@@ -205,9 +205,31 @@ def _price_table() -> Mapping[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+@dataclass(frozen=True)
+class _Prices:
+    """A model's USD prices per token, as litellm's cost map gives them.
+
+    Attributes:
+        prompt: Per prompt token.
+        completion: Per completion token.
+        cache_read: Per prompt token served from the provider's prompt cache: the model's
+            ``cache_read_input_token_cost``, or the prompt price where it has none (as litellm
+            bills cached tokens then).
+    """
+
+    prompt: float
+    completion: float
+    cache_read: float
+
+
+def _price(entry: Mapping[str, Any], key: str) -> float | None:
+    value = entry.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
 @functools.lru_cache(maxsize=256)
-def _prices(provider: str, wire_model: str) -> tuple[float, float] | None:
-    """(input, output) USD per token of a model, as litellm looks it up; None when unpriced.
+def _prices(provider: str, wire_model: str) -> _Prices | None:
+    """A model's prices as litellm looks them up; None when unpriced.
 
     litellm prices ``openai/NAME`` by the entry of NAME that belongs to OpenAI, and knows no price
     for a ``hosted_vllm/`` model unless one is registered under its full name.
@@ -220,17 +242,29 @@ def _prices(provider: str, wire_model: str) -> tuple[float, float] | None:
             entry = None
     if not isinstance(entry, Mapping):
         return None
-    given = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-    if not all(isinstance(price, int | float) for price in given):
+    prompt = _price(entry, "input_cost_per_token")
+    completion = _price(entry, "output_cost_per_token")
+    if prompt is None or completion is None:
         return None
-    return float(given[0]), float(given[1])  # type: ignore[arg-type]
+    cache_read = _price(entry, "cache_read_input_token_cost")
+    return _Prices(prompt, completion, prompt if cache_read is None else cache_read)
 
 
-def _cost(endpoint: _Endpoint, prompt: int | None, completion: int | None) -> float | None:
+def _cost(
+    endpoint: _Endpoint, prompt: int | None, completion: int | None, cached: int | None = None
+) -> float | None:
+    """What litellm's ``completion_cost`` charges for this usage (the same float, same order).
+
+    Cached prompt tokens are billed at the cache-read price and the rest at the prompt price,
+    as litellm's ``generic_cost_per_token`` does for OpenAI-compatible usage; a test compares
+    the two for a model with a cache-read price.
+    """
     prices = _prices(endpoint.provider, endpoint.wire_model)
     if prices is None or prompt is None or completion is None:
         return None
-    value = prices[0] * prompt + prices[1] * completion  # litellm's order: same float result
+    hit = min(cached or 0, prompt)
+    prompt_cost = float(prompt - hit) * prices.prompt + float(hit) * prices.cache_read
+    value = prompt_cost + float(completion) * prices.completion
     return value or None
 
 
@@ -262,27 +296,41 @@ def _no_valid_answer(
 class _Tokens:
     """Token counts summed over a call's attempts (None until a reply reports them)."""
 
-    __slots__ = ("completion", "endpoint", "prompt")
+    __slots__ = ("cached", "completion", "cost", "endpoint", "prompt")
 
     def __init__(self, endpoint: _Endpoint) -> None:
         self.endpoint = endpoint
         self.prompt: int | None = None
         self.completion: int | None = None
+        self.cached: int | None = None
+        self.cost: float | None = None
 
     def charged(self, error: SpendingError) -> SpendingError:
         """``error`` carrying the tokens (and their price) of the replies so far."""
-        cost = _cost(self.endpoint, self.prompt, self.completion)
-        return with_usage(error, self.prompt, self.completion, cost)
+        return with_usage(error, self.prompt, self.completion, self.cost, self.cached)
 
     def add(self, reply: Mapping[str, Any]) -> None:
+        """Add one reply's ``usage`` (and its price, each reply priced alone as litellm does)."""
         usage = reply.get("usage")
         if not isinstance(usage, Mapping):
             return
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         if isinstance(prompt, int):
             self.prompt = (self.prompt or 0) + prompt
         if isinstance(completion, int):
             self.completion = (self.completion or 0) + completion
+        if isinstance(cached, int):
+            self.cached = (self.cached or 0) + cached
+        cost = _cost(
+            self.endpoint,
+            prompt if isinstance(prompt, int) else None,
+            completion if isinstance(completion, int) else None,
+            cached if isinstance(cached, int) else None,
+        )
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
 
 
 class DirectProvider:
@@ -486,8 +534,9 @@ class DirectProvider:
                     raw_text=raw_text(reply),
                     prompt_tokens=tokens.prompt,
                     completion_tokens=tokens.completion,
-                    cost_usd=_cost(endpoint, tokens.prompt, tokens.completion),
+                    cost_usd=tokens.cost,
                     attempts=sent,
+                    cached_tokens=tokens.cached,
                 )
             # instructor stops re-asking after reasks, or once the call has taken `timeout`.
             if sent > config.reasks or time.monotonic() - started >= config.timeout:
@@ -524,7 +573,8 @@ class DirectProvider:
             raw_text=text,
             prompt_tokens=tokens.prompt,
             completion_tokens=tokens.completion,
-            cost_usd=_cost(endpoint, tokens.prompt, tokens.completion),
+            cost_usd=tokens.cost,
+            cached_tokens=tokens.cached,
         )
 
 

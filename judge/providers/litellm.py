@@ -110,11 +110,22 @@ def _refusal(completion: Any) -> str | None:
     return str(refusal) if refusal else None
 
 
-def _usage(completion: Any) -> tuple[int | None, int | None]:
+def _usage(completion: Any) -> tuple[int | None, int | None, int | None]:
+    """(prompt, completion, cached prompt) tokens a completion reports, each None if absent.
+
+    litellm normalizes every provider's cache hits into OpenAI's
+    ``usage.prompt_tokens_details.cached_tokens`` (a part of ``prompt_tokens``).
+    """
     usage = getattr(completion, "usage", None)
     if usage is None:
-        return None, None
-    return getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        return None, None, None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    return (
+        getattr(usage, "prompt_tokens", None),
+        getattr(usage, "completion_tokens", None),
+        cached if isinstance(cached, int) else None,
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -190,6 +201,7 @@ class _Spent:
         self.sent = 0
         self.prompt: int | None = None
         self.completion: int | None = None
+        self.cached: int | None = None
         self.cost: float | None = None
         self.refused = False
 
@@ -200,18 +212,20 @@ class _Spent:
     def answer(self, response: Any, *args: Any, **kwargs: Any) -> None:
         """The provider answered one (``completion:response``): add its usage and price."""
         self.refused = bool(_refusal(response))
-        prompt, completion = _usage(response)
+        prompt, completion, cached = _usage(response)
         if prompt is not None:
             self.prompt = (self.prompt or 0) + prompt
         if completion is not None:
             self.completion = (self.completion or 0) + completion
+        if cached is not None:
+            self.cached = (self.cached or 0) + cached
         cost = _cost(response)
         if cost is not None:
             self.cost = (self.cost or 0.0) + cost
 
     def charged(self, error: SpendingError) -> SpendingError:
         """``error`` carrying the usage of the answers so far."""
-        return with_usage(error, self.prompt, self.completion, self.cost)
+        return with_usage(error, self.prompt, self.completion, self.cost, self.cached)
 
 
 class LiteLLMProvider:
@@ -340,6 +354,7 @@ class LiteLLMProvider:
             completion_tokens=spent.completion,
             cost_usd=spent.cost,
             attempts=max(1, spent.sent),
+            cached_tokens=spent.cached,
         )
 
     async def _complete_text(
@@ -351,14 +366,14 @@ class LiteLLMProvider:
             raw = await litellm.acompletion(messages=messages, **self._params(config))
         except Exception as exc:
             raise map_provider_exception(exc) from exc
-        prompt, completion_tokens = _usage(raw)
+        prompt, completion_tokens, cached = _usage(raw)
         cost = _cost(raw)
         try:
             text = usable_text(
                 refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
             )
         except JudgeOutputError as exc:
-            with_usage(exc, prompt, completion_tokens, cost)  # billed all the same
+            with_usage(exc, prompt, completion_tokens, cost, cached)  # billed all the same
             raise
         return Completion(
             output=text,
@@ -366,6 +381,7 @@ class LiteLLMProvider:
             prompt_tokens=prompt,
             completion_tokens=completion_tokens,
             cost_usd=cost,
+            cached_tokens=cached,
         )
 
 

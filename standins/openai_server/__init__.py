@@ -65,6 +65,9 @@ placed where the request's mode expects it: a ``str`` verbatim, a dict/list seri
 Faults (:class:`FaultPlan`) are decided per chat-completion request, from a seeded RNG or a
 scripted sequence; see :data:`FaultKind` for what each does. Token counts in ``usage`` are a
 deterministic estimate (``max(words, chars / 4)`` per text, CJK-aware via :mod:`core.text`).
+With ``prompt_cache=`` the answers also report ``usage.prompt_tokens_details.cached_tokens``,
+the prefix of the prompt already processed, as a provider with prefix caching does (the rule is
+:mod:`~standins.openai_server.prompt_cache`'s; the ledger sums it in ``stats().cached_tokens``).
 
 How the client stack reacts
 ---------------------------
@@ -153,6 +156,7 @@ from __future__ import annotations
 from standins.openai_server.cli import main
 from standins.openai_server.ledger import StandInStats
 from standins.openai_server.plan import FAULT_KINDS, FaultKind, FaultPlan
+from standins.openai_server.prompt_cache import OPENAI_PROMPT_CACHE
 from standins.openai_server.server import OpenAIStandIn
 from standins.openai_server.wire import (
     OPENAI_CHAT_PARAMS,
@@ -165,6 +169,7 @@ from standins.openai_server.wire import (
 __all__ = [
     "FAULT_KINDS",
     "OPENAI_CHAT_PARAMS",
+    "OPENAI_PROMPT_CACHE",
     "FaultKind",
     "FaultPlan",
     "Handler",

@@ -55,6 +55,15 @@ def _build_parser() -> argparse.ArgumentParser:
         help="accept undocumented top-level request fields (as llama.cpp/vLLM do); by default "
         "they get OpenAI's 400 'Unrecognized request argument supplied'",
     )
+    parser.add_argument(
+        "--prompt-cache",
+        nargs="?",
+        const="1024,128",
+        default=None,
+        metavar="MIN,BLOCK",
+        help="report usage.prompt_tokens_details.cached_tokens as a provider with prefix "
+        "caching does: prefixes from MIN tokens in steps of BLOCK (default OpenAI's 1024,128)",
+    )
     return parser
 
 
@@ -71,6 +80,18 @@ def _plan_from_args(args: argparse.Namespace) -> FaultPlan | None:
         "sequence": sequence,
     }
     return FaultPlan.from_specs(args.fault, **options)
+
+
+def _prompt_cache_from_args(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    minimum, _, block = value.partition(",")
+    try:
+        return int(minimum), int(block or "128")
+    except ValueError as exc:
+        raise ConfigError(
+            f"--prompt-cache: {value!r} is not MIN,BLOCK", field="prompt_cache"
+        ) from exc
 
 
 async def _serve_forever(server: OpenAIStandIn) -> None:
@@ -107,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             port=args.port,
             allow_remote=args.allow_remote,
             strict=not args.lenient,
+            prompt_cache=_prompt_cache_from_args(args.prompt_cache),
         )
         asyncio.run(_serve_forever(server))
     except ConfigError as exc:

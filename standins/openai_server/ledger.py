@@ -29,6 +29,8 @@ class StandInStats:
             undocumented field) and ``handler_error`` (the handler raised or ran out).
         prompt_tokens: Sum of ``usage.prompt_tokens`` sent.
         completion_tokens: Sum of ``usage.completion_tokens`` sent.
+        cached_tokens: Sum of ``usage.prompt_tokens_details.cached_tokens`` sent (0 without
+            the prompt cache).
     """
 
     requests: int
@@ -37,6 +39,7 @@ class StandInStats:
     outcomes: dict[str, int]
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
 
     @property
     def ok(self) -> int:
@@ -71,6 +74,7 @@ class Ledger:
         self._outcomes: dict[str, int] = {}
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._cached_tokens = 0
 
     def stats(self) -> StandInStats:
         """A consistent snapshot of the counters."""
@@ -82,6 +86,7 @@ class Ledger:
                 outcomes=dict(self._outcomes),
                 prompt_tokens=self._prompt_tokens,
                 completion_tokens=self._completion_tokens,
+                cached_tokens=self._cached_tokens,
             )
 
     def reset_stats(self) -> None:
@@ -149,8 +154,9 @@ class Ledger:
             self._handler_errors.append(message)
         self.count("handler_error")
 
-    def add_tokens(self, prompt: int, completion: int) -> None:
-        """Add one answer's ``usage`` to the token totals."""
+    def add_tokens(self, prompt: int, completion: int, cached: int = 0) -> None:
+        """Add one answer's ``usage`` to the token totals (``cached``: of ``prompt``)."""
         with self._lock:
             self._prompt_tokens += prompt
             self._completion_tokens += completion
+            self._cached_tokens += cached

@@ -22,6 +22,7 @@ from aiohttp import web
 from core.errors import ConfigError
 from standins.openai_server.ledger import Ledger, StandInStats
 from standins.openai_server.plan import FaultDecider, FaultKind, FaultPlan
+from standins.openai_server.prompt_cache import PromptCache, char_units
 from standins.openai_server.replies import (
     ScriptedHandler,
     apply_fault,
@@ -41,6 +42,7 @@ from standins.openai_server.wire import (
     pieces,
     prompt_tokens,
     tiktoken_count,
+    tiktoken_units,
     unknown_fields,
     validate_body,
 )
@@ -77,6 +79,11 @@ class OpenAIStandIn(LoopbackServer):
         tokenizer: The tiktoken encoding ``usage`` is counted with, as an OpenAI server counts
             (``o200k_base`` for the gpt-4o family); None for the deterministic estimate
             ``max(words, chars / 4)``, which needs no tokenizer.
+        prompt_cache: Report ``usage.prompt_tokens_details.cached_tokens`` as a provider with
+            prefix caching does, by the rule of :mod:`~standins.openai_server.prompt_cache`:
+            ``(min_tokens, block)``, OpenAI's being :data:`OPENAI_PROMPT_CACHE` (1,024 tokens,
+            then 128-token steps; the bundled examples' prompts are shorter, so tests use
+            less). None (the default): ``usage`` has no ``prompt_tokens_details``.
 
     Raises:
         ConfigError: If an option is out of range or the host is not loopback.
@@ -100,6 +107,7 @@ class OpenAIStandIn(LoopbackServer):
         api_key: str | None = None,
         check_model: bool = False,
         tokenizer: str | None = None,
+        prompt_cache: tuple[int, int] | None = None,
     ) -> None:
         if latency < 0:
             raise ConfigError("latency must be >= 0", field="latency")
@@ -123,6 +131,14 @@ class OpenAIStandIn(LoopbackServer):
         self.faults = faults
         self._ledger = Ledger(record_requests)
         self._count = approx_tokens if tokenizer is None else tiktoken_count(tokenizer)
+        self._prompt_cache: PromptCache | None = None
+        if prompt_cache is not None:
+            units = char_units if tokenizer is None else tiktoken_units(tokenizer)
+            minimum, block = prompt_cache
+            try:
+                self._prompt_cache = PromptCache(units, min_tokens=minimum, block=block)
+            except ValueError as exc:
+                raise ConfigError(str(exc), field="prompt_cache") from exc
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -307,17 +323,25 @@ class OpenAIStandIn(LoopbackServer):
             )
 
         if fault == "timeout" and decider is not None:
+            # Counted before the hold: a held request may end by the server's shutdown
+            # cancelling it (or its client going away), and the count must not depend on which.
+            self._ledger.count(fault)
             await self._pause(decider.plan.timeout_hold)
-        self._ledger.count(fault or "ok")
+        else:
+            self._ledger.count(fault or "ok")
         prompt = prompt_tokens(body, self._count)
         completion = completion_tokens(reply, self._count)
-        self._ledger.add_tokens(prompt, completion)
+        cache = self._prompt_cache
+        cached = cache.serve(body, prompt) if cache is not None else 0
+        self._ledger.add_tokens(prompt, completion, cached)
         model = str(body.get("model") or self.models[0])
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if cache is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         if body.get("stream"):
             return await _stream(request, body, reply, model, usage)
         return _json_response(completion_body(reply, model, usage))

@@ -242,11 +242,11 @@ TokenCount: TypeAlias = Callable[[str], int]
 
 
 @functools.lru_cache(maxsize=4)
-def tiktoken_count(encoding: str) -> TokenCount:
-    """Token counts with the tiktoken ``encoding`` (``o200k_base`` is the gpt-4o family's).
+def tiktoken_encoding(encoding: str) -> Any:
+    """The tiktoken ``encoding`` (``o200k_base`` is the gpt-4o family's), read offline.
 
-    The encoding files are the ones litellm ships (read offline); ``TIKTOKEN_CACHE_DIR``, when
-    set, is used instead.
+    The encoding files are the ones litellm ships; ``TIKTOKEN_CACHE_DIR``, when set, is used
+    instead.
     """
     import importlib.util
     import os
@@ -259,8 +259,20 @@ def tiktoken_count(encoding: str) -> TokenCount:
         if spec is not None and spec.origin is not None:
             bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
             os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
-    coder = tiktoken.get_encoding(encoding)
-    return lambda text: len(coder.encode(text, disallowed_special=())) if text else 0
+    return tiktoken.get_encoding(encoding)
+
+
+def tiktoken_units(encoding: str) -> Callable[[str], list[int]]:
+    """A text's token ids with the tiktoken ``encoding`` (see :func:`tiktoken_encoding`)."""
+    coder = tiktoken_encoding(encoding)
+    return lambda text: coder.encode(text, disallowed_special=()) if text else []
+
+
+@functools.lru_cache(maxsize=4)
+def tiktoken_count(encoding: str) -> TokenCount:
+    """Token counts with the tiktoken ``encoding`` (see :func:`tiktoken_encoding`)."""
+    units = tiktoken_units(encoding)
+    return lambda text: len(units(text))
 
 
 def prompt_tokens(body: Mapping[str, Any], count: TokenCount = approx_tokens) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import litellm
 import pytest
 
 from bonusjudge_client.wire.grading import GradeRequest
@@ -47,10 +48,12 @@ async def test_counters_and_provenance_add_up_to_what_the_provider_saw(transport
     async def no_wait(seconds: float) -> None:
         return None
 
-    async with OpenAIStandIn(faults=FAULTS, record_requests=0) as judge:
+    # A priced model, and a stand-in that caches prompt prefixes (from 256 units: the bundled
+    # prompts are shorter than OpenAI's 1,024), so cached tokens and their price are billed too.
+    async with OpenAIStandIn(faults=FAULTS, record_requests=0, prompt_cache=(256, 64)) as judge:
         config = JudgeConfig(
-            model="openai/standin", api_base=judge.base_url, metrics=("coverage", "defects"),
-            transport=transport, concurrency=4, cache=False,
+            model="openai/gpt-4o-mini", api_base=judge.base_url,
+            metrics=("coverage", "defects"), transport=transport, concurrency=4, cache=False,
         )
         grader = Grader(config, sleep=no_wait)
         try:
@@ -70,10 +73,18 @@ async def test_counters_and_provenance_add_up_to_what_the_provider_saw(transport
     # Tokens: every answered request's usage, unusable answers included.
     assert seen.prompt_tokens == stats.prompt_tokens == provenance.prompt_tokens > 0
     assert seen.completion_tokens == stats.completion_tokens == provenance.completion_tokens
+    assert seen.cached_tokens == stats.cached_tokens == provenance.cached_tokens > 0
+    # Cost: the stand-in's counts at the model's prices, cached tokens at the cache-read price.
+    price = litellm.model_cost["gpt-4o-mini"]
+    bill = ((seen.prompt_tokens - seen.cached_tokens) * price["input_cost_per_token"]
+            + seen.cached_tokens * price["cache_read_input_token_cost"]
+            + seen.completion_tokens * price["output_cost_per_token"])
+    assert stats.cost_usd == pytest.approx(bill, rel=1e-9)
+    assert provenance.cost_usd == pytest.approx(bill, rel=1e-9)
     # The same, for the one caller they were made for.
     usage = stats.usage_of(None)
-    assert (usage.provider_requests, usage.prompt_tokens, usage.items) == (
-        seen.requests, seen.prompt_tokens, len(results))
+    assert (usage.provider_requests, usage.prompt_tokens, usage.cached_tokens, usage.items) == (
+        seen.requests, seen.prompt_tokens, seen.cached_tokens, len(results))
 
 
 @pytest.mark.parametrize("transport", ["direct", "litellm"])

@@ -109,6 +109,7 @@ def outcome(result: Completion | Exception) -> dict[str, Any]:
             "completion_tokens": result.completion_tokens,
             "cost_usd": result.cost_usd,
             "attempts": result.attempts,
+            "cached_tokens": result.cached_tokens,
         }
     if isinstance(result, JudgeOutputError):
         return {"error": "output", "reason": result.reason, "attempts": result.attempts,
@@ -229,6 +230,56 @@ async def test_a_priced_model_costs_the_same(server: OpenAIStandIn) -> None:
     config = JudgeConfig(model="openai/gpt-4o-mini", api_base=server.base_url)
     _, _, lite, mine = await run_both(server, None, config, DefectJudgement)
     assert mine == lite and mine["cost_usd"] is not None and mine["cost_usd"] > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prompt=st.integers(0, 200_000), completion=st.integers(0, 20_000), share=st.floats(0, 1),
+    model=st.sampled_from(["gpt-4o-mini", "gpt-4o", "gpt-3.5-turbo"]),
+)
+def test_cached_tokens_cost_what_litellm_charges(
+    prompt: int, completion: int, share: float, model: str
+) -> None:
+    """The direct transport prices a reply's usage, cached prompt tokens included, to the same
+    float as litellm's ``completion_cost`` (the litellm path's price): cached tokens at the
+    model's cache-read price, or at the prompt price for a model without one."""
+    from litellm.types.utils import ModelResponse, PromptTokensDetailsWrapper, Usage
+
+    from judge.providers.direct import _cost, _endpoint
+
+    cached = int(prompt * share)
+    reply = ModelResponse(model=model, usage=Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+        prompt_tokens_details=PromptTokensDetailsWrapper(cached_tokens=cached),
+    ))
+    expected = litellm.completion_cost(completion_response=reply, model=f"openai/{model}")
+    assert _cost(_endpoint(f"openai/{model}", "http://127.0.0.1:1/v1", None),
+                 prompt, completion, cached) == (expected or None)
+
+
+def test_gpt_4o_mini_has_a_cache_read_price_of_its_own() -> None:
+    """What makes the price test above mean something: a cached token costs less there."""
+    entry = litellm.model_cost["gpt-4o-mini"]
+    assert 0 < entry["cache_read_input_token_cost"] < entry["input_cost_per_token"]
+
+
+@pytest.mark.parametrize("mode", ["tools", "json_schema"])
+async def test_cached_prompt_tokens_are_read_and_priced_alike(mode: str) -> None:
+    """A provider reporting ``prompt_tokens_details.cached_tokens``: both transports read the
+    same cached tokens and charge them the same (less than the same prompt uncached)."""
+    async with OpenAIStandIn(record_requests=100, prompt_cache=(1, 1)) as server:
+        config = JudgeConfig(model="openai/gpt-4o-mini", api_base=server.base_url, mode=mode)
+        # The first request (uncached) warms the stand-in's prompt cache for the two compared.
+        warming = DirectProvider()
+        try:
+            cold = await warming.complete(MESSAGES, DefectJudgement, config)
+        finally:
+            await warming.aclose()
+        _, _, lite, mine = await run_both(server, None, config, DefectJudgement)
+    assert cold.cached_tokens == 0
+    assert mine == lite
+    assert 0 < mine["cached_tokens"] <= mine["prompt_tokens"] == cold.prompt_tokens
+    assert cold.cost_usd is not None and 0 < mine["cost_usd"] < cold.cost_usd
 
 
 async def test_validation_context_reaches_the_validators(server: OpenAIStandIn) -> None:

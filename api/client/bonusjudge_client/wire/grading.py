@@ -369,6 +369,11 @@ class CallRecord(WireModel):
     outcome: str = Field(description="`ok`, or the unscored reason.")
     prompt_tokens: int | None = Field(default=None, description="Prompt tokens, when known.")
     completion_tokens: int | None = Field(default=None, description="Completion tokens, if known.")
+    cached_tokens: int | None = Field(
+        default=None,
+        description="Of `prompt_tokens`, those the provider served from its prompt cache (billed "
+        "at its cache-read price), when it reported them.",
+    )
     cost_usd: float | None = Field(default=None, description="Cost litellm computed, when known.")
     latency_s: float = Field(default=0.0, description="Wall time of the call, retries included.")
     cache_key: str | None = Field(default=None, description="The cache key (sha256).")

@@ -105,6 +105,11 @@ class Summary(GroupSummary):
     reasks: int = Field(default=0, description="Re-asks after invalid structured answers.")
     prompt_tokens: int = Field(default=0, description="Prompt tokens spent.")
     completion_tokens: int = Field(default=0, description="Completion tokens spent.")
+    cached_tokens: int = Field(
+        default=0,
+        description="Of `prompt_tokens`, those the provider served from its prompt cache "
+        "(priced at its cache-read price in `cost_usd`).",
+    )
     cost_usd: float | None = Field(default=None, description="Cost, when litellm knows prices.")
     retries: int = Field(default=0, description="Provider-error retries spent by the run.")
     retries_by_reason: dict[str, int] = Field(

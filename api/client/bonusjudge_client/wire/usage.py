@@ -23,6 +23,11 @@ class UsageReport(WireModel):
     prompt_tokens: int = Field(description="Prompt tokens the provider reported for them.")
     completion_tokens: int = Field(description="Completion tokens reported for them.")
     cost_usd: float = Field(description="Their cost in USD, when the model's price is known.")
+    cached_tokens: int = Field(
+        default=0,
+        description="Of `prompt_tokens`, those the provider served from its prompt cache (priced "
+        "at its cache-read price in `cost_usd`).",
+    )
     cache_hits: int = Field(description="Judge calls answered from the cache (no request).")
     items: int = Field(description="Items graded (synchronous routes and jobs).")
     scored: int = Field(description="Items whose every requested judge task was scored.")
