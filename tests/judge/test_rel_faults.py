@@ -139,8 +139,9 @@ def http_grader(srv: OpenAIStandIn, sleep: RecordingSleep, **config: Any) -> Gra
 
 
 # Requests one judge call makes when every request gets the fault (retries=1, reasks=1):
-# transport faults are retried once, validation faults re-asked once, truncation ends at once.
-_REQUESTS = {kind: 2 for kind in FAULT_KINDS} | {"truncated": 1}
+# transport faults are retried once, validation faults re-asked once, truncation and refusal end
+# at once (a judge that declined the prompt declines a re-ask too).
+_REQUESTS = {kind: 2 for kind in FAULT_KINDS} | {"truncated": 1, "refusal": 1}
 
 
 @pytest.mark.parametrize("kind", [k for k in FAULT_KINDS if k != "timeout"])
