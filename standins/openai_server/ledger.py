@@ -46,6 +46,25 @@ class StandInStats:
         """Requests answered normally."""
         return self.outcomes.get("ok", 0)
 
+    def cost(self, model: str) -> float:
+        """What these counts cost at ``model``'s prices (litellm's cost map): the provider's bill.
+
+        Cached prompt tokens are priced at the model's cache-read price (its prompt price where
+        it has none); ``model`` is the map's name, e.g. ``gpt-4o-mini``.
+
+        Raises:
+            KeyError: litellm has no price for ``model``.
+        """
+        import litellm
+
+        price = litellm.model_cost[model]
+        prompt, cached = price["input_cost_per_token"], price.get("cache_read_input_token_cost")
+        return float(
+            (self.prompt_tokens - self.cached_tokens) * prompt
+            + self.cached_tokens * (prompt if cached is None else cached)
+            + self.completion_tokens * price["output_cost_per_token"]
+        )
+
     @property
     def faults(self) -> int:
         """Requests that got an injected fault."""
