@@ -153,3 +153,12 @@ def test_the_cascade_hash_covers_the_matcher_and_the_target() -> None:
     assert llm.judge_identity() is None
     # Its calls are the LLM judge's calls: one cache entry serves both.
     assert cascade.output_fields() == llm.output_fields()
+
+
+def test_an_unfitted_agreement_is_refused_naming_the_fitted_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.undo()  # the shipped bands, not the fixture's
+    config = CASCADE.model_copy(update={"cascade_agreement": 0.8})
+    with pytest.raises(ConfigError, match=r"no cascade band is fitted for agreement 0.8; fitted: "):
+        grader(FakeProvider(outputs=[]), config)

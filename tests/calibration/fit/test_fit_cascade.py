@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from calibration.fit.cascade import KindRows, fit_band, out_of_fold, set_table
-from judge.matcher import CascadeBand
+from core.errors import ConfigError
+from judge.matcher import PARAMS_PATH, CascadeBand, load_params
 
 
 def rows(n: int = 600, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -71,3 +76,26 @@ def test_the_reported_figures_use_bands_chosen_without_the_rows_fold() -> None:
         assert 0.0 < row["routed"] < 1.0 and row["sure_agreement"] >= 0.9
         # Two rows per answer: an answer goes to the LLM when either row is unsure.
         assert row["answers"] == row["points"] // 2 and row["answers_routed"] >= row["routed"]
+
+
+def test_the_shipped_bands_load_around_each_threshold() -> None:
+    params = load_params()
+    assert params.cascade is not None
+    bands = params.cascade.at(0.95)
+    for kind, band in bands.items():
+        assert band.low <= params.model(kind).threshold <= band.high
+    with pytest.raises(ConfigError, match=r"no cascade band is fitted for agreement 0\.8"):
+        params.cascade.at(0.8)
+
+
+def test_a_band_across_the_threshold_is_refused(tmp_path: Path) -> None:
+    data = json.loads(PARAMS_PATH.read_text(encoding="utf-8"))
+    threshold = data["full"]["threshold"]
+    data["cascade"]["bands"]["0.95"]["full"] = [threshold + 0.01, 0.9]
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"cascade.bands.0.95.full must be \[low, high\]"):
+        load_params(path)
+    del data["cascade"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert load_params(path).cascade is None
