@@ -57,6 +57,11 @@ def results(tmp: Path) -> dict[str, dict[str, Any]]:
 
 def test_only_the_unsure_item_reaches_the_llm(tmp_path: Path) -> None:
     with OpenAIStandIn() as judge:
+        # The estimate (issue 32.1) runs the same routing: it counts the unsure item's calls.
+        estimate = grade(tmp_path, judge.base_url, "--estimate", "--json")
+        assert estimate.returncode == 0, estimate.stderr
+        assert json.loads(estimate.stdout)["total"]["calls"] == 2
+        assert judge.stats().requests == 0
         done = grade(tmp_path, judge.base_url)
         assert done.returncode == 0, done.stderr
         sent = judge.requests
