@@ -345,11 +345,23 @@ def _call_counts(summary: Summary, *, server: bool) -> str:
     if server:
         return (
             f"{summary.judge_calls} judge call(s) made by the service ({summary.cache_hits} "
-            "from its cache)"
+            f"from its cache){_bill(summary)}"
         )
     return (
         f"{summary.judge_calls} judge call(s), {summary.cache_hits} judge cache hit(s), "
-        f"{summary.metric_cache_hits} metric cache hit(s)"
+        f"{summary.metric_cache_hits} metric cache hit(s){_bill(summary)}"
+    )
+
+
+def _bill(summary: Summary) -> str:
+    """The closing line's bill: the tokens the provider reported and their cost, if any."""
+    if not (summary.prompt_tokens or summary.completion_tokens):
+        return ""
+    cached = f" ({summary.cached_tokens:,} cached)" if summary.cached_tokens else ""
+    cost = "" if summary.cost_usd is None else f", ${summary.cost_usd:.6f}"
+    return (
+        f"; {summary.prompt_tokens:,} prompt token(s){cached}, "
+        f"{summary.completion_tokens:,} completion token(s){cost}"
     )
 
 
