@@ -106,6 +106,8 @@ class Claims:
         return and_(
             jobs.c.status.in_(ACTIVE),
             jobs.c.kind.in_(list(kinds)),
+            # A job paused at a cost budget waits for its time (``api.jobs.spend``).
+            or_(jobs.c.paused_until.is_(None), jobs.c.paused_until <= self.db.now()),
             chunks.c.done == false(),
             or_(
                 chunks.c.lease_owner.is_(None),

@@ -14,6 +14,10 @@ Tables::
                   once (the primary key refuses a second one) and numbered in finishing order
                   (``seq``, unique per job); an invalid item's entry has status ``invalid``
     report_files  (job_id, name) -> the bytes of a calibration report's file
+    key_spend     (owner, day) -> cost_usd, requests: what an API key's judge calls cost on a
+                  UTC day (its budget, ``max_cost_per_key_usd``); a job's own spend is
+                  ``jobs.cost_usd``, and ``jobs.paused_until`` keeps a job paused at a budget
+                  from being claimed before then
 
 Requests, results and errors are stored compressed with the job's dictionaries
 (``codec.pack``), as bytes; rows written by SQLite versions before 4 may hold plain text, which
@@ -48,7 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 """Alembic revision of the schema this code reads and writes (the newest migration)."""
 
 CHUNK_ITEMS = 64
@@ -132,6 +136,8 @@ jobs = Table(
     Column("bytes", BigInteger, nullable=False, server_default=text("0")),
     Column("request_dict", LargeBinary),
     Column("result_dict", LargeBinary),
+    Column("cost_usd", Float, nullable=False, server_default=text("0")),
+    Column("paused_until", Float),
     Index("jobs_claimable", "status", "created_at"),
     Index("jobs_by_owner", "owner", "status"),
 )
@@ -201,3 +207,14 @@ chunks = _job_table(
 A chunk is ``done`` once none of its items is left without a result; a job is finished by
 whoever stores its last result (``Claims.complete_if_finished``), not by its chunks.
 """
+
+key_spend = Table(
+    "key_spend",
+    metadata,
+    Column("owner", Text, primary_key=True),
+    Column("day", Text, primary_key=True),
+    Column("cost_usd", Float, nullable=False, server_default=text("0")),
+    Column("requests", BigInteger, nullable=False, server_default=text("0")),
+)
+"""What an API key's judge calls cost per UTC day (``day`` is ``YYYY-MM-DD``), added to as they
+settle: the key's budget, kept across restarts and shared by replicas."""

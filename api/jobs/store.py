@@ -6,8 +6,9 @@ replicas (``Settings.jobs_url``; ``open_store`` picks). ``JobStore`` is the boun
 the service talks to (the worker, the job manager, the job runners, the routes' services); it
 holds no scheduling policy. Its SQL, written once for both engines with SQLAlchemy Core, is
 spread over collaborators on one ``Database``: the jobs themselves (here), the leases on their
-chunks (``Claims``), the item rows and results (``ItemRows``) and the files kept with a job
-(``StoredFiles``). The schema is migrated when the store opens (``api.jobs.migrate``).
+chunks (``Claims``), the item rows and results (``ItemRows``), the files kept with a job
+(``StoredFiles``) and what judge calls spent, per key and day and per job (``Spend``, used
+directly as ``store.spend``). The schema is migrated when the store opens (``api.jobs.migrate``).
 
 Every method is synchronous and short; async callers run them with ``asyncio.to_thread``.
 A failing database raises one of ``api.jobs.database.STORE_ERRORS`` (answered 503).
@@ -41,6 +42,7 @@ from api.jobs.schema import (
     report_files,
     results,
 )
+from api.jobs.spend import Spend
 from bonusjudge_client.wire.grading import GradeResult
 from bonusjudge_client.wire.schemas import JobState
 from core.errors import ConfigError
@@ -112,6 +114,7 @@ class JobStore:
         self.claims = Claims(self.db)
         self.items = ItemRows(self.db)
         self.files = StoredFiles(self.db)
+        self.spend = Spend(self.db)
 
     @property
     def path(self) -> Path | None:

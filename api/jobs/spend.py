@@ -1,0 +1,132 @@
+"""What judge calls spend, in the store: per API key and UTC day, per job, and budget pauses.
+
+A key's budget (``Settings.max_cost_per_key_usd``) and a job's own ``max_cost`` are counted
+here, not in one process's memory, so they survive a restart and every replica sharing the
+database sees one figure: the service adds what its settled requests cost (``add``, in batches)
+and reads the totals back. A job that reached a budget is *paused*: ``paused_until`` keeps its
+chunks from being claimed before then (the next UTC midnight for a key's day; ``FOREVER`` for
+the job's own ``max_cost``), while its status and items stay as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+
+from api.jobs.database import Database
+from api.jobs.schema import ACTIVE, jobs, key_spend
+
+FOREVER = 1e18
+"""``paused_until`` of a job paused at its own ``max_cost``: nothing but a new job resumes it."""
+
+
+def utc_day(now: float) -> str:
+    """The UTC date of the epoch time ``now``, as ``key_spend.day`` holds it (``YYYY-MM-DD``)."""
+    return datetime.fromtimestamp(now, tz=UTC).date().isoformat()
+
+
+def next_midnight(now: float) -> float:
+    """The epoch time of the UTC midnight after ``now``: when a key's day budget opens again."""
+    day = datetime.fromtimestamp(now, tz=UTC).date() + timedelta(days=1)
+    return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+
+
+class Spend:
+    """The spend operations of the job store (``JobStore`` exposes them).
+
+    Args:
+        db: The jobs database.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(
+        self,
+        keys: Mapping[tuple[str, str], tuple[float, int]],
+        job_costs: Mapping[str, float],
+    ) -> tuple[dict[tuple[str, str], float], dict[str, float]]:
+        """Add spend in one transaction; the totals after it.
+
+        Args:
+            keys: ``(owner, day) -> (USD, requests)`` to add to the key's day.
+            job_costs: ``job id -> USD`` to add to the job's ``cost_usd``.
+
+        Returns:
+            ``(owner, day) -> USD`` spent that day in all (every replica's additions), and
+            ``job id -> USD`` its calls cost in all (a deleted job is left out).
+        """
+        totals: dict[tuple[str, str], float] = {}
+        job_totals: dict[str, float] = {}
+        with self.db.tx() as conn:
+            for (owner, day), (cost, requests) in sorted(keys.items()):
+                # An upsert adds atomically on both engines: concurrent replicas never lose one.
+                statement = self.db.insert(key_spend).values(
+                    owner=owner, day=day, cost_usd=cost, requests=requests
+                )
+                conn.execute(statement.on_conflict_do_update(
+                    index_elements=[key_spend.c.owner, key_spend.c.day],
+                    set_={
+                        "cost_usd": key_spend.c.cost_usd + statement.excluded.cost_usd,
+                        "requests": key_spend.c.requests + statement.excluded.requests,
+                    },
+                ))
+                totals[(owner, day)] = float(conn.execute(
+                    select(key_spend.c.cost_usd)
+                    .where(key_spend.c.owner == owner, key_spend.c.day == day)
+                ).scalar_one())
+            for job_id, cost in sorted(job_costs.items()):
+                conn.execute(
+                    update(jobs).where(jobs.c.id == job_id)
+                    .values(cost_usd=jobs.c.cost_usd + cost)
+                )
+                total = conn.execute(
+                    select(jobs.c.cost_usd).where(jobs.c.id == job_id)
+                ).scalar_one_or_none()
+                if total is not None:
+                    job_totals[job_id] = float(total)
+        return totals, job_totals
+
+    def key_day(self, owner: str, day: str) -> tuple[float, int]:
+        """``(USD, requests)`` the key's judge calls cost on ``day`` so far."""
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(key_spend.c.cost_usd, key_spend.c.requests)
+                .where(key_spend.c.owner == owner, key_spend.c.day == day)
+            ).first()
+        return (0.0, 0) if row is None else (float(row.cost_usd), int(row.requests))
+
+    def pause(self, job_id: str, until: float, detail: str) -> bool:
+        """Keep an active job from being claimed before ``until``, saying why in its ``detail``.
+
+        False when the job is no longer active (cancelled, failed or done meanwhile).
+        """
+        with self.db.tx() as conn:
+            done = conn.execute(
+                update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE))
+                .values(paused_until=until, detail=detail, updated_at=self.db.now())
+            )
+        return done.rowcount == 1
+
+    def unpause(self, job_id: str) -> None:
+        """The job runs again: clear its pause and the pause's ``detail`` (if it had one)."""
+        with self.db.tx() as conn:
+            conn.execute(
+                update(jobs).where(jobs.c.id == job_id, jobs.c.paused_until.is_not(None))
+                .values(paused_until=None, detail=None, updated_at=self.db.now())
+            )
+
+    def resume_day_pauses(self) -> int:
+        """Let every job paused at a key's day budget be claimed now; how many there were.
+
+        At start-up: the limit may have been raised, and a job still over it pauses again at
+        its first request (nothing is sent). Jobs paused at their own ``max_cost`` stay paused.
+        """
+        with self.db.tx() as conn:
+            done = conn.execute(
+                # 0, not null: claimable at once, and its runner clears the pause's detail.
+                update(jobs).where(jobs.c.paused_until < FOREVER).values(paused_until=0.0)
+            )
+        return int(done.rowcount)
