@@ -307,6 +307,7 @@ def create_app(
         lease_seconds=settings.job_lease_seconds if lease_seconds is None else lease_seconds,
         poll_seconds=poll_seconds,
         drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
+        max_cost_per_key=settings.max_cost_per_key_usd,
     )
     # Every job kind shares the store and the leases; this process runs them all. Grading jobs
     # stop feeding items when halted, so they can make room for other keys.

@@ -17,7 +17,9 @@ Service errors::
         ├── Forbidden              403  a valid key that may not do this (an API key on /metrics)
         ├── UnsupportedMediaType   415  a job upload in a format the service does not read
         ├── QuotaExceeded          429  a key's jobs, queued items or stored bytes, or its
-        │                               synchronous work in flight, at their limit
+        │   │                           synchronous work in flight, at their limit
+        │   └── OverBudget         429  budget_exhausted: the key's judge calls reached its
+        │                               day's budget (max_cost_per_key_usd)
         └── JudgeNotConfigured     503  the request needs an LLM judge and none is configured
 
 Engine errors: InputError and RubricNotFound are the caller's (422); ConfigError, RubricInvalid
@@ -125,6 +127,14 @@ class QuotaExceeded(ServiceError):
         self.retry_after = retry_after
 
 
+class OverBudget(QuotaExceeded):
+    """The key's judge calls reached its budget (``max_cost_per_key_usd`` per UTC day): 429.
+
+    The message names the limit and the key's spend today; ``Retry-After`` is the time to the
+    next UTC midnight, when the day's budget opens again.
+    """
+
+
 class Conflict(ServiceError):
     """The request does not fit the resource's current state (e.g. a job still running)."""
 
@@ -168,6 +178,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     UnsupportedMediaType: (415, "unsupported_media_type"),
     Conflict: (409, "conflict"),
     QuotaExceeded: (429, "quota_exceeded"),
+    OverBudget: (429, "budget_exhausted"),
     ProviderOutage: (503, "provider_outage"),
     Unavailable: (503, "unavailable"),
     JudgeNotConfigured: (503, "judge_not_configured"),

@@ -377,6 +377,13 @@ class Settings(BaseSettings):
         description="`POST /v1/jobs/{id}/retry-unscored` passes one job may have (each re-sends "
         "its unscored items); beyond them the route answers 409 naming this limit.",
     )
+    max_cost_per_key_usd: float | None = Field(
+        default=None, ge=0,
+        description="USD one API key's judge calls may cost per UTC day (priced as litellm's "
+        "model cost map prices the judge model); over it, submissions are answered 429 "
+        "`budget_exhausted` and the key's running jobs pause until the next UTC midnight. "
+        "None: no budget.",
+    )
     max_sync_items_per_key: int = Field(
         default=1_024, ge=1,
         description="Items one API key may have in flight or waiting on the synchronous grading "

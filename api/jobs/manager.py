@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from api.errors import NotFound
+from api.jobs.budgets import KeyBudgets
 from api.jobs.items import JobItem
 from api.jobs.policy import Quota, RetryPolicy
 from api.jobs.schema import GRADE, JobRow
@@ -54,6 +55,8 @@ class JobManager:
         retention_seconds: Finished jobs (items, results, files) are deleted this long after
             they last changed; 0 keeps them.
         purge_seconds: How often the poll loop looks for expired jobs.
+        max_cost_per_key: USD one key's judge calls may cost per UTC day (``budgets``); None
+            for no key budget.
     """
 
     def __init__(
@@ -67,9 +70,12 @@ class JobManager:
         max_running: int = 4,
         retention_seconds: float = 0.0,
         purge_seconds: float = 300.0,
+        max_cost_per_key: float | None = None,
     ) -> None:
         self.store = store
         self.grader = grader
+        self.budgets = KeyBudgets(store, max_cost_per_key=max_cost_per_key)
+        """The cost budgets: each key's per UTC day, each running job's own ``max_cost``."""
         self.worker = Worker(
             store, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
             drain_timeout=drain_timeout, max_running=max_running,
@@ -117,7 +123,13 @@ class JobManager:
         return self.worker.halted(job_id)
 
     async def start(self) -> None:
-        """Start claiming and running jobs (unfinished ones are picked up at once)."""
+        """Start claiming and running jobs (unfinished ones are picked up at once).
+
+        Jobs paused at a key's day budget may run again: the limit may have been raised since
+        (one still over it pauses again before sending anything).
+        """
+        await asyncio.to_thread(self.store.spend.resume_day_pauses)
+        await self.budgets.start()
         await self.worker.start()
 
     def begin_stop(self) -> None:
@@ -125,8 +137,12 @@ class JobManager:
         self.worker.begin_stop()
 
     async def stop(self) -> None:
-        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease.
+
+        What their judge calls spent is written to the store last.
+        """
         await self.worker.stop()
+        await self.budgets.stop()
 
     def abandon(self) -> None:
         """Release every lease held here at once, draining nothing (an immediate exit)."""

@@ -42,6 +42,7 @@ def job_status(row: JobRow, *, now: float | None = None) -> JobStatus:
         judge=row["model"],
         config_hash=row["config_hash"],
         detail=row["detail"],
+        paused=row["paused_until"] is not None,
     )
 
 

@@ -72,10 +72,12 @@ class JobUpload:
     Attributes:
         raw: ``(line or None, parsed JSON or None, JSON error or None)`` per non-blank item.
         judge: Judge selection carried in the body (JSON ``judge`` or multipart ``judge`` field).
+        max_cost: The JSON body's ``max_cost`` (the job's own cost cap, USD), if any.
     """
 
     raw: list[RawItem]
     judge: JudgeOverrides | None
+    max_cost: float | None = None
 
 
 def media_type(request: Request) -> str:
@@ -246,7 +248,7 @@ async def read_job_upload(request: Request) -> JobUpload:
     """
     upload = await read_upload(request, JobBody)
     if upload.body is not None:
-        return JobUpload(upload.raw, upload.body.judge)
+        return JobUpload(upload.raw, upload.body.judge, upload.body.max_cost)
     judge = _judge_field(upload.form.get("judge")) if upload.form is not None else None
     return JobUpload(upload.raw, judge)
 

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from api.deps import GraderDep, OwnerDep, ReadyDep, SettingsDep, SyncItemsDep, bind_tenant
+from api.deps import (
+    GraderDep,
+    JobsDep,
+    OwnerDep,
+    ReadyDep,
+    SettingsDep,
+    SyncItemsDep,
+    bind_tenant,
+)
 from api.errors import error_responses
 from api.routes.common import guarded_router
 from api.services import grading
@@ -17,11 +25,16 @@ router = guarded_router("/v1", "grading", bind_tenant)
 )
 async def grade(
     body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
-    items: SyncItemsDep, owner: OwnerDep,
+    items: SyncItemsDep, owner: OwnerDep, jobs: JobsDep,
 ) -> GradeResult:
-    """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured."""
+    """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured.
+
+    A key whose judge calls reached its day's budget (`max_cost_per_key_usd`) is answered 429
+    `budget_exhausted` with `Retry-After` (the next UTC midnight).
+    """
     return await grading.grade_one(
-        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner
+        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner,
+        budgets=jobs.budgets,
     )
 
 
@@ -31,11 +44,15 @@ async def grade(
 )
 async def grade_batch(
     body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
-    items: SyncItemsDep, owner: OwnerDep,
+    items: SyncItemsDep, owner: OwnerDep, jobs: JobsDep,
 ) -> BatchResponse:
-    """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422."""
+    """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422.
+
+    A key over its day's budget is answered 429 `budget_exhausted`, as `POST /v1/grade` is.
+    """
     return await grading.grade_batch(
-        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner
+        body, grader=grader, settings=settings, ready=ready, items=items, owner=owner,
+        budgets=jobs.budgets,
     )
 
 

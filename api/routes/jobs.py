@@ -68,8 +68,13 @@ async def submit_job(
     response: Response,
     context: JobContextDep,
     query_judge: Annotated[JudgeQuery | None, Query()] = None,
+    max_cost: Annotated[
+        float | None,
+        Query(ge=0, description="The job's own cost cap in USD (JSONL and multipart uploads; "
+              "a JSON body has it as `max_cost`)."),
+    ] = None,
 ) -> JobStatus:
-    """Submit items as JSON `{"items", "judge"}`, a JSONL body or a multipart `file`.
+    """Submit items as JSON `{"items", "judge", "max_cost"}`, a JSONL body or a multipart `file`.
 
     Items may be grading requests or CharToM-QA lines. Bad lines are recorded per line (see the
     `invalid` count and the error entries of the results); the rest are graded in the background,
@@ -77,10 +82,11 @@ async def submit_job(
     with query parameters (or a multipart `judge` field), never both.
 
     A key over its quota (queued or running jobs, unfinished items, stored bytes) is answered
-    429 naming the limit and its current use.
+    429 naming the limit and its current use; a key whose judge calls reached its day's budget
+    (`max_cost_per_key_usd`), 429 `budget_exhausted` with `Retry-After` (the next UTC midnight).
     """
     upload = await read_job_upload(request)
-    status = await submit_grading_job(upload, query_judge, context)
+    status = await submit_grading_job(upload, query_judge, context, max_cost)
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
 

@@ -7,17 +7,28 @@ configuration it was submitted with (rebuilt from its stored overrides); if the 
 settings changed that configuration since, the job fails rather than mix two judges in one set
 of aggregates. At most the chunk's share of the grader's concurrency is in flight, and each
 result is stored as soon as it is ready, so a restart loses at most the items in flight.
+
+A job runs under its key's day budget and its own ``max_cost`` (``api.jobs.budgets``, set in
+``judge.budget.BUDGET``). When a cap refuses a call, the runner stops feeding items, stores what
+finished, and leaves the items whose calls were refused pending (never stored as
+``budget_exhausted`` results); the job is *paused* (``api.jobs.spend``): at its key's day
+budget until the next UTC midnight, or a restart, which lets it try again; at its own
+``max_cost`` for good (cancel it and submit the rest as a new job).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 
+from api.jobs.budgets import JOB_LIMIT, KEY_LIMIT
 from api.jobs.claims import Chunk
 from api.jobs.manager import JobManager
 from api.jobs.schema import JobRow
+from api.jobs.spend import FOREVER
 from api.jobs.worker import current_chunk, store_retry
 from bonusjudge_client.wire.grading import GradeRequest, GradeResult
+from judge.budget import BUDGET, Budget, Cap
 from judge.config import JudgeConfig, JudgeOverrides
 
 _PAGE = 256
@@ -46,12 +57,60 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     # Wait for the warm-up (the same serialized loader): a job resumed at start-up would
     # otherwise make its first heavy imports while the start-up thread is making them.
     await manager.grader.prepare(config)
+    budget = await _job_budget(manager, row, config)
+    if budget is not None and await _paused(manager, job_id, budget):
+        return  # over a cap already: nothing is sent
     if not await asyncio.to_thread(store.start_run, job_id, token):
         return
+    if row["paused_until"] is not None:
+        await store_retry(store.spend.unpause, job_id)
+    BUDGET.set(budget)  # this runner's task only (the worker runs each chunk in its own)
     await grade_items(manager, chunk, config)
+    if budget is not None and await _paused(manager, job_id, budget):
+        return  # its refused items stay pending
     # The job first: finishing the chunk gives up its lease, and only a holder completes it.
     if not await store_retry(store.complete_if_finished, job_id, token):
         await store_retry(store.finish_chunk, job_id, chunk.lo, token)
+
+
+async def _job_budget(manager: JobManager, row: JobRow, config: JudgeConfig) -> Budget | None:
+    """The caps a job runs under: its key's day, and its own ``max_cost`` if it has one."""
+    budgets = manager.budgets
+    max_cost = json.loads(row["options"] or "{}").get(JOB_LIMIT)
+    job = None if max_cost is None else budgets.job_cap(
+        str(row["id"]), float(max_cost), float(row["cost_usd"])
+    )
+    return await budgets.budget(str(row["owner"]), config, job)
+
+
+async def _paused(manager: JobManager, job_id: str, budget: Budget) -> bool:
+    """Pause the job if a cap of ``budget`` is used up; whether it did.
+
+    A cap is used up once it refused a request, or when its spend reached its limit.
+    """
+    over = next((cap for cap in budget.caps if _used_up(cap)), None)
+    if over is None:
+        return False
+    budgets = manager.budgets
+    if over.name == KEY_LIMIT:
+        until = budgets.next_day()
+        detail = (
+            f"paused: {budgets.over_key(over)}; it resumes then, or when the service restarts "
+            "with a higher limit"
+        )
+    else:
+        until = FOREVER
+        detail = (
+            f"paused: budget_exhausted: the job's judge calls reached its {JOB_LIMIT} "
+            f"${over.max_cost:g}: ${over.spent_cost:.6f} spent; it stays paused: cancel it and "
+            "submit its items without a result as a new job to go on"
+        )
+    await store_retry(manager.store.spend.pause, job_id, until, detail)
+    return True
+
+
+def _used_up(cap: Cap) -> bool:
+    return cap.exhausted or (cap.max_cost is not None and cap.spent_cost >= cap.max_cost)
 
 
 async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) -> None:
@@ -62,10 +121,14 @@ async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) ->
     after = chunk.lo - 1
     exhausted = False
 
+    budget = BUDGET.get()
+
     async def fill() -> None:
         nonlocal page, after, exhausted
+        # A cap that refused a call stops the feeding: the items in flight finish.
         while (
             not exhausted and not manager.halted(job_id)
+            and not (budget is not None and budget.exhausted)
             and len(pending) < manager.share(config.concurrency)
         ):
             if not page:
@@ -89,8 +152,16 @@ async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) ->
             finished = [(pending.pop(task), task) for task in done]
             await fill()  # the freed slots work while the results are stored
             for index, task in finished:
-                await store_retry(store.save_result, job_id, index, task.result())
+                result = task.result()
+                if _refused(result):
+                    continue  # not graded: it stays pending until the job resumes
+                await store_retry(store.save_result, job_id, index, result)
             await fill()
     finally:
         for task in pending:
             task.cancel()
+
+
+def _refused(result: GradeResult) -> bool:
+    """Whether a cap refused one of the item's calls (the item is then not stored)."""
+    return any(reason.endswith(": budget_exhausted") for reason in result.unscored_reasons)

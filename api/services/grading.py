@@ -5,6 +5,11 @@ it out instead): while the judge's circuit breaker is open it answers 503 at onc
 do not wait for the breaker. What was graded before the breaker opened is in the cache, so the
 caller's retry costs nothing.
 
+Under a cost budget (``max_cost_per_key_usd``) a request runs with its key's day cap in force
+(``judge.budget.BUDGET``): a key over it is answered 429 ``budget_exhausted`` before anything is
+graded, and a request that reaches it midway is answered the same, its finished calls kept in
+the cache for the retry.
+
 The items a key has in flight here are limited (``api.limits.Allowance.items``, 429 beyond
 ``max_sync_items_per_key``), and the grader hands its slots out fairly between keys, so one key's
 batches cannot hold back another key's item.
@@ -13,13 +18,16 @@ batches cannot hold back another key's item.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from pydantic import ValidationError
 
 from api.deps import ReadyGate
-from api.errors import ProviderOutage, classify
+from api.errors import OverBudget, ProviderOutage, classify
 from api.jobs import check_request
+from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
 from api.services.judges import select_judge
 from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
@@ -32,35 +40,39 @@ from bonusjudge_client.wire.schemas import (
     ItemError,
 )
 from core.errors import InputError, JudgeError, first_error
+from judge.budget import BUDGET
 from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
 
 
 async def grade_one(
     body: GradeBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str,
+    owner: str, budgets: KeyBudgets,
 ) -> GradeResult:
     """Grade one response with the judge the body selects, as one of ``owner``'s ``items``.
 
     Raises:
         InputError: an invalid judge selection or a request over the service's limits.
         QuotaExceeded: ``owner`` already has its ``items`` in flight (429, ``Retry-After``).
+        OverBudget: ``owner``'s judge calls reached its day's budget (before or during).
         ProviderOutage: the judge's circuit breaker is open (or opened during the call).
         EncoderLoading: the encoder the judge needs is still loading.
     """
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
     request = check_request(body.to_request(), settings)
-    with items.holding(owner, 1):
-        # An item without an id is item "1", as the first item of a batch is.
-        result = await grader.grade(request, config=config, item_id="1")
+    async with _budgeted(budgets, owner, config):
+        with items.holding(owner, 1):
+            # An item without an id is item "1", as the first item of a batch is.
+            result = await grader.grade(request, config=config, item_id="1")
     _raise_if_outage(grader, config, [result])
+    await _raise_if_over_budget(budgets, owner, [result])
     return result
 
 
 async def grade_batch(
     body: BatchBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str,
+    owner: str, budgets: KeyBudgets,
 ) -> BatchResponse:
     """Grade up to ``settings.max_batch`` items concurrently; a bad item gets an error entry.
 
@@ -69,6 +81,7 @@ async def grade_batch(
     Raises:
         InputError: (field ``items``) too many items, or an invalid judge selection.
         QuotaExceeded: ``owner``'s items in flight would exceed the limit (429, ``Retry-After``).
+        OverBudget: ``owner``'s judge calls reached its day's budget (before or during).
         ProviderOutage: the judge's circuit breaker is open (or stopped an item).
         EncoderLoading: the encoder the judge needs is still loading.
     """
@@ -80,12 +93,15 @@ async def grade_batch(
         )
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
-    with items.holding(owner, len(body.items)):
-        entries = await asyncio.gather(
-            *(_entry(grader, config, settings, index, item)
-              for index, item in enumerate(body.items))
-        )
-    _raise_if_outage(grader, config, [e.result for e in entries if e.result is not None])
+    async with _budgeted(budgets, owner, config):
+        with items.holding(owner, len(body.items)):
+            entries = await asyncio.gather(
+                *(_entry(grader, config, settings, index, item)
+                  for index, item in enumerate(body.items))
+            )
+    results = [e.result for e in entries if e.result is not None]
+    _raise_if_outage(grader, config, results)
+    await _raise_if_over_budget(budgets, owner, results)
     return BatchResponse(results=list(entries))
 
 
@@ -102,6 +118,40 @@ async def extract_points(body: ExtractBody, *, grader: Grader, settings: Setting
     if result.reason == "circuit_open":
         _raise_if_outage(grader, config, [], force=True)
     return result
+
+
+@asynccontextmanager
+async def _budgeted(budgets: KeyBudgets, owner: str, config: JudgeConfig) -> AsyncIterator[None]:
+    """Run the block under ``owner``'s day cap (``BUDGET``); refuse a key already over it.
+
+    Raises:
+        OverBudget: the key's day budget is used up (nothing is graded).
+        InputError: a budget is in force and the judge model has no price.
+    """
+    await budgets.check(owner)
+    budget = await budgets.budget(owner, config)
+    token = BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        BUDGET.reset(token)
+
+
+async def _raise_if_over_budget(
+    budgets: KeyBudgets, owner: str, results: list[GradeResult]
+) -> None:
+    """Answer 429 when the key's cap refused a call of ``results`` (their paid calls are cached).
+
+    Raises:
+        OverBudget: a call of ``results`` ended ``budget_exhausted``.
+    """
+    if not any(
+        reason.endswith(": budget_exhausted") for r in results for reason in r.unscored_reasons
+    ):
+        return
+    cap = await budgets.key_cap(owner)
+    message = budgets.over_key(cap) if cap is not None else "budget_exhausted"
+    raise OverBudget(message, retry_after=budgets.until_next_day())
 
 
 def _sync(grader: Grader, config: JudgeConfig) -> JudgeConfig:

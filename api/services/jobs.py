@@ -11,14 +11,17 @@ import asyncio
 
 from api.deps import JobContext
 from api.jobs import GRADE, JobManager, JobUpload, Quota, RetryPolicy, build_items, job_status
+from api.jobs.budgets import JOB_LIMIT
 from api.services.judges import select_judge
 from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus, RetryUnscoredBody
 from core.errors import InputError
+from judge.budget import Cap
 from judge.config import JudgeOverrides
 
 
 async def submit_grading_job(
-    upload: JobUpload, query_judge: JudgeOverrides | None, context: JobContext
+    upload: JobUpload, query_judge: JudgeOverrides | None, context: JobContext,
+    query_max_cost: float | None = None,
 ) -> JobStatus:
     """Validate an upload's items and store them as a grading job of the caller.
 
@@ -27,21 +30,32 @@ async def submit_grading_job(
         query_judge: The judge selected by query parameters (JSONL and multipart uploads).
         context: The job manager, the engine (its config is the default judge), the settings
             and the caller.
+        query_max_cost: The job's ``max_cost`` as a query parameter (JSONL and multipart).
 
     Raises:
-        InputError: the judge selected in both the body and the query, invalid options, no
-            items or too many.
+        InputError: the judge or ``max_cost`` given in both the body and the query, invalid
+            options, no items or too many, or a cost cap on a model litellm cannot price.
         QuotaExceeded: the job would take ``owner`` over a quota.
+        OverBudget: ``owner``'s judge calls reached its day's budget.
     """
     if upload.judge is not None and query_judge is not None:
         raise InputError("judge: select the judge in the body or the query, not both",
                          field="judge")
+    if upload.max_cost is not None and query_max_cost is not None:
+        raise InputError("max_cost: give it in the body or the query, not both",
+                         field="max_cost")
     overrides = upload.judge or query_judge
-    settings = context.settings
+    max_cost = upload.max_cost if upload.max_cost is not None else query_max_cost
+    settings, budgets = context.settings, context.jobs.budgets
     config = select_judge(grader=context.grader, settings=settings, overrides=overrides)
+    await budgets.check(context.owner)
+    # A cap on a model without a price could not count its spend: refused before storing.
+    job_cap = None if max_cost is None else Cap(JOB_LIMIT, max_cost=max_cost)
+    await budgets.budget(context.owner, config, job_cap)
     items = build_items(upload, context_window=config.context_window, settings=settings)
     return await context.jobs.submit(
         owner=context.owner, items=items, overrides=overrides, config=config,
+        options={} if max_cost is None else {JOB_LIMIT: max_cost},
         quota=Quota.from_settings(settings),
     )
 

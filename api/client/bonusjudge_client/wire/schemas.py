@@ -242,6 +242,14 @@ class JobBody(WireModel):
     judge: JudgeOverrides | None = Field(
         default=None, description="Judge selection for the whole job (see `POST /v1/grade`)."
     )
+    max_cost: float | None = Field(
+        default=None, ge=0,
+        description="USD the job's judge calls may cost (priced as litellm prices the judge "
+        "model). When the next call would pass it the job pauses (`paused`, its `detail` "
+        "says why): its items without a result stay pending, none fails, and it stays paused; "
+        "cancel it and submit those items again to go on. JSONL and multipart uploads pass it "
+        "as the `max_cost` query parameter.",
+    )
 
 
 class JobStatus(WireModel):
@@ -291,7 +299,15 @@ class JobStatus(WireModel):
     judge: str = Field(description="Judge model grading the job.")
     config_hash: str = Field(description="Hash of the judge settings that shape its output.")
     detail: str | None = Field(
-        default=None, description="Why the job failed or was stopped, when it did."
+        default=None,
+        description="Why the job failed, was stopped or is paused, when it did or is.",
+    )
+    paused: bool = Field(
+        default=False,
+        description="Paused at a cost budget (`detail` names it and its spend): the key's day "
+        "(`max_cost_per_key_usd`; it runs again after the next UTC midnight, or once the "
+        "service restarts with a higher limit) or the job's own `max_cost` (it stays paused). "
+        "Its items without a result stay pending; none fails.",
     )
 
 

@@ -1,0 +1,219 @@
+"""Cost budgets in the service (issue 32.2, the service half): a key's USD per UTC day and a
+job's own ``max_cost``. Over the key's budget, submissions get 429 ``budget_exhausted`` and a
+running job pauses with its items pending, never failed; the spend lives in the job store."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select, update
+
+from api.jobs.schema import jobs, key_spend
+from api.jobs.spend import next_midnight, utc_day
+from judge.engine import Grader
+from judge.providers.fake import FakeCall, FakeProvider, covering, defects
+from judge.verdicts import DefectJudgement
+
+KEYS = {"a": "budget-key-a", "b": "budget-key-b"}
+MODEL = "openai/gpt-4o-mini"
+"""A model litellm's offline cost map prices ($0.15 / $0.60 per million tokens)."""
+REQUEST_USD = (100 * 0.15 + 20 * 0.6) / 1e6
+"""What one fake request costs: 100 prompt and 20 completion tokens at those prices."""
+
+
+def auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[who]}"}
+
+
+def item(n: int) -> dict[str, Any]:
+    return {
+        "id": f"i{n}", "question": "How does Levin feel?", "reference": "He feels humiliated.",
+        "bonus_points": ["Levin feels humiliated"], "response": f"He is ashamed ({n}).",
+    }
+
+
+def answer(call: FakeCall) -> Any:
+    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
+
+
+def priced(make_grader: Callable[..., Grader], provider: FakeProvider, **judge: Any) -> Grader:
+    return make_grader(provider, model=MODEL, metrics=("coverage", "defects"), **judge)
+
+
+def spend_rows(app: FastAPI) -> dict[str, tuple[str, float, int]]:
+    """The store's key_spend rows, owner -> (day, USD, requests), after a flush."""
+    app.state.jobs.budgets.flush()
+    with app.state.jobs.store.db.read() as conn:
+        rows = conn.execute(select(key_spend)).all()
+    return {row.owner: (row.day, row.cost_usd, row.requests) for row in rows}
+
+
+def wait_job(http: TestClient, job_id: str, who: str, until: Callable[[dict[str, Any]], bool]
+             ) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        status: dict[str, Any] = http.get(f"/v1/jobs/{job_id}", headers=auth(who)).json()
+        if until(status):
+            return status
+        assert time.monotonic() < deadline, (status["done"], status["paused"], status["detail"])
+        time.sleep(0.05)
+
+
+def test_a_key_over_its_day_budget_gets_429_budget_exhausted_and_another_key_does_not(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    provider = FakeProvider(handler=answer)
+    limit = 10 * REQUEST_USD
+    app = make_app(priced(make_grader, provider), api_keys=list(KEYS.values()),
+                   max_cost_per_key_usd=limit)
+    with TestClient(app) as http:
+        answers = [http.post("/v1/grade", json=item(n), headers=auth("a")) for n in range(12)]
+        codes = [r.status_code for r in answers]
+        assert 200 in codes and codes[-1] == 429, codes
+        first = codes.index(429)
+        assert set(codes[first:]) == {429}  # once refused, the key stays refused today
+        refused = answers[-1]
+        error = refused.json()["error"]
+        assert error["type"] == "budget_exhausted"
+        assert f"max_cost_per_key_usd ${limit:g}" in error["message"]
+        assert "spent" in error["message"]
+        midnight = next_midnight(time.time())
+        assert abs(int(refused.headers["Retry-After"]) - (midnight - time.time())) < 5
+        # Every submission is refused; the estimate and reads are not.
+        assert http.post("/v1/grade/batch", json={"items": [item(50)]},
+                         headers=auth("a")).json()["error"]["type"] == "budget_exhausted"
+        job = http.post("/v1/jobs", json={"items": [item(51)]}, headers=auth("a"))
+        assert job.status_code == 429 and job.json()["error"]["type"] == "budget_exhausted"
+        assert "Retry-After" in job.headers
+        assert http.post("/v1/estimate", json={"items": [item(52)]},
+                         headers=auth("a")).status_code == 200
+        assert http.get("/v1/usage", headers=auth("a")).status_code == 200
+        # The other key is not touched by A's budget.
+        assert http.post("/v1/grade", json=item(60), headers=auth("b")).status_code == 200
+        rows = spend_rows(app)
+    sent_for_a = len(provider.calls) - 2  # B's item: two requests
+    owner_a = max(rows, key=lambda owner: rows[owner][2])
+    day, spent, requests = rows[owner_a]
+    assert day == utc_day(time.time())
+    # The store holds what A's requests cost, every one counted, and no more than the limit
+    # plus what was in flight (the requests are sequential here: one at most).
+    assert requests == sent_for_a
+    assert math.isclose(spent, sent_for_a * REQUEST_USD, rel_tol=1e-9)
+    assert spent <= limit  # each answer cost less than its reservation
+
+
+def test_a_job_pauses_at_the_key_budget_keeps_its_items_and_resumes_with_a_higher_limit(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    provider = FakeProvider(handler=answer)
+    items = [item(n) for n in range(12)]
+    app = make_app(priced(make_grader, provider, concurrency=1),
+                   api_keys=list(KEYS.values()), max_cost_per_key_usd=9 * REQUEST_USD)
+    with TestClient(app) as http:
+        job = http.post("/v1/jobs", json={"items": items}, headers=auth("a")).json()
+        paused = wait_job(http, job["id"], "a", lambda s: s["paused"])
+        # Not failed, not done: the items the budget refused are pending, not stored.
+        assert paused["status"] in ("queued", "running")
+        assert 0 < paused["done"] < len(items) and paused["unscored"] == 0
+        assert paused["detail"].startswith("paused: budget_exhausted")
+        assert "max_cost_per_key_usd" in paused["detail"]
+        results = http.get(f"/v1/jobs/{job['id']}/results", headers=auth("a")).text
+        assert "budget_exhausted" not in results
+        with app.state.jobs.store.db.read() as conn:
+            until = conn.execute(
+                select(jobs.c.paused_until).where(jobs.c.id == job["id"])
+            ).scalar_one()
+        assert until == next_midnight(time.time())
+        time.sleep(0.5)  # it stays paused: no claim before its time
+        assert http.get(f"/v1/jobs/{job['id']}", headers=auth("a")).json()["done"] == \
+            paused["done"]
+    # A restart with a higher limit: the job goes on and finishes, every item scored.
+    app = make_app(priced(make_grader, provider, concurrency=1),
+                   api_keys=list(KEYS.values()), max_cost_per_key_usd=100 * REQUEST_USD)
+    with TestClient(app) as http:
+        done = wait_job(http, job["id"], "a", lambda s: s["status"] == "done")
+        assert (done["scored"], done["unscored"], done["paused"], done["detail"]) == (
+            len(items), 0, False, None)
+    # Each item's two calls were sent once (what was paid before the pause was cached).
+    assert len(provider.calls) == 2 * len(items)
+
+
+def test_a_job_paused_at_the_key_budget_resumes_on_the_next_day(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    provider = FakeProvider(handler=answer)
+    app = make_app(priced(make_grader, provider, concurrency=1),
+                   api_keys=list(KEYS.values()), max_cost_per_key_usd=12 * REQUEST_USD)
+    budgets = app.state.jobs.budgets
+    with TestClient(app) as http:
+        job = http.post("/v1/jobs", json={"items": [item(n) for n in range(30)]},
+                        headers=auth("a")).json()
+        first = wait_job(http, job["id"], "a", lambda s: s["paused"])
+        deadline = time.monotonic() + 30
+        while app.state.jobs.store.holders(job["id"]):  # every chunk's runner has paused
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first = http.get(f"/v1/jobs/{job['id']}", headers=auth("a")).json()
+        # The day rolls over: a new day's budget, and the pause's time has come.
+        tomorrow = next_midnight(time.time()) + 1
+        budgets.clock = lambda: tomorrow + time.time() % 60
+        with app.state.jobs.store.db.tx() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job["id"]).values(paused_until=1.0))
+        app.state.jobs.worker.wake()
+        # It grades more items on the new day's budget, then pauses again.
+        again = wait_job(http, job["id"], "a",
+                         lambda s: s["paused"] and s["done"] > first["done"])
+        assert again["unscored"] == 0 and again["status"] != "failed"
+        assert again["done"] < 30
+        assert f"opens again at {utc_day(next_midnight(tomorrow))}T00:00:00Z" in again["detail"]
+        rows = spend_rows(app)
+    with app.state.jobs.store.db.read() as conn:
+        days = {row.day: row.requests for row in conn.execute(select(key_spend)).all()}
+    assert set(days) == {utc_day(time.time()), utc_day(tomorrow)}, rows
+    # Every request was counted on the day it was sent, and none was sent twice (an item
+    # paused halfway kept its paid call in the cache).
+    assert sum(days.values()) == len(provider.calls)
+    assert days[utc_day(time.time())] >= 2 * first["done"]
+    assert days[utc_day(tomorrow)] > 0
+    assert len({str(call.messages) for call in provider.calls}) == len(provider.calls)
+
+
+def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    provider = FakeProvider(handler=answer)
+    app = make_app(priced(make_grader, provider, concurrency=1),
+                   api_keys=list(KEYS.values()))
+    with TestClient(app) as http:
+        job = http.post("/v1/jobs", json={"items": [item(n) for n in range(40)],
+                                          "max_cost": 20 * REQUEST_USD}, headers=auth("a"))
+        assert job.status_code == 202, job.text
+        status = wait_job(http, job.json()["id"], "a", lambda s: s["paused"])
+        deadline = time.monotonic() + 30
+        while app.state.jobs.store.holders(job.json()["id"]):  # every chunk has paused
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # and nothing claims it again
+        assert not app.state.jobs.store.holders(job.json()["id"])
+        status = http.get(f"/v1/jobs/{job.json()['id']}", headers=auth("a")).json()
+        assert status["paused"] and 0 < status["done"] < 40 and status["unscored"] == 0
+        assert "max_cost $" in status["detail"] and "stays paused" in status["detail"]
+        # The key has no budget: its other submissions go on.
+        assert http.post("/v1/grade", json=item(20), headers=auth("a")).status_code == 200
+        app.state.jobs.budgets.flush()
+        with app.state.jobs.store.db.read() as conn:
+            cost = conn.execute(
+                select(jobs.c.cost_usd).where(jobs.c.id == job.json()["id"])
+            ).scalar_one()
+        # Each answer cost less than its reservation (the estimate): the cap was not passed.
+        assert 10 * REQUEST_USD < cost <= 20 * REQUEST_USD
+        # A cap on a model without a price is refused before anything is stored.
+        unpriced = http.post("/v1/jobs", json={"items": [item(1)], "max_cost": 1.0,
+                                               "judge": {"model": "fake/other"}},
+                             headers=auth("a"))
+        assert unpriced.status_code in (422,), unpriced.text
