@@ -3,7 +3,8 @@
 ``Caller`` is the one path every judge call takes:
 
 1. the cache: a hit answers at once (an entry another caller paid for is reported as a fresh
-   call, see ``TENANT``);
+   call, see ``TENANT``), and a call identical to one under way waits for that one's answer
+   there instead of sending the same request again (single flight);
 2. the provider, with its circuit breaker (one per model and base URL, told which caller each
    call is for, so that one caller's failing items pause that caller only): while the provider
    is in an outage the call waits for it, spending none of its retries, for at most
@@ -292,6 +293,9 @@ class Caller:
         self.breaker_template = breaker or CircuitBreaker()
         self.breakers: dict[tuple[str, str | None], CircuitBreaker] = {}
         self.cache_scope = cache_scope
+        # Calls under way by cache key, so an identical call waits for the first one's answer
+        # (single flight) rather than sending the same request again.
+        self._in_flight: dict[str, asyncio.Event] = {}
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._backoff = backoff
@@ -379,10 +383,32 @@ class Caller:
         key = spec.cache_key(tenant if self.cache_scope == "per_key" else None)
         ref = rubric_ref(spec.rubric, spec.language)
         started = time.monotonic()
-        if spec.config.cache:
+        if not spec.config.cache:
+            return await self._ask(spec, key, ref, tenant, started)
+        hit = await self._cached(spec, key, ref, tenant, started)
+        if hit is not None:
+            return hit
+        leader = self._in_flight.get(key)
+        if leader is not None:
+            # The same call is on its way (five candidates of one question need the same
+            # extraction): its answer lands in the cache, so wait for it there instead of
+            # paying for it twice. Should it fail, this call is sent on its own.
+            await leader.wait()
             hit = await self._cached(spec, key, ref, tenant, started)
             if hit is not None:
                 return hit
+            return await self._ask(spec, key, ref, tenant, started)
+        done = self._in_flight[key] = asyncio.Event()
+        try:
+            return await self._ask(spec, key, ref, tenant, started)
+        finally:
+            del self._in_flight[key]
+            done.set()
+
+    async def _ask(
+        self, spec: CallSpec, key: str, ref: RubricRef, tenant: str | None, started: float
+    ) -> CallOutcome:
+        """The provider's part of ``call``: retries, conversion, and the answer cached."""
         state = _CallState(spec=spec, key=key, ref=ref, started=started, tenant=tenant)
         try:
             completion = await self._with_retries(state)

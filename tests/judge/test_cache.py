@@ -247,3 +247,36 @@ async def test_a_huge_reply_is_cached_cut_to_its_first_16_kb(tmp_path) -> None:
     silent = FakeProvider(handler=by_task([], []))  # any call would fail: served from the cache
     again = await grader(silent, cache=cache).grade(request())
     assert again.coverage is not None and again.coverage.covered == 1 and silent.calls == []
+
+
+async def test_identical_calls_under_way_are_sent_once(tmp_path) -> None:
+    """Single flight: the same call made five times at once costs one request, not five.
+
+    Before, each of the concurrent copies missed the cache (the first answer was not there yet)
+    and sent its own request; a calibration set with five candidates per question paid each
+    question's extraction up to five times.
+    """
+    import asyncio
+
+    fake = FakeProvider(
+        handler=by_task([covering(1, n=2)] * 10, [defects()] * 10), latency=0.05
+    )
+    g = grader(fake, cache=JudgeCache(tmp_path / "c"))
+    results = await asyncio.gather(*(g.grade(request()) for _ in range(5)))
+    assert all(r.status == "scored" for r in results)
+    assert len(fake.calls) == 2  # one coverage call and one defects call
+    sent = [r for r in results if not any(c.cached for c in r.provenance.calls)]
+    assert len(sent) == 1  # the other four were answered from the cache
+
+
+async def test_a_failed_call_under_way_leaves_its_copies_to_ask_themselves(tmp_path) -> None:
+    import asyncio
+
+    bad = {"points": []}
+    fake = FakeProvider(
+        handler=by_task([bad] * 3 + [covering(1, n=2)] * 10, [defects()] * 10), latency=0.05
+    )
+    g = grader(fake, cache=JudgeCache(tmp_path / "c"))
+    results = await asyncio.gather(*(g.grade(request()) for _ in range(2)))
+    # The first copy's coverage failed (3 invalid answers); the second asked again and scored.
+    assert sorted(r.status for r in results) == ["scored", "unscored"]
