@@ -4,6 +4,7 @@ running job pauses with its items pending, never failed; the spend lives in the 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from sqlalchemy import select, update
 
 from api.jobs.schema import jobs, key_spend
 from api.jobs.spend import next_midnight, utc_day
+from bonusjudge_client import JudgeClient
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
@@ -216,4 +218,23 @@ def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
         unpriced = http.post("/v1/jobs", json={"items": [item(1)], "max_cost": 1.0,
                                                "judge": {"model": "fake/other"}},
                              headers=auth("a"))
-        assert unpriced.status_code in (422,), unpriced.text
+        assert unpriced.status_code == 422, unpriced.text
+        assert unpriced.json()["error"]["field"] == "judge.model"
+
+
+def test_the_client_sends_a_jobs_max_cost_with_items_and_with_a_file(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    provider = FakeProvider(handler=answer)
+    app = make_app(priced(make_grader, provider, concurrency=1), api_keys=list(KEYS.values()))
+    lines = "".join(json.dumps(item(n)) + "\n" for n in range(40)).encode()
+    with TestClient(app) as http, \
+            JudgeClient("http://testserver", api_key=KEYS["a"], http_client=http) as client:
+        jobs = [client.submit_job([item(n) for n in range(40)], max_cost=8 * REQUEST_USD),
+                client.submit_job(file=lines, max_cost=8 * REQUEST_USD),
+                client.submit_job(file=lines, judge={"temperature": 0.0},
+                                  max_cost=8 * REQUEST_USD)]
+        for job in jobs:
+            status = wait_job(http, job.id, "a", lambda s: s["paused"])
+            assert status["done"] < 40 and "max_cost" in status["detail"]
+            assert client.job(job.id).paused

@@ -287,21 +287,33 @@ def check_many_args(batch_size: int, concurrency: int) -> None:
         raise ClientInputError("concurrency must be an integer >= 1", field="concurrency")
 
 
-def job_call(items: Iterable[ItemInput] | None, file: FileInput | None, judge: JudgeInput) -> Call:
-    """``POST /v1/jobs`` from items (JSON) or a JSONL file (raw, or multipart with a judge)."""
+def job_call(
+    items: Iterable[ItemInput] | None, file: FileInput | None, judge: JudgeInput,
+    max_cost: float | None = None,
+) -> Call:
+    """``POST /v1/jobs`` from items (JSON) or a JSONL file (raw, or multipart with a judge).
+
+    ``max_cost`` (the job's own cost cap, USD) goes in the JSON body, or as a query parameter
+    with a file.
+    """
     if (items is None) == (file is None):
         raise ClientInputError("give exactly one of items or file", field="items")
+    if max_cost is not None and (not isinstance(max_cost, int | float) or max_cost < 0):
+        raise ClientInputError("max_cost must be a number >= 0", field="max_cost")
     overrides = judge_payload(judge)
     if items is not None:
         given = [_as_given(item, i, GradeRequest, "a GradeRequest") for i, item in enumerate(items)]
         body: dict[str, Any] = {"items": _non_empty(given, "items")}
         if overrides:
             body["judge"] = overrides
+        if max_cost is not None:
+            body["max_cost"] = max_cost
         return Call("POST", "/v1/jobs", dumps(body), JSON, idempotent=False)
     assert file is not None  # checked above; spelled out for the type checker
     content, name = file_bytes(file, "job file")
+    params = None if max_cost is None else {"max_cost": max_cost}
     if not overrides:
-        return Call("POST", "/v1/jobs", content, NDJSON, idempotent=False)
+        return Call("POST", "/v1/jobs", content, NDJSON, params=params, idempotent=False)
     # A raw JSONL body has no room for options: with a judge selection the file goes as a
     # multipart upload, whose `judge` form field carries it.
     return Call(
@@ -309,6 +321,7 @@ def job_call(items: Iterable[ItemInput] | None, file: FileInput | None, judge: J
         "/v1/jobs",
         form={"judge": json.dumps(overrides, separators=(",", ":"))},
         files={"file": (name, content, NDJSON)},
+        params=params,
         idempotent=False,
     )
 

@@ -193,6 +193,7 @@ class JobFlows(FlowCore):
         *,
         file: FileInput | None = None,
         judge: JudgeInput = None,
+        max_cost: float | None = None,
     ) -> Flow[JobStatus]:
         """Start a grading job (``POST /v1/jobs``); returns its status (202).
 
@@ -200,11 +201,13 @@ class JobFlows(FlowCore):
         ``file``, a JSONL path or its bytes, sent as an ``application/x-ndjson`` body (as a
         multipart upload when ``judge`` is given, since a raw body cannot carry it). Bad lines do
         not fail the job: they are counted in ``invalid`` and reported in ``results``.
+        ``max_cost``: USD the job's judge calls may cost; at it the job pauses (``paused``),
+        its items without a result pending.
 
         Never resent once the request may have reached the service (it would start a second
         job); only a failure to connect is retried.
         """
-        return (yield from self._call_model(job_call(items, file, judge), JobStatus))
+        return (yield from self._call_model(job_call(items, file, judge, max_cost), JobStatus))
 
     @operation
     def job(self, job_id: str) -> Flow[JobStatus]:
