@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, open_store
+from api.jobs.budgets import require_price
 from api.jobs.schema import GRADE
 from api.limits import Allowance, SyncBodyLimit, content_length
 from api.observability import EncoderWarmup, MetricsMiddleware, Observability
@@ -301,6 +302,7 @@ def create_app(
     owns_grader = grader is None
     engine = grader if grader is not None else build_grader(settings)
     data_dir = settings.resolved_data_dir()
+    require_price(settings.max_cost_per_key_usd, engine.config)
     store = open_store(settings)
     manager = JobManager(
         store, engine,

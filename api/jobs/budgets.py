@@ -31,7 +31,7 @@ from api.errors import OverBudget
 from api.jobs.database import STORE_ERRORS
 from api.jobs.spend import next_midnight, utc_day
 from api.jobs.store import JobStore
-from core.errors import InputError
+from core.errors import ConfigError, InputError
 from judge.budget import Budget, Cap
 from judge.config import JudgeConfig
 
@@ -42,6 +42,26 @@ KEY_LIMIT = "max_cost_per_key_usd"
 
 JOB_LIMIT = "max_cost"
 """The name a job's own cap goes by (the job option)."""
+
+
+def require_price(max_cost_per_key: float | None, default: JudgeConfig) -> None:
+    """Refuse to start with a key budget whose default judge litellm cannot price.
+
+    Raises:
+        ConfigError: (``max_cost_per_key_usd``) every request of the default judge would be
+            refused (its spend could not be counted); the message names the model.
+    """
+    if max_cost_per_key is None or default.is_embedded:
+        return
+    from judge.estimate import prices_for
+
+    if prices_for(default.model, None, None) is None:
+        raise ConfigError(
+            f"max_cost_per_key_usd is set, but litellm's model cost map has no price for the "
+            f"judge model {default.model}, so its spend could not be counted: choose a priced "
+            "model or unset the budget",
+            field="max_cost_per_key_usd",
+        )
 
 
 class KeyBudgets:

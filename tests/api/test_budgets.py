@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
@@ -17,6 +18,7 @@ from sqlalchemy import select, update
 from api.jobs.schema import jobs, key_spend
 from api.jobs.spend import next_midnight, utc_day
 from bonusjudge_client import JudgeClient
+from core.errors import ConfigError
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
@@ -238,3 +240,12 @@ def test_the_client_sends_a_jobs_max_cost_with_items_and_with_a_file(
             status = wait_job(http, job.id, "a", lambda s: s["paused"])
             assert status["done"] < 40 and "max_cost" in status["detail"]
             assert client.job(job.id).paused
+
+
+def test_a_key_budget_with_a_default_judge_without_a_price_stops_start_up(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
+) -> None:
+    with pytest.raises(ConfigError, match="no price for the judge model fake/judge") as caught:
+        make_app(make_grader(), max_cost_per_key_usd=1.0)
+    assert caught.value.field == "max_cost_per_key_usd"
+    make_app(make_grader(model="embedded-matcher"), max_cost_per_key_usd=1.0)  # sends nothing
