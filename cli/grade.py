@@ -370,8 +370,11 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
 
     Raises:
         ConfigError: the judge cannot work (missing credentials, unknown model, unreachable,
-            refused); nothing has been written yet.
+            refused), or a cascade without an LLM or a band; nothing has been written yet.
     """
+    from judge.engine import check_cascade
+
+    check_cascade(config)
     if config.is_embedded:
         if config.rubric != "chartom":
             print(

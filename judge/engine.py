@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from judge.mapping import CalibratedMapping
     from judge.matcher import CascadeBand, ModelKind
 
-__all__ = ["BONUSJUDGE_VERSION", "TENANT", "EngineStats", "Grader"]
+__all__ = ["BONUSJUDGE_VERSION", "TENANT", "EngineStats", "Grader", "check_cascade"]
 
 T = TypeVar("T")
 
@@ -387,9 +387,7 @@ class Grader:
 
     def _check_judge(self, config: JudgeConfig) -> None:
         """Fail now when a cascade has no LLM, or no band for its agreement (ConfigError)."""
-        if config.is_cascade:
-            config.check_cascade()
-            _cascade_bands(config)
+        check_cascade(config)
 
     def _mapping_for(self, config: JudgeConfig) -> CalibratedMapping | None:
         """The calibrated mapping of ``config`` (loaded once), or None when none is configured.
@@ -520,6 +518,20 @@ class Grader:
 
     def _count(self, unscored: list[str]) -> None:
         self.stats.count_item(unscored, TENANT.get())
+
+
+def check_cascade(config: JudgeConfig) -> None:
+    """Fail when ``config`` is a cascade that cannot work: no LLM, or no band for its agreement.
+
+    For callers that must refuse before they write anything (the CLI opens its output only
+    after this); the grader checks it again when it makes the judge.
+
+    Raises:
+        ConfigError: naming what to set.
+    """
+    if config.is_cascade:
+        config.check_cascade()
+        _cascade_bands(config)
 
 
 def _cascade_bands(config: JudgeConfig) -> dict[ModelKind, CascadeBand]:

@@ -114,3 +114,5 @@ def test_a_cascade_without_an_llm_is_refused_naming_what_to_set(tmp_path: Path) 
     assert "no cascade band is fitted for agreement 0.8; fitted: 0.9, 0.95, 0.97" in (
         unfitted.stderr
     )
+    # Refused before anything is written: no empty output left behind.
+    assert not (tmp_path / "o.jsonl").exists()
