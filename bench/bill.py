@@ -20,20 +20,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    EXAMPLES,
     load_requests,
     log,
     machine,
     parse_section_args,
     section_parser,
-    workload_path,
     write_json,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "judge" / "data" / "examples_chartom.jsonl"
 MODEL = "gpt-4o-mini"
 RULES = {"openai 1024/128": (1024, 128), "256/64": (256, 64)}
 WORKLOAD_ITEMS = 300
@@ -93,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the rows and print the table."""
     args = parse_section_args(section_parser("bench.bill", __doc__), argv, litellm=True)
     examples = _thrice(load_requests(EXAMPLES))
-    big = load_requests(workload_path(), limit=WORKLOAD_ITEMS)
+    big = load_requests(limit=WORKLOAD_ITEMS)
     plan = [("examples x3", examples, transport) for transport in ("direct", "litellm")]
     plan.append((f"workload {WORKLOAD_ITEMS}", big, "direct"))
     rows = []

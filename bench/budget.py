@@ -24,7 +24,6 @@ from bench.common import (
     machine,
     parse_section_args,
     section_parser,
-    workload_path,
     write_json,
 )
 
@@ -92,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     prices = model_prices(MODEL)
     assert prices is not None
-    entries = load_requests(workload_path(), limit=args.items)
+    entries = load_requests(limit=args.items)
     rows: list[dict[str, Any]] = []
     with OpenAIStandIn(tokenizer="o200k_base", latency=0.1, record_requests=100_000) as server, \
             tempfile.TemporaryDirectory() as tmp:

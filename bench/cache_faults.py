@@ -31,13 +31,20 @@ from typing import Any
 import diskcache
 import httpx
 
-from bench.common import log, machine, percentile, section_parser, set_bench_env, write_json
+from bench.common import (
+    log,
+    machine,
+    older_checkout,
+    percentile,
+    section_parser,
+    set_bench_env,
+    write_json,
+)
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess, cli_env
 
 __all__ = ["main"]
 
-ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "7f6f960^"
 """The last commit before the disk cache left the event loop and stopped memory-mapping."""
 
@@ -169,15 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bonusjudge-cache-faults-") as tmp:
         work = Path(tmp)
-        old = work / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old),
-                        args.before], check=True, capture_output=True)
-        try:
+        with older_checkout(args.before, work) as old:
             rows = [_run(f"before ({args.before})", old, args.lock, work),
                     _run("this checkout", None, args.lock, work)]
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                           check=False, capture_output=True)
     print(f"\nA {args.lock:g} s write lock on cache.db, then truncations "
           f"(load {load[0]:.2f} -> {os.getloadavg()[0]:.2f})\n")
     print("| code | /healthz median | /healthz max | batch of 10 under the lock "

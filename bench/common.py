@@ -12,14 +12,18 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DEFAULT_WORKLOAD",
+    "EXAMPLES",
+    "ROOT",
     "WORKLOAD_ENV",
     "BenchError",
     "Timer",
@@ -27,6 +31,7 @@ __all__ = [
     "load_requests",
     "log",
     "machine",
+    "older_checkout",
     "parse_section_args",
     "peak_rss_mb",
     "percentile",
@@ -44,6 +49,12 @@ WORKLOAD_ENV = "BONUSJUDGE_BENCH_WORKLOAD"
 
 DEFAULT_WORKLOAD = Path("/work/shared/bench/chartom_like_1035.jsonl")
 """The 1,035-item workload used when ``BONUSJUDGE_BENCH_WORKLOAD`` is not set."""
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout the benchmarks run from (the repository's root)."""
+
+EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
+"""The 10 bundled CharToM examples (the sample ``bonusjudge grade`` ships with)."""
 
 
 class BenchError(RuntimeError):
@@ -200,6 +211,27 @@ def _files(path: Path) -> Iterator[Path]:
     for child in path.rglob("*"):
         if child.is_file():
             yield child
+
+
+@contextmanager
+def older_checkout(rev: str, work: Path) -> Iterator[Path]:
+    """A detached ``git worktree`` of commit ``rev`` at ``work / "before"``, removed on exit.
+
+    For the sections that measure an older commit against this checkout in the same run (the
+    same machine and load for both). The worktree is removed with ``--force`` even when the
+    section fails, so a failed run leaves no registered worktree behind.
+
+    Raises:
+        subprocess.CalledProcessError: git could not check ``rev`` out.
+    """
+    old = work / "before"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old), rev],
+                   check=True, capture_output=True)
+    try:
+        yield old
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
+                       check=False, capture_output=True)
 
 
 def section_parser(module: str, doc: str | None) -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    EXAMPLES,
     load_requests,
     log,
     machine,
@@ -27,7 +28,6 @@ from bench.common import (
     write_json,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "judge" / "data" / "examples_chartom.jsonl"
 MODEL = "openai/gpt-4o-mini"
 
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    EXAMPLES,
     BenchError,
     log,
     parse_section_args,
@@ -66,8 +67,6 @@ __all__ = [
     "table",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
 
 _RUNS = itertools.count()
 """Numbers the overhead runs, so that every run's items are new to the service's cache."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import tempfile
 import threading
 import time
@@ -29,13 +28,12 @@ from typing import Any
 
 import httpx
 
-from bench.common import log, machine, section_parser, set_bench_env, write_json
+from bench.common import log, machine, older_checkout, section_parser, set_bench_env, write_json
 from standins.openai_server import FaultPlan, OpenAIStandIn
 from standins.openai_server.replies import default_reply
 from standins.openai_server.wire import analyse
 from standins.processes import ServiceProcess
 
-ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "9a49e40~1"
 """The commit before the isolated breaker and the request accounting (9a49e40's parent)."""
 
@@ -134,17 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bonusjudge-isolation-") as tmp:
         work = Path(tmp)
-        old = work / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(old),
-                        args.before], check=True, capture_output=True)
-        try:
+        with older_checkout(args.before, work) as old:
             for label, code in ((f"before ({args.before})", old), ("this checkout", None)):
                 log(f"{label}: poison, then counting")
                 rows.append({"code": label, **_poison(work, code, args.b_requests),
                              **_counting(work, code)})
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                           check=False, capture_output=True)
     print(f"\nTwo keys on bonusjudge serve (load {load[0]:.2f} -> {os.getloadavg()[0]:.2f})\n")
     print("| code | B's 503s under A's poison | A items sent | requests per poison item "
           "| provider saw / /metrics requests | provider saw / /metrics prompt tokens |")
