@@ -32,7 +32,6 @@ not a point-level label and are left out of both the fit and the table.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -48,7 +47,6 @@ import numpy.typing as npt
 
 from calibration.fit.matcher import (
     DEFAULT_CACHE_DIR,
-    DEFAULT_DATA_DIR,
     N_FOLDS,
     SEED,
     SETS,
@@ -56,13 +54,12 @@ from calibration.fit.matcher import (
     _trains,
     build_examples,
     cross_validate,
+    fit_parser,
     load_examples,
+    run_fit,
 )
 from calibration.fit.multilingual import multilingual_examples
 from calibration.fit.types import Example, FloatArray, SetSpec
-from calibration.sets import CALIBRATION_DIR_ENV
-from core.errors import ConfigError, InputError
-from judge.config import load_settings
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -411,15 +408,7 @@ def format_table(target: str, tables: dict[str, list[dict[str, Any]]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; 0 on success, 2 on a bad data folder, input line or target."""
-    parser = argparse.ArgumentParser(
-        prog="python -m calibration.fit.cascade", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help=f"shared calibration folder (default: ${CALIBRATION_DIR_ENV} or {DEFAULT_DATA_DIR})",
-    )
+    parser = fit_parser("calibration.fit.cascade", __doc__)
     parser.add_argument(
         "--params", type=Path, default=PARAMS_PATH, help="matcher parameter file to update"
     )
@@ -445,16 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not targets or not all(0.5 <= t < 1.0 for t in targets):
         print("error: --targets must be agreements in [0.5, 1), comma-separated", file=sys.stderr)
         return 2
-    data_dir = args.data_dir or load_settings().calibration_dir or DEFAULT_DATA_DIR
-    if not data_dir.is_dir():
-        print(f"error: calibration data folder {data_dir} does not exist", file=sys.stderr)
-        return 2
-    try:
-        run(data_dir, args.params, targets, args.cache_dir, chinese=not args.no_chinese)
-    except (InputError, ConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_fit(args.data_dir, lambda data_dir: run(
+        data_dir, args.params, targets, args.cache_dir, chinese=not args.no_chinese))
 
 
 if __name__ == "__main__":

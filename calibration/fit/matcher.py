@@ -96,7 +96,9 @@ __all__ = [
     "build_examples",
     "choose_threshold",
     "fit_logistic",
+    "fit_parser",
     "main",
+    "run_fit",
 ]
 
 
@@ -854,15 +856,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success, 2 on a bad data folder or input line.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m calibration.fit.matcher", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help=f"shared calibration folder (default: ${CALIBRATION_DIR_ENV} or {DEFAULT_DATA_DIR})",
-    )
+    parser = fit_parser("calibration.fit.matcher", __doc__)
     parser.add_argument("--out", type=Path, default=PARAMS_PATH, help="parameter file to write")
     parser.add_argument("--report", type=Path, default=None, help="also write the table here")
     parser.add_argument(
@@ -873,12 +867,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
     args = parser.parse_args(argv)
-    data_dir = args.data_dir or load_settings().calibration_dir or DEFAULT_DATA_DIR
-    if not data_dir.is_dir():
-        print(f"error: calibration data folder {data_dir} does not exist", file=sys.stderr)
+    cache_dir = None if args.no_cache else args.cache_dir
+    return run_fit(args.data_dir, lambda data_dir: run(data_dir, args.out, args.report, cache_dir))
+
+
+def fit_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """The command line of a fit, ``python -m MODULE``, with the ``--data-dir`` every fit reads.
+
+    Args:
+        module: The fit's module (``calibration.fit.cascade``).
+        doc: Its module docstring; the first paragraph describes the command.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n\n")[0])
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"shared calibration folder (default: ${CALIBRATION_DIR_ENV} or {DEFAULT_DATA_DIR})",
+    )
+    return parser
+
+
+def run_fit(data_dir: Path | None, fit: Callable[[Path], object]) -> int:
+    """Run ``fit`` on the calibration folder and give the fit command's exit status.
+
+    The folder is ``data_dir`` (``--data-dir``), else the settings' ``calibration_dir``
+    (``$BONUSJUDGE_CALIBRATION_DIR``), else :data:`DEFAULT_DATA_DIR`.
+
+    Returns:
+        0 when the fit ran; 2, with the reason on stderr, when the folder does not exist or the
+        fit refused its input (a bad line, a bad option: ``InputError``, ``ConfigError``).
+    """
+    folder = data_dir or load_settings().calibration_dir or DEFAULT_DATA_DIR
+    if not folder.is_dir():
+        print(f"error: calibration data folder {folder} does not exist", file=sys.stderr)
         return 2
     try:
-        run(data_dir, args.out, args.report, None if args.no_cache else args.cache_dir)
+        fit(folder)
     except (InputError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
