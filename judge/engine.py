@@ -65,7 +65,9 @@ if TYPE_CHECKING:
     from judge.mapping import CalibratedMapping
     from judge.matcher import CascadeBand, ModelKind
 
-__all__ = ["BONUSJUDGE_VERSION", "TENANT", "EngineStats", "Grader", "check_cascade"]
+__all__ = [
+    "BONUSJUDGE_VERSION", "TENANT", "EngineStats", "Grader", "check_cascade", "iterate_entries",
+]
 
 T = TypeVar("T")
 
@@ -234,7 +236,7 @@ class Grader:
         cfg = config or self.config
         window = max(2, 2 * cfg.concurrency)
         pending: set[asyncio.Task[GradeResult]] = set()
-        entries = _aiter(requests)
+        entries = iterate_entries(requests)
         try:
             async for entry in entries:
                 item_id, request = entry if isinstance(entry, tuple) else (None, entry)
@@ -557,8 +559,10 @@ async def _optional(task: Awaitable[T] | None) -> T | None:
     return None if task is None else await task
 
 
-async def _aiter(entries: Iterable[Entry] | AsyncIterable[Entry]) -> AsyncGenerator[Entry, None]:
-    """Iterate a plain or an async iterable alike."""
+async def iterate_entries(
+    entries: Iterable[Entry] | AsyncIterable[Entry],
+) -> AsyncGenerator[Entry, None]:
+    """Iterate a plain or an async iterable of entries alike (``grade_many`` takes either)."""
     if isinstance(entries, AsyncIterable):
         async for entry in entries:
             yield entry

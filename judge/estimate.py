@@ -37,7 +37,7 @@ from core.errors import InputError
 from judge.cache import Cache
 from judge.calls import TENANT, Caller, CallOutcome, CallSpec, rubric_ref
 from judge.config import JudgeConfig
-from judge.engine import Entry, Grader
+from judge.engine import Entry, Grader, iterate_entries
 from judge.providers.base import Completion
 from judge.stats import EngineStats
 from judge.verdicts import MAX_EXTRACTED_POINTS
@@ -434,7 +434,7 @@ async def estimate(
     items = 0
     books = _Books()
     if judged is None:
-        async for _ in _each(entries):
+        async for _ in iterate_entries(entries):
             items += 1
         if config.is_embedded:
             notes.append(f"the judge is {config.model} (offline): it makes no judge call")
@@ -518,14 +518,3 @@ def _task(
         completion_tokens=tally.completion_tokens,
         cost_usd=cost,
     )
-
-
-async def _each(entries: Iterable[Entry] | AsyncIterable[Entry]) -> Any:
-    """Iterate a plain or an async iterable alike."""
-    if isinstance(entries, AsyncIterable):
-        async for entry in entries:
-            yield entry
-    else:
-        for entry in entries:
-            yield entry
-
