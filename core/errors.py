@@ -8,8 +8,9 @@
     ├── RubricError
     │   ├── RubricNotFound       no rubric with that id (or language)
     │   └── RubricInvalid        a rubric file failed validation (``path``, ``field``)
-    ├── ProviderError            the judge provider failed (``reason``, ``retryable``, ``status``)
-    ├── JudgeOutputError         the judge answered, but not in a usable form (``reason``)
+    ├── SpendingError            a judge call failed after requests that may be billed (usage)
+    │   ├── ProviderError        the judge provider failed (``reason``, ``retryable``, ``status``)
+    │   └── JudgeOutputError     the judge answered, but not in a usable form (``reason``)
     └── CacheError               the cache folder cannot be opened or written
 
 Grading turns ``ProviderError`` and ``JudgeOutputError`` into an *unscored* verdict with the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Self
 
 from pydantic import ValidationError
 
@@ -86,22 +88,59 @@ class RubricInvalid(RubricError):
         self.field = field
 
 
-class ProviderError(JudgeError):
-    """The judge provider failed to answer (network, HTTP status, timeout, refusal...).
+class SpendingError(JudgeError):
+    """A judge call that failed after requests the provider may have billed.
+
+    The provider bills every answered request, an unusable answer or a re-ask before a transport
+    failure included; the engine counts them (``/metrics``, provenance, budgets) only if the
+    error says so, with :meth:`with_usage`.
 
     Attributes:
         reason: The unscored reason this failure maps to.
-        retryable: Whether trying again later may succeed (429, 5xx, timeouts, resets).
-        status: The HTTP status code, when there was one.
-        retry_after: Seconds the provider asked us to wait (``Retry-After``), when given.
-        attempts: Requests sent before the failure (a re-ask that then failed in transport
-            counts too).
+        attempts: Requests sent before the failure, re-asks included.
         prompt_tokens: Prompt tokens the provider reported for the answered requests among
-            them (re-asks before the failure), when it reported any.
+            them, when it reported any.
         completion_tokens: Completion tokens reported for them, likewise.
         cost_usd: Their cost, when the model's price is known.
         cached_tokens: Of ``prompt_tokens``, those the provider served from its prompt cache
             (billed at its cache-read price), when it reported them.
+    """
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    cached_tokens: int | None = None
+
+    def __init__(self, message: str, *, reason: UnscoredReason, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.reason: UnscoredReason = reason
+        self.attempts = attempts
+
+    def with_usage(
+        self,
+        prompt_tokens: int | None,
+        completion_tokens: int | None,
+        cost_usd: float | None = None,
+        cached_tokens: int | None = None,
+    ) -> Self:
+        """This error, carrying the usage the provider reported for the requests it ends."""
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cost_usd = cost_usd
+        self.cached_tokens = cached_tokens
+        return self
+
+
+class ProviderError(SpendingError):
+    """The judge provider failed to answer (network, HTTP status, timeout, refusal...).
+
+    Its usage (:class:`SpendingError`) is that of the answered requests before the failure (a
+    re-ask that then failed in transport); the failed request itself reported none.
+
+    Attributes:
+        retryable: Whether trying again later may succeed (429, 5xx, timeouts, resets).
+        status: The HTTP status code, when there was one.
+        retry_after: Seconds the provider asked us to wait (``Retry-After``), when given.
     """
 
     def __init__(
@@ -113,36 +152,21 @@ class ProviderError(JudgeError):
         status: int | None = None,
         retry_after: float | None = None,
         attempts: int = 1,
-        prompt_tokens: int | None = None,
-        completion_tokens: int | None = None,
-        cost_usd: float | None = None,
-        cached_tokens: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.reason: UnscoredReason = reason
+        super().__init__(message, reason=reason, attempts=attempts)
         self.retryable = retryable
         self.status = status
         self.retry_after = retry_after
-        self.attempts = attempts
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
-        self.cost_usd = cost_usd
-        self.cached_tokens = cached_tokens
 
 
-class JudgeOutputError(JudgeError):
+class JudgeOutputError(SpendingError):
     """The judge answered but the answer is unusable (unparseable, invalid, truncated, empty).
 
+    Its usage (:class:`SpendingError`) covers every attempt: the provider bills unusable answers
+    too.
+
     Attributes:
-        reason: The unscored reason this failure maps to.
         raw: The judge's raw text, kept (truncated) for diagnosis.
-        attempts: How many attempts were made, re-asks included.
-        prompt_tokens: Prompt tokens the provider reported over those attempts (it bills
-            unusable answers too), when it reported any.
-        completion_tokens: Completion tokens reported over them, likewise.
-        cost_usd: Their cost, when the model's price is known.
-        cached_tokens: Of ``prompt_tokens``, those served from the provider's prompt cache,
-            when it reported them.
     """
 
     def __init__(
@@ -152,19 +176,9 @@ class JudgeOutputError(JudgeError):
         reason: UnscoredReason = "parse_failure",
         raw: str | None = None,
         attempts: int = 1,
-        prompt_tokens: int | None = None,
-        completion_tokens: int | None = None,
-        cost_usd: float | None = None,
-        cached_tokens: int | None = None,
     ) -> None:
-        super().__init__(message)
-        self.reason: UnscoredReason = reason
+        super().__init__(message, reason=reason, attempts=attempts)
         self.raw = raw[:2000] if raw else raw
-        self.attempts = attempts
-        self.prompt_tokens = prompt_tokens
-        self.completion_tokens = completion_tokens
-        self.cost_usd = cost_usd
-        self.cached_tokens = cached_tokens
 
 
 class CacheError(JudgeError):

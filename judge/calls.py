@@ -37,7 +37,7 @@ from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState
 
 from bonusjudge_client.wire.grading import CallRecord, RubricRef
-from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.errors import JudgeOutputError, ProviderError, SpendingError, UnscoredReason
 from core.text import Language
 from judge.budget import BUDGET, Budget, BudgetExhausted, Reservation
 from judge.cache import Cache, judge_call_key, schema_hash
@@ -363,7 +363,7 @@ class Caller:
             self._probe_spent(completion)
             breaker.record_success(PROBE_SOURCE)
 
-    def _probe_spent(self, spent: Completion | JudgeOutputError | ProviderError) -> None:
+    def _probe_spent(self, spent: Completion | SpendingError) -> None:
         """Count a probe's re-asks and usage (for no caller: totals only)."""
         self.stats.add_requests(max(0, spent.attempts - 1), None, probe=True)
         self.stats.add_usage(
@@ -609,11 +609,11 @@ class Caller:
         if held is None:
             return await request
         budget, reservation = held
-        spent: Completion | JudgeOutputError | ProviderError | None = None
+        spent: Completion | SpendingError | None = None
         try:
             spent = await request
             return spent
-        except (ProviderError, JudgeOutputError) as exc:
+        except SpendingError as exc:
             spent = exc
             raise
         finally:
@@ -628,7 +628,7 @@ class Caller:
                 )
 
     def _spent(
-        self, state: _CallState, spent: Completion | JudgeOutputError | ProviderError
+        self, state: _CallState, spent: Completion | SpendingError
     ) -> None:
         """Count what one provider call spent beyond its first request (already counted).
 

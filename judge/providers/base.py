@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -61,30 +61,6 @@ class Completion:
     cost_usd: float | None = None
     attempts: int = 1
     cached_tokens: int | None = None
-
-
-SpendingError = TypeVar("SpendingError", JudgeOutputError, ProviderError)
-"""An error that carries what the requests before it cost."""
-
-
-def with_usage(
-    error: SpendingError,
-    prompt_tokens: int | None,
-    completion_tokens: int | None,
-    cost_usd: float | None,
-    cached_tokens: int | None = None,
-) -> SpendingError:
-    """``error`` carrying the usage the provider reported for the requests it ends.
-
-    The provider bills every answered request, an unusable answer or a re-ask before a
-    transport failure included; the engine counts them (``/metrics``, provenance) only if the
-    error says so.
-    """
-    error.prompt_tokens = prompt_tokens
-    error.completion_tokens = completion_tokens
-    error.cost_usd = cost_usd
-    error.cached_tokens = cached_tokens
-    return error
 
 
 class Provider(Protocol):

@@ -59,17 +59,21 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import ConfigError, JudgeOutputError, ProviderError, unset_variable
+from core.errors import (
+    ConfigError,
+    JudgeOutputError,
+    ProviderError,
+    SpendingError,
+    unset_variable,
+)
 from judge.config import JudgeConfig
 from judge.providers.base import (
     PROBE_MESSAGES,
     Completion,
-    SpendingError,
     probe_config,
     provider_error,
     retry_after_seconds,
     usable_text,
-    with_usage,
 )
 from judge.providers.wire import (
     Plan,
@@ -307,7 +311,7 @@ class _Tokens:
 
     def charged(self, error: SpendingError) -> SpendingError:
         """``error`` carrying the tokens (and their price) of the replies so far."""
-        return with_usage(error, self.prompt, self.completion, self.cost, self.cached)
+        return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
 
     def add(self, reply: Mapping[str, Any]) -> None:
         """Add one reply's ``usage`` (and its price, each reply priced alone as litellm does)."""

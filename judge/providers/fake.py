@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import JudgeOutputError, ProviderError
+from core.errors import JudgeOutputError, SpendingError
 from judge.config import JudgeConfig
 from judge.providers.base import Completion, failure_reason_of
 
@@ -127,9 +127,7 @@ class FakeProvider:
             # The transports' classification: text that is not JSON failed to parse.
             reason=failure_reason_of(refused=False, finish_reason=None, raw=last_raw),
             attempts=attempts,
-            prompt_tokens=self.prompt_tokens * attempts,
-            completion_tokens=self.completion_tokens * attempts,
-        )
+        ).with_usage(self.prompt_tokens * attempts, self.completion_tokens * attempts)
 
     def _spent(self, error: BaseException, attempts: int) -> BaseException:
         """A scripted error with the usage the transports would report with it.
@@ -139,15 +137,15 @@ class FakeProvider:
         ``attempts`` stay the script's (a script that re-asks sets them, as the transports
         would). The script's object may be reused, so it is copied rather than changed.
         """
-        if not isinstance(error, JudgeOutputError | ProviderError) or error.prompt_tokens:
+        if not isinstance(error, SpendingError) or error.prompt_tokens:
             return error
         answered = attempts - 1 + (1 if isinstance(error, JudgeOutputError) else 0)
         if not answered:
             return error
-        spent = copy.copy(error)
-        spent.prompt_tokens = self.prompt_tokens * answered
-        spent.completion_tokens = self.completion_tokens * answered
-        return spent
+        return copy.copy(error).with_usage(
+            self.prompt_tokens * answered, self.completion_tokens * answered,
+            error.cost_usd, error.cached_tokens,
+        )
 
     @staticmethod
     def _dump(output: BaseModel | dict[str, Any]) -> Any:

@@ -13,16 +13,14 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.errors import JudgeOutputError, ProviderError, SpendingError, UnscoredReason
 from judge.config import JudgeConfig
 from judge.providers.base import (
     Completion,
-    SpendingError,
     _is_transport_error,
     failure_reason_of,
     map_provider_exception,
     usable_text,
-    with_usage,
 )
 
 _MODES = {
@@ -225,7 +223,7 @@ class _Spent:
 
     def charged(self, error: SpendingError) -> SpendingError:
         """``error`` carrying the usage of the answers so far."""
-        return with_usage(error, self.prompt, self.completion, self.cost, self.cached)
+        return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
 
 
 class LiteLLMProvider:
@@ -373,7 +371,7 @@ class LiteLLMProvider:
                 refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
             )
         except JudgeOutputError as exc:
-            with_usage(exc, prompt, completion_tokens, cost, cached)  # billed all the same
+            exc.with_usage(prompt, completion_tokens, cost, cached)  # billed all the same
             raise
         return Completion(
             output=text,
