@@ -26,8 +26,8 @@ from bench.common import (
     EXAMPLES,
     load_requests,
     log,
-    machine,
     parse_section_args,
+    print_table,
     section_parser,
     write_json,
 )
@@ -87,6 +87,11 @@ async def _run(entries: list[tuple[str, Any]], transport: str, rule: tuple[int, 
     }
 
 
+def _pair(counts: list[int]) -> str:
+    """A run's count and the provider's, ``run/provider``."""
+    return f"{counts[0]:,}/{counts[1]:,}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the rows and print the table."""
     args = parse_section_args(section_parser("bench.bill", __doc__), argv, litellm=True)
@@ -100,18 +105,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"{name}, {transport}, prefix cache {rule_name}")
             row = asyncio.run(_run(entries, transport, rule))
             rows.append({"workload": name, "rule": rule_name, **row})
-    print(f"bill under 30% malformed answers vs the provider's counts ({MODEL} prices; "
-          f"run / provider); load average {machine()['load_avg']}")
-    print(f"{'workload':<14}{'transport':<10}{'cache rule':<17}{'malf':>5}{'requests':>12}"
-          f"{'prompt tokens':>18}{'cached':>16}{'completion':>14}{'cost USD':>22}"
-          f"{'before':>10}{'prov=':>6}")
-    for r in rows:
-        pair = lambda v: f"{v[0]:,}/{v[1]:,}"  # noqa: E731
-        print(f"{r['workload']:<14}{r['transport']:<10}{r['rule']:<17}{r['malformed']:>5}"
-              f"{pair(r['requests']):>12}{pair(r['prompt_tokens']):>18}"
-              f"{pair(r['cached_tokens']):>16}{pair(r['completion_tokens']):>14}"
-              f"{r['cost_usd'][0]:>11.6f}/{r['cost_usd'][1]:<10.6f}"
-              f"{r['cost_before_usd']:>10.6f}{'yes' if r['provenance_equal'] else 'NO':>6}")
+    print_table(
+        f"bill under 30% malformed answers vs the provider's counts ({MODEL} prices; "
+        "run / provider)",
+        [("workload", "workload", "<14"), ("transport", "transport", "<10"),
+         ("cache rule", "rule", "<17"), ("malf", "malformed", ">5"),
+         ("requests", lambda r: _pair(r["requests"]), ">12"),
+         ("prompt tokens", lambda r: _pair(r["prompt_tokens"]), ">18"),
+         ("cached", lambda r: _pair(r["cached_tokens"]), ">16"),
+         ("completion", lambda r: _pair(r["completion_tokens"]), ">14"),
+         ("cost USD", lambda r: f"{r['cost_usd'][0]:>11.6f}/{r['cost_usd'][1]:<10.6f}", ">22"),
+         ("before", "cost_before_usd", ">10.6f"),
+         ("prov=", lambda r: "yes" if r["provenance_equal"] else "NO", ">6")],
+        rows,
+    )
     write_json(args.json, {"rows": rows})
     return 0
 

@@ -21,8 +21,8 @@ from typing import Any
 from bench.common import (
     load_requests,
     log,
-    machine,
     parse_section_args,
+    print_table,
     section_parser,
     write_json,
 )
@@ -121,18 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "total_requests": total.requests, "baseline_requests": base.requests,
                 "sent_twice": len(bodies) - len(set(bodies)),
             })
-    print(f"a capped run against its cap: {MODEL} on the strict stand-in, {len(entries)} items, "
-          f"concurrency {CONCURRENCY}, 0.1 s per call; estimate ${estimated:.6f}, uncapped run "
-          f"${baseline_cost:.6f} in {base.requests} requests; load average "
-          f"{machine()['load_avg']}")
-    print(f"{'cap':>6}{'cap $':>11}{'spent $':>11}{'settled $':>11}{'spent/cap':>10}"
-          f"{'requests':>9}{'scored':>7}{'left':>6}{'resume req':>11}{'total req':>10}"
-          f"{'sent twice':>11}")
-    for r in rows:
-        print(f"{r['share']:>6.0%}{r['cap_usd']:>11.6f}{r['spent_usd']:>11.6f}"
-              f"{r['settled_usd']:>11.6f}{r['spent_over_cap']:>10}{r['requests']:>9}"
-              f"{r['scored']:>7}{r['capped_items']:>6}{r['resume_requests']:>11}"
-              f"{r['total_requests']:>10}{r['sent_twice']:>11}")
+    print_table(
+        f"a capped run against its cap: {MODEL} on the strict stand-in, {len(entries)} items, "
+        f"concurrency {CONCURRENCY}, 0.1 s per call; estimate ${estimated:.6f}, uncapped run "
+        f"${baseline_cost:.6f} in {base.requests} requests",
+        [("cap", "share", ">6.0%"), ("cap $", "cap_usd", ">11.6f"),
+         ("spent $", "spent_usd", ">11.6f"), ("settled $", "settled_usd", ">11.6f"),
+         ("spent/cap", "spent_over_cap", ">10"), ("requests", "requests", ">9"),
+         ("scored", "scored", ">7"), ("left", "capped_items", ">6"),
+         ("resume req", "resume_requests", ">11"), ("total req", "total_requests", ">10"),
+         ("sent twice", "sent_twice", ">11")],
+        rows,
+    )
     write_json(args.json, {"rows": rows, "estimate_usd": estimated,
                            "baseline_usd": baseline_cost, "baseline_requests": base.requests})
     return 0

@@ -27,6 +27,7 @@ from bench.common import (
     log,
     machine,
     parse_section_args,
+    print_table,
     section_parser,
     write_json,
 )
@@ -114,16 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     baseline = rows[0]["requests"]
     for row in rows:
         row["requests_vs_all_llm"] = round(row["requests"] / baseline, 4) if baseline else None
-    print(
+    print_table(
         f"cascade vs all-LLM, {len(entries)} items, {'+'.join(METRICS)}, {MODEL} on the strict "
-        f"stand-in; load average {load_before} -> {machine()['load_avg']}"
+        "stand-in",
+        [("run", "run", "<16"), ("items", "items", ">6"), ("requests", "requests", ">10"),
+         ("vs all-LLM", "requests_vs_all_llm", ">11"), ("to LLM", "to_llm", ">8"),
+         ("share", "llm_share", ">7.3f"), ("saved", "calls_saved", ">7"),
+         ("unscored", "unscored", ">9"), ("s", "seconds", ">7")],
+        rows, load_before=load_before,
     )
-    print(f"{'run':<16}{'items':>6}{'requests':>10}{'vs all-LLM':>11}{'to LLM':>8}{'share':>7}"
-          f"{'saved':>7}{'unscored':>9}{'s':>7}")
-    for r in rows:
-        print(f"{r['run']:<16}{r['items']:>6}{r['requests']:>10}{r['requests_vs_all_llm']:>11}"
-              f"{r['to_llm']:>8}{r['llm_share']:>7.3f}{r['calls_saved']:>7}{r['unscored']:>9}"
-              f"{r['seconds']:>7}")
     write_json(args.json, {"rows": rows})
     return 0
 

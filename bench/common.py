@@ -11,11 +11,12 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "parse_section_args",
     "peak_rss_mb",
     "percentile",
+    "print_table",
     "proc_peak_rss_mb",
     "process_tree",
     "quiet_litellm",
@@ -262,6 +264,45 @@ def parse_section_args(
     if litellm:
         quiet_litellm()
     return args
+
+
+Column = tuple[str, str | Callable[[Mapping[str, Any]], Any], str]
+"""A fixed-width column of :func:`print_table`: its header, its cell (the row's key, or a
+function of the row) and the format spec of the cell (``">10,"``: right-aligned in 10, with
+thousands separators); the header takes the spec's alignment and width."""
+
+
+def print_table(
+    title: str,
+    columns: Sequence[Column],
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    load_before: Sequence[float] | None = None,
+) -> None:
+    """Print a section's fixed-width table under its title and the machine's load average.
+
+    Args:
+        title: What the table shows; ``; load average ...`` is appended (the figures of a
+            loaded machine read differently).
+        columns: The columns, left to right.
+        rows: The rows, each a mapping the columns' keys index.
+        load_before: The load average taken before the runs: the title then says
+            ``before -> now``.
+    """
+    load = machine()["load_avg"]
+    span = f"{list(load_before)} -> {load}" if load_before is not None else f"{load}"
+    print(f"{title}; load average {span}")
+    print("".join(f"{header:{_alignment(spec)}}" for header, _, spec in columns))
+    for row in rows:
+        print("".join(
+            format(cell(row) if callable(cell) else row[cell], spec) for _, cell, spec in columns
+        ))
+
+
+def _alignment(spec: str) -> str:
+    """The alignment and width of a format spec (``">10,"`` -> ``">10"``), for its header."""
+    match = re.match(r"[<>^]?\d*", spec)
+    return match.group() if match else ""
 
 
 def write_json(path: str | None, payload: dict[str, Any]) -> None:

@@ -21,8 +21,8 @@ from bench.common import (
     EXAMPLES,
     load_requests,
     log,
-    machine,
     parse_section_args,
+    print_table,
     section_parser,
     workload_path,
     write_json,
@@ -86,17 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"{name}: estimate, then the run")
             rows.append(asyncio.run(_one(name.split()[0], entries, server.base_url, Path(tmp),
                                          server)))
-    print(f"estimate vs run, {MODEL} on the strict stand-in (usage: tiktoken o200k_base); "
-          f"load average {machine()['load_avg']}")
-    print(f"{'workload':<26}{'items':>6}{'est calls':>10}{'run calls':>10}{'requests':>9}"
-          f"{'est prompt':>12}{'provider prompt':>16}{'ratio':>7}{'est compl':>10}"
-          f"{'prov compl':>11}{'warm':>6}{'est s':>7}")
-    for r in rows:
-        print(f"{r['workload']:<26}{r['items']:>6}{r['estimate_calls']:>10}"
-              f"{r['run_first_attempts']:>10}{r['provider_requests']:>9}"
-              f"{r['estimate_prompt_tokens']:>12,}{r['provider_prompt_tokens']:>16,}"
-              f"{r['prompt_ratio']:>7}{r['estimate_completion_tokens']:>10,}"
-              f"{r['provider_completion_tokens']:>11,}{r['warm_calls']:>6}{r['estimate_s']:>7}")
+    print_table(
+        f"estimate vs run, {MODEL} on the strict stand-in (usage: tiktoken o200k_base)",
+        [("workload", "workload", "<26"), ("items", "items", ">6"),
+         ("est calls", "estimate_calls", ">10"), ("run calls", "run_first_attempts", ">10"),
+         ("requests", "provider_requests", ">9"),
+         ("est prompt", "estimate_prompt_tokens", ">12,"),
+         ("provider prompt", "provider_prompt_tokens", ">16,"), ("ratio", "prompt_ratio", ">7"),
+         ("est compl", "estimate_completion_tokens", ">10,"),
+         ("prov compl", "provider_completion_tokens", ">11,"), ("warm", "warm_calls", ">6"),
+         ("est s", "estimate_s", ">7")],
+        rows,
+    )
     write_json(args.json, {"rows": rows})
     return 0
 
