@@ -49,32 +49,29 @@ class Usage:
 
 
 @dataclass
-class EngineStats:
+class EngineStats(Usage):
     """Counters over the engine's lifetime (exported as Prometheus metrics by the service).
 
-    ``provider_calls`` counts every request sent to a provider (re-asks, retries, failures and
-    probes included); ``reasks`` and ``retries`` say how many of them were re-asks and retries.
-    ``by_caller`` keeps each caller's :class:`Usage` (keyed by the caller, ``""`` for calls made
-    for nobody in particular: the CLI, a service without keys); probes of an outage are made for
-    no caller and counted in the totals only.
+    The totals are the :class:`Usage` of every caller together, so one set of counters serves
+    both; ``provider_requests`` (also read as ``provider_calls``) counts every request sent to a
+    provider (re-asks, retries, failures and probes included); ``reasks`` and ``retries`` say how
+    many of them were re-asks and retries. ``by_caller`` keeps each caller's :class:`Usage`
+    (keyed by the caller, ``""`` for calls made for nobody in particular: the CLI, a service
+    without keys); probes of an outage are made for no caller and counted in the totals only.
     """
 
-    items: int = 0
-    scored: int = 0
-    unscored: int = 0
-    provider_calls: int = 0
-    cache_hits: int = 0
     metric_cache_hits: int = 0
     reasks: int = 0
     retries: int = 0
     retries_by_reason: Counter[str] = field(default_factory=Counter)
     outage_waits: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    cached_tokens: int = 0
     unscored_by_reason: Counter[str] = field(default_factory=Counter)
     by_caller: dict[str, Usage] = field(default_factory=dict)
+
+    @property
+    def provider_calls(self) -> int:
+        """Every request sent to a provider, for all callers (``provider_requests``)."""
+        return self.provider_requests
 
     def usage_of(self, caller: str | None) -> Usage:
         """``caller``'s usage so far (an empty one for a caller not seen yet, not stored)."""
@@ -87,11 +84,14 @@ class EngineStats:
             usage = self.by_caller[key] = Usage()
         return usage
 
+    def _counted(self, caller: str | None, *, probe: bool = False) -> tuple[Usage, ...]:
+        """Where a count goes: the totals, and ``caller``'s usage unless it is a probe's."""
+        return (self,) if probe else (self, self._caller(caller))
+
     def add_requests(self, count: int, caller: str | None, *, probe: bool = False) -> None:
         """Count ``count`` requests sent to a provider for ``caller`` (a probe: for no one)."""
-        self.provider_calls += count
-        if not probe:
-            self._caller(caller).provider_requests += count
+        for usage in self._counted(caller, probe=probe):
+            usage.provider_requests += count
 
     def add_usage(
         self,
@@ -110,12 +110,9 @@ class EngineStats:
         """
         prompt, completion, cost = prompt_tokens or 0, completion_tokens or 0, cost_usd or 0.0
         cached = cached_tokens or 0
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.cost_usd += cost
-        self.cached_tokens += cached
-        if not probe and (prompt or completion or cost or cached):
-            usage = self._caller(caller)
+        # A caller whose requests reported nothing gets no entry of its own.
+        nothing = not (prompt or completion or cost or cached)
+        for usage in self._counted(caller, probe=probe or nothing):
             usage.prompt_tokens += prompt
             usage.completion_tokens += completion
             usage.cost_usd += cost
@@ -123,22 +120,18 @@ class EngineStats:
 
     def add_cache_hit(self, caller: str | None) -> None:
         """Count one judge call answered from the cache for ``caller``."""
-        self.cache_hits += 1
-        self._caller(caller).cache_hits += 1
+        for usage in self._counted(caller):
+            usage.cache_hits += 1
 
     def count_item(self, unscored: list[str], caller: str | None) -> None:
         """Count one graded item for ``caller``, with its unscored ``task: reason`` entries."""
-        usage = self._caller(caller)
-        self.items += 1
-        usage.items += 1
-        if unscored:
-            self.unscored += 1
-            usage.unscored += 1
-            for reason in unscored:
-                self.unscored_by_reason[reason] += 1
-        else:
-            self.scored += 1
-            usage.scored += 1
+        for usage in self._counted(caller):
+            usage.items += 1
+            if unscored:
+                usage.unscored += 1
+            else:
+                usage.scored += 1
+        self.unscored_by_reason.update(unscored)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the totals."""
@@ -146,7 +139,7 @@ class EngineStats:
             "items": self.items,
             "scored": self.scored,
             "unscored": self.unscored,
-            "judge_calls": self.provider_calls,
+            "judge_calls": self.provider_requests,
             "cache_hits": self.cache_hits,
             "metric_cache_hits": self.metric_cache_hits,
             "reasks": self.reasks,
