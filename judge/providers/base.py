@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.errors import JudgeOutputError, ProviderError, SpendingError, UnscoredReason
 from core.retry import parse_retry_after
 from judge.config import JudgeConfig
 
@@ -61,6 +61,39 @@ class Completion:
     cost_usd: float | None = None
     attempts: int = 1
     cached_tokens: int | None = None
+
+
+class UsageSum:
+    """The usage the provider reported over one call's attempts, each part None until reported.
+
+    A transport sums every answer's usage here (re-asks included, each billed), so the
+    completion it returns, or the error it raises, carries all of it (:meth:`charged`).
+    """
+
+    __slots__ = ("cached", "completion", "cost", "prompt")
+
+    def __init__(self) -> None:
+        self.prompt: int | None = None
+        self.completion: int | None = None
+        self.cached: int | None = None
+        self.cost: float | None = None
+
+    def count(
+        self, prompt: int | None, completion: int | None, cached: int | None, cost: float | None
+    ) -> None:
+        """Add one answer's usage (None: the provider did not report that part)."""
+        if prompt is not None:
+            self.prompt = (self.prompt or 0) + prompt
+        if completion is not None:
+            self.completion = (self.completion or 0) + completion
+        if cached is not None:
+            self.cached = (self.cached or 0) + cached
+        if cost is not None:
+            self.cost = (self.cost or 0.0) + cost
+
+    def charged(self, error: SpendingError) -> SpendingError:
+        """``error`` carrying the usage of the answers so far."""
+        return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
 
 
 class Provider(Protocol):

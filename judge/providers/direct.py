@@ -63,13 +63,13 @@ from core.errors import (
     ConfigError,
     JudgeOutputError,
     ProviderError,
-    SpendingError,
     unset_variable,
 )
 from judge.config import JudgeConfig
 from judge.providers.base import (
     PROBE_MESSAGES,
     Completion,
+    UsageSum,
     probe_config,
     provider_error,
     retry_after_seconds,
@@ -297,21 +297,14 @@ def _no_valid_answer(
     )
 
 
-class _Tokens:
+class _Tokens(UsageSum):
     """Token counts summed over a call's attempts (None until a reply reports them)."""
 
-    __slots__ = ("cached", "completion", "cost", "endpoint", "prompt")
+    __slots__ = ("endpoint",)
 
     def __init__(self, endpoint: _Endpoint) -> None:
+        super().__init__()
         self.endpoint = endpoint
-        self.prompt: int | None = None
-        self.completion: int | None = None
-        self.cached: int | None = None
-        self.cost: float | None = None
-
-    def charged(self, error: SpendingError) -> SpendingError:
-        """``error`` carrying the tokens (and their price) of the replies so far."""
-        return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
 
     def add(self, reply: Mapping[str, Any]) -> None:
         """Add one reply's ``usage`` (and its price, each reply priced alone as litellm does)."""
@@ -321,20 +314,10 @@ class _Tokens:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-        if isinstance(prompt, int):
-            self.prompt = (self.prompt or 0) + prompt
-        if isinstance(completion, int):
-            self.completion = (self.completion or 0) + completion
-        if isinstance(cached, int):
-            self.cached = (self.cached or 0) + cached
-        cost = _cost(
-            self.endpoint,
-            prompt if isinstance(prompt, int) else None,
-            completion if isinstance(completion, int) else None,
-            cached if isinstance(cached, int) else None,
-        )
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + cost
+        prompt = prompt if isinstance(prompt, int) else None
+        completion = completion if isinstance(completion, int) else None
+        cached = cached if isinstance(cached, int) else None
+        self.count(prompt, completion, cached, _cost(self.endpoint, prompt, completion, cached))
 
 
 class DirectProvider:

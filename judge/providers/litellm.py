@@ -13,10 +13,11 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import JudgeOutputError, ProviderError, SpendingError, UnscoredReason
+from core.errors import JudgeOutputError, ProviderError, UnscoredReason
 from judge.config import JudgeConfig
 from judge.providers.base import (
     Completion,
+    UsageSum,
     _is_transport_error,
     failure_reason_of,
     map_provider_exception,
@@ -186,7 +187,7 @@ def _reasking(config: JudgeConfig, spent: _Spent) -> Any:
     )
 
 
-class _Spent:
+class _Spent(UsageSum):
     """The requests one call sent and what their answers cost, from instructor's hooks.
 
     instructor reports its attempt count and usage only when it gives up on re-asks, not when a
@@ -196,11 +197,8 @@ class _Spent:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent = 0
-        self.prompt: int | None = None
-        self.completion: int | None = None
-        self.cached: int | None = None
-        self.cost: float | None = None
         self.refused = False
 
     def request(self, *args: Any, **kwargs: Any) -> None:
@@ -210,20 +208,7 @@ class _Spent:
     def answer(self, response: Any, *args: Any, **kwargs: Any) -> None:
         """The provider answered one (``completion:response``): add its usage and price."""
         self.refused = bool(_refusal(response))
-        prompt, completion, cached = _usage(response)
-        if prompt is not None:
-            self.prompt = (self.prompt or 0) + prompt
-        if completion is not None:
-            self.completion = (self.completion or 0) + completion
-        if cached is not None:
-            self.cached = (self.cached or 0) + cached
-        cost = _cost(response)
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + cost
-
-    def charged(self, error: SpendingError) -> SpendingError:
-        """``error`` carrying the usage of the answers so far."""
-        return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
+        self.count(*_usage(response), _cost(response))
 
 
 class LiteLLMProvider:
