@@ -187,3 +187,42 @@ def item(item_id: str) -> GradeRequest:
         id=item_id, question="Q?", reference="The reference answer.",
         bonus_points=["a point"], response="An answer.",
     )
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_with_another_owner_about_the_last_slot_waits_for_a_newcomer() -> None:
+    """B's request starts at once instead of waiting for one of A's calls to end."""
+    clock = Clock()
+    rec = Recorder(FairLimiter(4, recent=2.0, clock=clock))
+    rec.start("B", "b0")
+    await settle()
+    await rec.finish("b0")  # B has been about; A floods
+    for n in range(8):
+        rec.start("A", f"a{n}")
+    await settle()
+    assert rec.limiter.held("A") == 3 and rec.limiter.busy == 3  # one slot kept free
+    rec.start("B", "b1")
+    await settle()
+    assert rec.order[-1] == "b1" and rec.limiter.held("B") == 1  # at once: no A call ended
+    # B quiet for longer than `recent`: A may fill every slot again.
+    await rec.finish("b1")
+    clock.now = 5.0
+    await rec.finish("a0")
+    assert rec.limiter.held("A") == 4
+
+
+async def test_alone_an_owner_fills_every_slot_even_with_the_reserve_on() -> None:
+    rec = Recorder(FairLimiter(4, recent=2.0, clock=Clock()))
+    for n in range(6):
+        rec.start("A", f"a{n}")
+    await settle()
+    assert rec.limiter.held("A") == 4
