@@ -20,11 +20,10 @@ import contextlib
 import hashlib
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from bench.common import (
     write_json,
 )
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, cli_env
+from standins.processes import ServiceProcess, sqlite_write_lock
 
 __all__ = ["main"]
 
@@ -77,26 +76,6 @@ def _batch(service: ServiceProcess, count: int, tag: str) -> bool:
     except httpx.TransportError:
         return False
     return answer.status_code == 200
-
-
-@contextlib.contextmanager
-def _write_lock(database: Path, seconds: float) -> Iterator[None]:
-    """Another process holding ``database``'s write lock for ``seconds``."""
-    code = (
-        "import sqlite3, sys, time\n"
-        "con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
-        "con.execute('BEGIN EXCLUSIVE')\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(float(sys.argv[2]))\n"
-        "con.rollback()\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code, str(database), str(seconds)],
-                              stdout=subprocess.PIPE, text=True, env=cli_env())
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.wait(seconds + 60)
 
 
 def _serve(judge: OpenAIStandIn, folder: Path, work: Path, code: Path | None) -> ServiceProcess:
@@ -139,7 +118,7 @@ def _locked(judge: OpenAIStandIn, work: Path, code: Path | None, seconds: float)
             took.append(time.monotonic() - sent)
 
         latencies: list[float] = []
-        with _write_lock(database, seconds):
+        with sqlite_write_lock(database, seconds):
             locked = time.monotonic()
             grader = threading.Thread(target=grade, daemon=True)
             grader.start()

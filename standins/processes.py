@@ -8,12 +8,13 @@ service: the command line is the contract.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -153,3 +154,31 @@ class ServiceProcess(StartStop):
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def sqlite_write_lock(database: Path, seconds: float) -> Iterator[None]:
+    """Another process holding ``database``'s write lock (``BEGIN EXCLUSIVE``) for ``seconds``.
+
+    What an operator's backup tool or a second program does to a cache or job store in use: the
+    body runs while the lock is held, and the holder is waited for on the way out.
+
+    Raises:
+        RuntimeError: the holder did not take the lock.
+    """
+    code = (
+        "import sqlite3, sys, time\n"
+        "con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
+        "con.execute('BEGIN EXCLUSIVE')\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(float(sys.argv[2]))\n"
+        "con.rollback()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(database), str(seconds)],
+                              stdout=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        if holder.stdout is None or holder.stdout.readline().strip() != "locked":
+            raise RuntimeError(f"could not lock {database}")
+        yield
+    finally:
+        holder.wait(seconds + 60)

@@ -18,10 +18,8 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,7 @@ import pytest
 
 from judge.cache import JudgeCache
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, cli_env, run_cli
+from standins.processes import ServiceProcess, run_cli, sqlite_write_lock
 
 SIZES = {"zero": lambda size: 0, "half": lambda size: size // 2}
 """How far ``cache.db`` is truncated: to nothing, or to half its size."""
@@ -267,26 +265,6 @@ def test_truncating_cache_db_journals_under_a_cli_grade_leaves_it_grading(
     assert all(o["status"] == "scored" for o in graded)
 
 
-@contextlib.contextmanager
-def write_lock(database: Path, seconds: float) -> Iterator[None]:
-    """Another process holding ``database``'s write lock (``BEGIN EXCLUSIVE``) for ``seconds``."""
-    code = (
-        "import sqlite3, sys, time\n"
-        "con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
-        "con.execute('BEGIN EXCLUSIVE')\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(float(sys.argv[2]))\n"
-        "con.rollback()\n"
-    )
-    holder = subprocess.Popen([sys.executable, "-c", code, str(database), str(seconds)],
-                              stdout=subprocess.PIPE, text=True, env=cli_env())
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.wait(seconds + 30)
-
-
 LOCKED = 8.0
 """Seconds the lock is held: past the cache's timeout (DISK_TIMEOUT, 5 s), short of diskcache's
 own (60 s)."""
@@ -308,7 +286,7 @@ def test_a_locked_cache_db_neither_freezes_serve_nor_stops_grading(tmp_path: Pat
                 graded.append(batch(service, requests(10, f"l{n}-")))
                 took.append(time.monotonic() - sent)
 
-        with write_lock(folder / "cache.db", LOCKED):
+        with sqlite_write_lock(folder / "cache.db", LOCKED):
             locked = time.monotonic()
             grader = threading.Thread(target=grade_three_batches, daemon=True)
             grader.start()
