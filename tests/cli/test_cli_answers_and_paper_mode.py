@@ -97,8 +97,9 @@ def test_null_answers_count_against_their_respondent(
         assert null["status"] == "scored" and null["flags"] == ["null_response"]
         assert null["coverage"]["coverage"] == 0.0 and null["defects"]["penalized"] is False
     assert results["q1-model-b"]["flags"] == []
-    # No judge call for a null answer: coverage and defects of the 6 real answers only.
-    assert len(judged_texts(judge_server)) == 6 * 2
+    # No judge call for a null answer: coverage and defects of the 6 real answers only, and
+    # model-b's two real answers are model-a's words, asked once (cached or under way).
+    assert len(judged_texts(judge_server)) == 4 * 2
 
     summary = json.loads((tmp_path / "summary.json").read_text())
     by = summary["by_respondent"]
