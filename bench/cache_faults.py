@@ -17,7 +17,6 @@ Standalone (not in ``run_all``): ``.venv/bin/python -m bench.cache_faults``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import subprocess
 import tempfile
@@ -27,7 +26,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import diskcache
 import httpx
 
 from bench.common import (
@@ -40,22 +38,12 @@ from bench.common import (
     write_json,
 )
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, sqlite_write_lock
+from standins.processes import ServiceProcess, filled_disk_cache, sqlite_write_lock
 
 __all__ = ["main"]
 
 BEFORE = "7f6f960^"
 """The last commit before the disk cache left the event loop and stopped memory-mapping."""
-
-
-def _fill(folder: Path, entries: int = 3_000) -> Path:
-    """A cache folder as earlier runs leave it (~1.5 MB of entries keyed like the cache's own)."""
-    earlier = diskcache.Cache(str(folder))
-    with earlier.transact():
-        for n in range(entries):
-            earlier.set(hashlib.sha256(str(n).encode()).hexdigest(), "x" * 300)
-    earlier.close()
-    return folder / "cache.db"
 
 
 def _items(count: int, tag: str) -> list[dict[str, Any]]:
@@ -88,7 +76,7 @@ def _serve(judge: OpenAIStandIn, folder: Path, work: Path, code: Path | None) ->
 def _exit_after_truncating(judge: OpenAIStandIn, work: Path, code: Path | None, name: str) -> str:
     """Truncate the live ``name`` (cache.db or cache.db-shm) under grading: 'alive' or the exit."""
     folder = work / f"cache-{name}-{time.monotonic_ns()}"
-    _fill(folder)
+    filled_disk_cache(folder)
     with _serve(judge, folder, work, code) as service:
         _batch(service, 5, "a")  # the cache is open and in use
         target = folder / name
@@ -107,7 +95,7 @@ def _exit_after_truncating(judge: OpenAIStandIn, work: Path, code: Path | None, 
 def _locked(judge: OpenAIStandIn, work: Path, code: Path | None, seconds: float) -> dict[str, Any]:
     """``/healthz`` latencies and a batch's time while another process holds the write lock."""
     folder = work / f"cache-lock-{time.monotonic_ns()}"
-    database = _fill(folder)
+    database = filled_disk_cache(folder)
     with _serve(judge, folder, work, code) as service:
         _batch(service, 2, "warm")
         took: list[float] = []

@@ -9,6 +9,7 @@ service: the command line is the contract.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
@@ -182,3 +183,20 @@ def sqlite_write_lock(database: Path, seconds: float) -> Iterator[None]:
         yield
     finally:
         holder.wait(seconds + 60)
+
+
+def filled_disk_cache(folder: Path, entries: int = 3_000) -> Path:
+    """A cache folder as earlier runs leave it (about 1.5 MB of entries); its ``cache.db``.
+
+    The entries are checkpointed into ``cache.db`` by diskcache's defaults. The keys are hex
+    digests like the cache's own, so every lookup of a graded item walks the index to a leaf page
+    of its own: a process that reads pages past a truncation reads many.
+    """
+    import diskcache
+
+    earlier = diskcache.Cache(str(folder))
+    with earlier.transact():
+        for n in range(entries):
+            earlier.set(hashlib.sha256(str(n).encode()).hexdigest(), "x" * 300)
+    earlier.close()
+    return folder / "cache.db"

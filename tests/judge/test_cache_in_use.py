@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -23,31 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import diskcache
 import httpx
 import pytest
 
 from judge.cache import JudgeCache
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, run_cli, sqlite_write_lock
+from standins.processes import ServiceProcess, filled_disk_cache, run_cli, sqlite_write_lock
 
 SIZES = {"zero": lambda size: 0, "half": lambda size: size // 2}
 """How far ``cache.db`` is truncated: to nothing, or to half its size."""
-
-
-def fill(folder: Path, entries: int = 3_000) -> Path:
-    """A cache folder as earlier runs leave it: about 1.5 MB of entries, checkpointed into
-    ``cache.db`` by diskcache's defaults (which read the file through a memory map).
-
-    The keys are hex digests like the cache's own, so every lookup of a graded item walks the
-    index to a leaf page of its own: a process that reads pages past a truncation reads many.
-    """
-    earlier = diskcache.Cache(str(folder))
-    with earlier.transact():
-        for n in range(entries):
-            earlier.set(hashlib.sha256(str(n).encode()).hexdigest(), "x" * 300)
-    earlier.close()
-    return folder / "cache.db"
 
 
 def lines(count: int, tag: str) -> list[dict[str, Any]]:
@@ -137,7 +120,7 @@ async def test_a_lock_costs_one_timeout_off_the_loop_then_calls_skip_until_it_go
 @pytest.mark.parametrize("size", sorted(SIZES))
 def test_truncating_cache_db_under_a_cli_grade_leaves_it_grading(tmp_path: Path, size: str) -> None:
     folder = tmp_path / "cache"
-    database = fill(folder)
+    database = filled_disk_cache(folder)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines(40, "it-")))
     out = tmp_path / "out.jsonl"
@@ -174,7 +157,7 @@ def test_truncating_cache_db_under_a_cli_grade_leaves_it_grading(tmp_path: Path,
 @pytest.mark.parametrize("size", sorted(SIZES))
 def test_truncating_cache_db_under_serve_leaves_it_serving(tmp_path: Path, size: str) -> None:
     folder = tmp_path / "cache"
-    database = fill(folder)
+    database = filled_disk_cache(folder)
     env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
     with OpenAIStandIn() as judge, \
             ServiceProcess(serve_args(judge, folder), tmp_path, env=env) as service:
@@ -204,7 +187,7 @@ def test_a_cache_in_use_keeps_no_shared_memory_file(tmp_path: Path) -> None:
     # under a live process was a SIGBUS (see the process tests below). A folder made in WAL mode
     # (diskcache's default, as earlier versions left it) is converted when opened.
     folder = tmp_path / "cache"
-    fill(folder, entries=10)
+    filled_disk_cache(folder, entries=10)
     cache = JudgeCache(folder)
     for n in range(50):
         cache.set(f"k{n}", {"v": n})
@@ -218,7 +201,7 @@ def test_a_cache_in_use_keeps_no_shared_memory_file(tmp_path: Path) -> None:
 @pytest.mark.process
 def test_truncating_cache_db_journals_under_serve_leaves_it_serving(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
-    fill(folder)
+    filled_disk_cache(folder)
     env = {"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}
     with OpenAIStandIn() as judge, \
             ServiceProcess(serve_args(judge, folder), tmp_path, env=env) as service:
@@ -237,7 +220,7 @@ def test_truncating_cache_db_journals_under_a_cli_grade_leaves_it_grading(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "cache"
-    fill(folder)
+    filled_disk_cache(folder)
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines(40, "j-")))
     out = tmp_path / "out.jsonl"
