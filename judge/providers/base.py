@@ -67,7 +67,8 @@ class UsageSum:
     """The usage the provider reported over one call's attempts, each part None until reported.
 
     A transport sums every answer's usage here (re-asks included, each billed), so the
-    completion it returns, or the error it raises, carries all of it (:meth:`charged`).
+    completion it returns (:meth:`completed`), or the error it raises (:meth:`charged`), carries
+    all of it.
     """
 
     __slots__ = ("cached", "completion", "cost", "prompt")
@@ -94,6 +95,20 @@ class UsageSum:
     def charged(self, error: SpendingError) -> SpendingError:
         """``error`` carrying the usage of the answers so far."""
         return error.with_usage(self.prompt, self.completion, self.cost, self.cached)
+
+    def completed(
+        self, output: BaseModel | str, raw_text: str | None, attempts: int = 1
+    ) -> Completion:
+        """The call's ``Completion`` of ``output``, carrying the usage of all its answers."""
+        return Completion(
+            output=output,
+            raw_text=raw_text,
+            prompt_tokens=self.prompt,
+            completion_tokens=self.completion,
+            cost_usd=self.cost,
+            attempts=attempts,
+            cached_tokens=self.cached,
+        )
 
 
 class Provider(Protocol):

@@ -516,15 +516,7 @@ class DirectProvider:
                 # instructor does not re-ask this; it reports the last *re-asked* reply, if any.
                 raise tokens.charged(_no_valid_answer(sent, str(exc), last_reply)) from exc
             else:
-                return Completion(
-                    output=output,
-                    raw_text=raw_text(reply),
-                    prompt_tokens=tokens.prompt,
-                    completion_tokens=tokens.completion,
-                    cost_usd=tokens.cost,
-                    attempts=sent,
-                    cached_tokens=tokens.cached,
-                )
+                return tokens.completed(output, raw_text(reply), attempts=sent)
             # instructor stops re-asking after reasks, or once the call has taken `timeout`.
             if sent > config.reasks or time.monotonic() - started >= config.timeout:
                 break
@@ -555,14 +547,7 @@ class DirectProvider:
         except JudgeOutputError as exc:
             tokens.charged(exc)  # a refused or cut-off answer is billed all the same
             raise
-        return Completion(
-            output=text,
-            raw_text=text,
-            prompt_tokens=tokens.prompt,
-            completion_tokens=tokens.completion,
-            cost_usd=tokens.cost,
-            cached_tokens=tokens.cached,
-        )
+        return tokens.completed(text, text)
 
 
 def error_for_answer(status: int, payload: bytes, retry_after: float | None) -> ProviderError:

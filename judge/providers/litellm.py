@@ -330,15 +330,7 @@ class LiteLLMProvider:
             raise
         except Exception as exc:
             raise spent.charged(map_provider_exception(exc)) from exc
-        return Completion(
-            output=output,
-            raw_text=_raw_text(raw),
-            prompt_tokens=spent.prompt,
-            completion_tokens=spent.completion,
-            cost_usd=spent.cost,
-            attempts=max(1, spent.sent),
-            cached_tokens=spent.cached,
-        )
+        return spent.completed(output, _raw_text(raw), attempts=max(1, spent.sent))
 
     async def _complete_text(
         self, messages: list[dict[str, str]], config: JudgeConfig
@@ -349,22 +341,15 @@ class LiteLLMProvider:
             raw = await litellm.acompletion(messages=messages, **self._params(config))
         except Exception as exc:
             raise map_provider_exception(exc) from exc
-        prompt, completion_tokens, cached = _usage(raw)
-        cost = _cost(raw)
+        spent = UsageSum()
+        spent.count(*_usage(raw), _cost(raw))
         try:
             text = usable_text(
                 refusal=_refusal(raw), finish_reason=_finish_reason(raw), raw=_raw_text(raw)
             )
         except JudgeOutputError as exc:
-            exc.with_usage(prompt, completion_tokens, cost, cached)  # billed all the same
+            spent.charged(exc)  # a refused or cut-off answer is billed all the same
             raise
-        return Completion(
-            output=text,
-            raw_text=text,
-            prompt_tokens=prompt,
-            completion_tokens=completion_tokens,
-            cost_usd=cost,
-            cached_tokens=cached,
-        )
+        return spent.completed(text, text)
 
 
