@@ -10,10 +10,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["WireModel"]
+__all__ = ["StrictWireModel", "WireModel"]
 
 
 class WireModel(BaseModel):
     """A pydantic model whose schema is built on first use (subclasses add their own config)."""
 
     model_config = ConfigDict(defer_build=True)
+
+
+class StrictWireModel(WireModel):
+    """A wire model that refuses unknown fields and cannot be changed once validated.
+
+    The contract's results and request parts that must not grow silently (a misspelt field is
+    an error, not ignored) derive from it instead of each repeating the same configuration.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from bonusjudge_client.wire.base import WireModel
+from bonusjudge_client.wire.base import StrictWireModel, WireModel
 from bonusjudge_client.wire.scores import BertScore, RougeScore
 from bonusjudge_client.wire.vocab import ItemId, Language, UnscoredReason
 
@@ -118,10 +118,10 @@ def _strip_nonempty(value: str, field: str) -> str:
     return value
 
 
-class GradeRequest(WireModel):
+class GradeRequest(StrictWireModel):
     """One response to grade against a reference answer and its bonus points."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True)
 
     id: ItemId | None = Field(
         default=None,
@@ -492,10 +492,8 @@ class GradeResult(WireModel):
         return self
 
 
-class ExtractRequest(WireModel):
+class ExtractRequest(StrictWireModel):
     """A reference answer to split into bonus points."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     question: str = Field(min_length=1, max_length=20_000, description="The question.")
     reference: str = Field(min_length=1, max_length=50_000, description="The reference answer.")

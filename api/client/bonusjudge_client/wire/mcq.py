@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from bonusjudge_client.wire.base import WireModel
+from bonusjudge_client.wire.base import StrictWireModel, WireModel
 from bonusjudge_client.wire.vocab import ItemId
 
 ExtractionMethod = Literal["strict", "lenient", "fuzzy", "llm", "unparseable"]
@@ -56,8 +56,6 @@ MAX_OPTIONS = 26
 _LETTER_LABEL = re.compile(r"^[A-Za-z]$")
 _DIGIT_LABEL = re.compile(r"^[1-9][0-9]?$")
 
-_StrictModel = ConfigDict(extra="forbid", frozen=True)
-
 
 def default_labels(count: int, *, style: Literal["upper", "lower", "digit"] = "upper") -> list[str]:
     """Labels shown for ``count`` options: ``A, B, C...``, ``a, b, c...`` or ``1, 2, 3...``.
@@ -83,10 +81,8 @@ def _clean_label(value: str) -> str:
     return unicodedata.normalize("NFKC", value).strip()
 
 
-class PermutationInfo(WireModel):
+class PermutationInfo(StrictWireModel):
     """How the options of one run were displayed, relative to the canonical order."""
-
-    model_config = _StrictModel
 
     run: int = Field(
         ge=0,
@@ -309,10 +305,8 @@ class McqItem(WireModel):
         return [self.choices[index] for index in self.order]
 
 
-class McqResult(WireModel):
+class McqResult(StrictWireModel):
     """The scored outcome of one item (one line of the output file)."""
-
-    model_config = _StrictModel
 
     id: str = Field(description="Question id, copied from the item.")
     language: str | None = Field(default=None, description="Language, copied from the item.")
@@ -355,33 +349,27 @@ class McqResult(WireModel):
     )
 
 
-class SkippedLine(WireModel):
+class SkippedLine(StrictWireModel):
     """A summary entry: an input line that could not be read as an item and was skipped.
 
     The readers report a bad line as a ``core.jsonl.BadLine``; this is its shape in the
     summary's ``bad_lines`` (``line`` and ``error``), built by ``judge.mcq.runner``.
     """
 
-    model_config = _StrictModel
-
     line: int = Field(ge=1, description="1-based line number in the input file.")
     error: str = Field(description="What was wrong, naming the field.")
 
 
-class SlotMetrics(WireModel):
+class SlotMetrics(StrictWireModel):
     """Exact match over the slots of composite questions (XToM belief/desire)."""
-
-    model_config = _StrictModel
 
     groups: int = Field(description="Composite questions (slot_group x language).")
     exact: int = Field(description="Composite questions whose slots are all right.")
     exact_match: float = Field(description="exact / groups.")
 
 
-class MultiSelectMetrics(WireModel):
+class MultiSelectMetrics(StrictWireModel):
     """Multi-label scores over multi-select result lines (XToM intentions)."""
-
-    model_config = _StrictModel
 
     items: int = Field(description="Multi-select result lines (unparseable ones count as empty).")
     unparseable: int = Field(description="Of those, unparseable (scored as choosing nothing).")
@@ -392,20 +380,16 @@ class MultiSelectMetrics(WireModel):
     exact_set: float = Field(description="Share of lines whose chosen set equals the answer set.")
 
 
-class CoherentMetrics(WireModel):
+class CoherentMetrics(StrictWireModel):
     """Story-level accuracy: a story counts only if all of its questions are right (ToMBench)."""
-
-    model_config = _StrictModel
 
     stories: int = Field(description="Stories (story_id x language).")
     coherent: int = Field(description="Stories whose questions are all right.")
     accuracy: float = Field(description="coherent / stories.")
 
 
-class PermutationMetrics(WireModel):
+class PermutationMetrics(StrictWireModel):
     """Bookkeeping of permuted runs (position-bias control)."""
-
-    model_config = _StrictModel
 
     aggregate: Aggregate = Field(description="How runs were combined into a question score.")
     questions: int = Field(description="Questions with at least one permuted run.")
@@ -422,10 +406,8 @@ class PermutationMetrics(WireModel):
     no_votes: int = Field(description="Majority mode: questions where every run was unparseable.")
 
 
-class McqMetrics(WireModel):
+class McqMetrics(StrictWireModel):
     """Scores over a set of results: the whole run, or one group of a breakdown."""
-
-    model_config = _StrictModel
 
     items: int = Field(description="Result lines (one per run of a question).")
     questions: int = Field(
@@ -461,10 +443,8 @@ class McqMetrics(WireModel):
     )
 
 
-class CrossLingualMetrics(WireModel):
+class CrossLingualMetrics(StrictWireModel):
     """Consistency of parallel items across languages (XToM): same id, several languages."""
-
-    model_config = _StrictModel
 
     languages: list[str] = Field(description="Languages seen among parallel items.")
     instances: int = Field(description="Ids present in two or more languages.")

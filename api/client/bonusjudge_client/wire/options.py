@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from bonusjudge_client.wire.base import WireModel
+from bonusjudge_client.wire.base import StrictWireModel
 from bonusjudge_client.wire.vocab import MetricName
 
 __all__ = ["CHARTOM_WINDOWS", "ContextWindow", "JudgeOverrides", "comma_list"]
@@ -66,10 +66,8 @@ def comma_list(value: str | Iterable[object]) -> tuple[str, ...]:
     )
 
 
-class JudgeOverrides(WireModel):
+class JudgeOverrides(StrictWireModel):
     """Per-request judge selection; unset (null) fields keep the service's defaults."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str | None = Field(default=None, description="Judge model (must be allow-listed).")
     temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Temperature.")
