@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import Response
 
-from api.deps import JobContextDep, JobsDep, OwnerDep, SettingsDep, require_owner
+from api.deps import JobContextDep, JobsDep, OwnerDep, require_owner
 from api.errors import error_responses
 from api.jobs import JobManager
 from api.routes.common import guarded_router
@@ -67,26 +67,22 @@ async def calibrate(
     "/calibrate/{job_id}", operation_id="getCalibration",
     summary="A calibration run's status", responses=error_responses(404),
 )
-async def calibration_job(
-    job_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
-) -> CalibrationJob:
+async def calibration_job(job_id: str, jobs: JobsDep, owner: OwnerDep) -> CalibrationJob:
     """Status of the run: queued, running, done (with its report) or failed (with why)."""
-    return await service.calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
+    return await service.calibration_job(job_id, jobs=jobs, owner=owner)
 
 
 @router.delete(
     "/calibrate/{job_id}", operation_id="cancelCalibration",
     summary="Cancel a calibration run", responses=error_responses(404),
 )
-async def cancel_calibration(
-    job_id: str, jobs: JobsDep, owner: OwnerDep, settings: SettingsDep
-) -> CalibrationJob:
+async def cancel_calibration(job_id: str, jobs: JobsDep, owner: OwnerDep) -> CalibrationJob:
     """Stop a queued or running run; its status then says `cancelled`.
 
     No judge call is started after this and those in flight are abandoned. A finished run is
     left as it is.
     """
-    return await service.cancel_calibration(job_id, jobs=jobs, owner=owner, settings=settings)
+    return await service.cancel_calibration(job_id, jobs=jobs, owner=owner)
 
 
 @router.get("/reports", operation_id="listReports", summary="Stored calibration reports")

@@ -257,9 +257,7 @@ def calibration_status(row: JobRow, store: JobStore) -> CalibrationJob:
     )
 
 
-async def calibration_job(
-    job_id: str, *, jobs: JobManager, owner: str, settings: Settings
-) -> CalibrationJob:
+async def calibration_job(job_id: str, *, jobs: JobManager, owner: str) -> CalibrationJob:
     """The status of ``owner``'s calibration run ``job_id``.
 
     Raises:
@@ -269,9 +267,7 @@ async def calibration_job(
     return await asyncio.to_thread(calibration_status, row, jobs.store)
 
 
-async def cancel_calibration(
-    job_id: str, *, jobs: JobManager, owner: str, settings: Settings
-) -> CalibrationJob:
+async def cancel_calibration(job_id: str, *, jobs: JobManager, owner: str) -> CalibrationJob:
     """Cancel ``owner``'s calibration run ``job_id``; its status then says ``cancelled``.
 
     The run's task is cancelled here (another replica's at its next lease renewal, within
@@ -281,7 +277,7 @@ async def cancel_calibration(
         NotFound: no such calibration job for ``owner``.
     """
     await jobs.cancel(job_id, owner, CALIBRATE)
-    return await calibration_job(job_id, jobs=jobs, owner=owner, settings=settings)
+    return await calibration_job(job_id, jobs=jobs, owner=owner)
 
 
 # -- starting a run ------------------------------------------------------------------------------
@@ -404,9 +400,7 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
     except BaseException:  # over quota (or the store failed): what was prepared goes too
         await asyncio.to_thread(discard)
         raise
-    return await calibration_job(
-        job_id, jobs=context.jobs, owner=context.owner, settings=settings
-    )
+    return await calibration_job(job_id, jobs=context.jobs, owner=context.owner)
 
 
 # -- the runner ----------------------------------------------------------------------------------
