@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchError, log, machine, set_bench_env, workload_path
+from core import markdown
 
 __all__ = ["SECTIONS", "Section", "main", "render"]
 
@@ -126,19 +127,14 @@ def _met(ok: bool | None) -> str:
     return "n/a" if ok is None else ("yes" if ok else "**no**")
 
 
-def _row(*cells: object) -> str:
-    """One row of a Markdown table."""
-    return "| " + " | ".join(str(cell) for cell in cells) + " |"
-
-
 def _target(number: int | str, measure: str, figure: str, target: str, ok: bool | None) -> str:
     """A row of the summary table: the measure, its figure, the target and whether it is met."""
-    return _row(number, measure, figure, target, _met(ok))
+    return markdown.table_row(number, measure, figure, target, _met(ok))
 
 
 def _table(head: Sequence[str], body: Iterable[str] = ()) -> list[str]:
-    """A Markdown table: the header row of ``head``, its rule, then the ``body`` rows."""
-    return [_row(*head), "|" + "---|" * len(head), *body]
+    """A Markdown table: the header row of ``head``, its rule, then the ``body`` rows (lines)."""
+    return [*markdown.table(head), *body]
 
 
 def _blocks(*blocks: str | list[str]) -> list[str]:
@@ -305,7 +301,7 @@ def _transport_rows(results: dict[str, Any]) -> list[str]:
 
     def line(row: dict[str, Any]) -> str:
         every = ", ".join(f"{rate:g}" for rate in row.get("items_per_s_all", []))
-        return _row(
+        return markdown.table_row(
             row["concurrency"], row["transport"], f"{row['items_per_s']} ({every})",
             f"{row['pct_of_engine_limit']} ({row['engine_limit']:g})",
             f"{row['pct_of_issue_limit']} ({row['issue_limit']:g})",
@@ -350,7 +346,7 @@ def _throughput_rows(results: dict[str, Any]) -> list[str]:
             ("concurrency", "items", "latency s", "items/s", "ideal items/s", "% of ideal",
              "max in flight", "CPU ms/call"),
             (
-                _row(
+                markdown.table_row(
                     row["concurrency"], f"{row['items']}{' (first N)' if row['subset'] else ''}",
                     f"{row['latency_s']:g}", row["items_per_s"], row["ideal_items_per_s"],
                     row["pct_of_ideal"], row["max_in_flight"], row["cpu_ms_per_call"],
@@ -390,7 +386,7 @@ def _layer_rows(results: dict[str, Any]) -> list[str]:
         "calls/s, half that in items/s.",
         _table(
             ("layer", "CPU ms/call", "calls/s"),
-            (_row(row["layer"], row["cpu_ms_per_call"], row["calls_per_s"])
+            (markdown.table_row(row["layer"], row["cpu_ms_per_call"], row["calls_per_s"])
              for row in layers["layers"]),
         ),
     )
@@ -421,7 +417,7 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
 
         def line(row: dict[str, Any]) -> str:
             cold, cached = row["cold"], row["cached"]
-            return _row(
+            return markdown.table_row(
                 row["workers"], cold["requests"],
                 f"{cold['p50_overhead_ms']} / {cold['p95_overhead_ms']} / "
                 f"{cold['p99_overhead_ms']}",
@@ -452,16 +448,16 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             _table(
                 ("metric", "pairs", "pairs/s", "CPU s"),
                 (
-                    _row(
+                    markdown.table_row(
                         "ROUGE-L (per pair)", metrics["pairs"], metrics["rouge_l_pairs_per_s"],
                         round(metrics["pairs"] / metrics["rouge_l_pairs_per_cpu_s"], 2),
                     ),
-                    _row(
+                    markdown.table_row(
                         "BERTScore, all pairs in one call", metrics["pairs"],
                         metrics["bertscore_batched_pairs_per_s"],
                         metrics["bertscore_batched_cpu_s"],
                     ),
-                    _row(
+                    markdown.table_row(
                         f"BERTScore, {metrics['bertscore_chunk']} pairs per call",
                         metrics["bertscore_chunked_pairs"],
                         metrics["bertscore_chunked_pairs_per_s"],
@@ -477,8 +473,8 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 "concurrency 64, after a warm-up batch):",
                 _table(
                     ("set", "items", "points", "items/s", "points/s", "CPU s"),
-                    (_row(r["set"], r["items"], r["points"], r["items_per_s"],
-                          r["points_per_s"], r["cpu_s"]) for r in metrics["matcher"]),
+                    (markdown.table_row(r["set"], r["items"], r["points"], r["items_per_s"],
+                                        r["points_per_s"], r["cpu_s"]) for r in metrics["matcher"]),
                 ),
             )
     memory = results.get("memory", {})
@@ -497,9 +493,9 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
                 _table(
                     ("judge", "copies", "items", "wall s", "items/s", "CPU s", "peak RSS MiB",
                      "load"),
-                    (_row(r["judge"], f"x{r['repeat']}", r["items"], r["wall_s"],
-                          r["items_per_s"], r["cpu_s"], r["peak_rss_mb"],
-                          f"{r['load_before'][0]} -> {r['load_after'][0]}")
+                    (markdown.table_row(r["judge"], f"x{r['repeat']}", r["items"], r["wall_s"],
+                                        r["items_per_s"], r["cpu_s"], r["peak_rss_mb"],
+                                        f"{r['load_before'][0]} -> {r['load_after'][0]}")
                      for r in memory["runs"]),
                 ),
             )
@@ -524,9 +520,9 @@ def _other_rows(results: dict[str, Any]) -> list[str]:
             _table(
                 ("scale", "items", "wall s", "items/s", "wall s per 1000 items",
                  "CPU ms per item", "peak RSS MiB (after warm-up -> end)", "load"),
-                (_row(f"x{s['repeat']}", s["items"], s["wall_s"], s["items_per_s"],
-                      s["s_per_1000_items"], f"{1000 * _cpu_per_item(s):.1f}",
-                      f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']}", _load(s))
+                (markdown.table_row(f"x{s['repeat']}", s["items"], s["wall_s"], s["items_per_s"],
+                                    s["s_per_1000_items"], f"{1000 * _cpu_per_item(s):.1f}",
+                                    f"{s['peak_rss_before_mb']} -> {s['peak_rss_mb']}", _load(s))
                  for s in scales),
             ),
         )

@@ -39,6 +39,7 @@ from bench.common import (
     write_json,
 )
 from bench.standin import StandInProcess
+from core import markdown
 
 __all__ = ["grade_run", "main", "public_scorer_run"]
 
@@ -259,17 +260,14 @@ def _parse_subsets(specs: Sequence[str]) -> dict[int, int]:
 
 
 def _table(payload: dict[str, Any]) -> str:
-    lines = [
-        "| concurrency | items | items/s | ideal items/s | % of ideal | max in flight | "
-        "CPU ms/call |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in payload["cold"]:
-        lines.append(
-            f"| {row['concurrency']} | {row['items']}{' (subset)' if row['subset'] else ''} | "
-            f"{row['items_per_s']} | {row['ideal_items_per_s']} | {row['pct_of_ideal']} | "
-            f"{row['max_in_flight']} | {row['cpu_ms_per_call']} |"
-        )
+    header = ("concurrency", "items", "items/s", "ideal items/s", "% of ideal", "max in flight",
+              "CPU ms/call")
+    lines = markdown.table(header, (
+        (row["concurrency"], f"{row['items']}{' (subset)' if row['subset'] else ''}",
+         row["items_per_s"], row["ideal_items_per_s"], row["pct_of_ideal"], row["max_in_flight"],
+         row["cpu_ms_per_call"])
+        for row in payload["cold"]
+    ))
     public = payload.get("public_scorer")
     if public:
         lines.append(

@@ -47,6 +47,7 @@ from bench.common import (
 )
 from bench.standin import StandInProcess
 from bench.throughput import grade_run, public_scorer_run
+from core import markdown
 
 __all__ = ["main"]
 
@@ -132,24 +133,24 @@ async def _runs(
 
 def _table(payload: dict[str, Any]) -> str:
     public = payload["public_scorer"]
-    lines = [
-        "| concurrency | transport | items/s, median (all runs) | % of c/latency | "
-        "% of c/(2 x latency) | "
-        f"x public scorer ({public['items_per_s']} items/s) | CPU ms/call | "
-        "stand-in CPU ms/call | max in flight | same results |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in payload["runs"]:
-        ratio = row["items_per_s"] / public["items_per_s"]
-        every = ", ".join(f"{rate:g}" for rate in row["items_per_s_all"])
-        lines.append(
-            f"| {row['concurrency']} | {row['transport']} | {row['items_per_s']} ({every}) | "
-            f"{row['pct_of_engine_limit']} ({row['engine_limit']:g}) | "
-            f"{row['pct_of_issue_limit']} ({row['issue_limit']:g}) | {ratio:.1f}x | "
-            f"{row['cpu_ms_per_call']} | {row['standin_cpu_ms_per_call']} | "
-            f"{row['max_in_flight']} | {'yes' if row['same_results'] else '**no**'} |"
+    header = (
+        "concurrency", "transport", "items/s, median (all runs)", "% of c/latency",
+        "% of c/(2 x latency)", f"x public scorer ({public['items_per_s']} items/s)",
+        "CPU ms/call", "stand-in CPU ms/call", "max in flight", "same results",
+    )
+    rows = (
+        (
+            row["concurrency"], row["transport"],
+            f"{row['items_per_s']} ({', '.join(f'{rate:g}' for rate in row['items_per_s_all'])})",
+            f"{row['pct_of_engine_limit']} ({row['engine_limit']:g})",
+            f"{row['pct_of_issue_limit']} ({row['issue_limit']:g})",
+            f"{row['items_per_s'] / public['items_per_s']:.1f}x",
+            row["cpu_ms_per_call"], row["standin_cpu_ms_per_call"], row["max_in_flight"],
+            "yes" if row["same_results"] else "**no**",
         )
-    return "\n".join(lines)
+        for row in payload["runs"]
+    )
+    return "\n".join(markdown.table(header, rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,6 +45,7 @@ from calibration.mapping import (
     reliability_bins,
 )
 from calibration.sets import ANNOTATOR_META_KEYS, CalibrationItem, LoadedSet
+from core import markdown
 from core.errors import ConfigError, InputError
 
 __all__ = [
@@ -640,12 +641,6 @@ def _est(estimate: Mapping[str, Any] | None) -> str:
     return text
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return lines
-
-
 def _percent_metrics(data: Mapping[str, Any]) -> set[str]:
     """Metrics whose means lie in 0..1 everywhere, shown as percentages like the paper."""
     out = set()
@@ -697,7 +692,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         ["**Human correlation** (Pearson)", "", ""]
         + [_est(data["metrics"][m]["agreement"]["pearson"]) for m in metrics]
     )
-    lines += _table(header, rows)
+    lines += markdown.table(header, rows)
     lines += [
         "",
         "Human and 0-1 metrics are shown x100 (mean per system); other metrics as raw means.",
@@ -749,7 +744,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         return text
 
     add("Calibrated mapping (CV error)", mapped)
-    lines += _table(["", *metrics], detail)
+    lines += markdown.table(["", *metrics], detail)
     notes = [
         f"- {m}: {text}"
         for m in metrics
@@ -788,7 +783,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
                     text += f"; AUROC {_num(entry['binary']['auroc']['value'])}"
                 cells.append(text)
             rows.append(cells)
-        lines += _table([group, *(f"{m}: Pearson [CI]" for m in metrics)], rows)
+        lines += markdown.table([group, *(f"{m}: Pearson [CI]" for m in metrics)], rows)
     if data["judge_vs_judge"]:
         lines += ["", "## Judge vs judge", ""]
         rows = [
@@ -803,7 +798,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             ]
             for p in data["judge_vs_judge"]
         ]
-        lines += _table(
+        lines += markdown.table(
             ["Pair", "n", "Pearson [CI]", "Spearman [CI]", "kappa", "exact", "mean abs diff"], rows
         )
     if data["test_retest"]:
@@ -818,9 +813,11 @@ def render_markdown(data: Mapping[str, Any]) -> str:
             ]
             for m, p in data["test_retest"].items()
         ]
-        lines += _table(["Metric", "n", "Pearson [CI]", "exact agreement", "mean abs diff"], rows)
+        lines += markdown.table(
+            ["Metric", "n", "Pearson [CI]", "exact agreement", "mean abs diff"], rows
+        )
     lines += ["", "## Judge configurations", ""]
-    lines += _table(
+    lines += markdown.table(
         ["Name", "Hash", "Settings"],
         [
             [cname, f"`{c['hash']}`", f"`{json.dumps(c['config'], sort_keys=True)}`"]

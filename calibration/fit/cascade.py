@@ -60,6 +60,7 @@ from calibration.fit.matcher import (
 )
 from calibration.fit.multilingual import multilingual_examples
 from calibration.fit.types import Example, FloatArray, SetSpec
+from core import markdown
 from judge.matcher import (
     FULL_FEATURES,
     LEXICAL_FEATURES,
@@ -388,22 +389,16 @@ def run(
 
 def format_table(target: str, tables: dict[str, list[dict[str, Any]]]) -> str:
     """The out-of-fold table of one target, one line per set and model kind (Markdown)."""
-    lines = [
-        f"\ntarget agreement {target}, out of fold",
-        "| model | set | points | routed to the LLM | answers routed | sure agreement | "
-        "matcher agreement |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for kind, table in tables.items():
-        for row in table:
-            agreement = row["sure_agreement"]
-            lines.append(
-                f"| {kind} | {row['set']} | {row['points']} | {row['routed']:.3f} | "
-                f"{row['answers_routed']:.3f} | "
-                f"{'-' if agreement is None else f'{agreement:.3f}'} | "
-                f"{row['matcher_agreement']:.3f} |"
-            )
-    return "\n".join(lines)
+    header = ("model", "set", "points", "routed to the LLM", "answers routed", "sure agreement",
+              "matcher agreement")
+    rows = (
+        (kind, row["set"], row["points"], f"{row['routed']:.3f}", f"{row['answers_routed']:.3f}",
+         "-" if row["sure_agreement"] is None else f"{row['sure_agreement']:.3f}",
+         f"{row['matcher_agreement']:.3f}")
+        for kind, table in tables.items()
+        for row in table
+    )
+    return "\n".join([f"\ntarget agreement {target}, out of fold", *markdown.table(header, rows)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
