@@ -14,6 +14,7 @@ drift. Modules here import pydantic and each other only (never httpx, never the 
 ``schemas``       the service's bodies, batch and job answers, and the one error shape.
 ``chartom``       how a CharToM-QA line reads as a request: its keys and plot windows.
 ``validation``    a pydantic error as one field and one line.
-``base``          ``WireModel``, every model's base: validators built on first use.
+``base``          ``WireModel``, every model's base: validators built on first use;
+                  ``StrictWireModel``, the frozen ones that refuse unknown fields.
 ``backoff``       full-jitter waits and the ``Retry-After`` parser.
 """
