@@ -38,12 +38,14 @@ related words), words of two or more characters (a single character has too many
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.metadata
 import importlib.util
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +111,23 @@ def default_wordnet_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
+@contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector while the database's objects are made.
+
+    Reading WordNet makes millions of lists and tuples, none in a reference cycle; the collector,
+    set off by every few hundred new objects, walked the ever larger heap again and again: more
+    than half of the read's and the build's time (the read: 3.9 s, 1.8 s without it).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _lines(path: Path) -> list[str]:
     """The database lines of a file (its license header lines start with a space)."""
     with path.open(encoding="utf-8") as handle:
@@ -131,6 +150,11 @@ def read_wordnet(folder: Path) -> WordNet:
     Raises:
         FileNotFoundError: when a file is missing.
     """
+    with _without_cycle_collection():
+        return _read_wordnet(folder)
+
+
+def _read_wordnet(folder: Path) -> WordNet:
     wordnet = WordNet()
     for name, pos in _POS_FILES.items():
         for line in _lines(folder / f"data.{name}"):
@@ -177,6 +201,11 @@ def build(wordnet: WordNet, senses_per_pos: int = SENSES_PER_POS) -> dict[str, o
         The table as JSON-ready data: ``groups`` (word -> sense group numbers), ``antonyms``
         (word -> words), ``forms`` (irregular form -> kept base words), and provenance.
     """
+    with _without_cycle_collection():
+        return _build(wordnet, senses_per_pos)
+
+
+def _build(wordnet: WordNet, senses_per_pos: int) -> dict[str, object]:
     words = sorted(w for w in wordnet.senses if _kept(w, wordnet))
     groups: dict[str, set[SynsetId]] = {}
     antonyms: dict[str, set[str]] = defaultdict(set)

