@@ -25,10 +25,10 @@ from sqlalchemy import (
     Engine,
     Float,
     Table,
+    bindparam,
     cast,
     extract,
     func,
-    literal,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -92,10 +92,14 @@ class Database:
             yield conn
 
     def now(self) -> ColumnElement[float]:
-        """"Now" in seconds since the epoch, as an SQL value (the database's clock on Postgres)."""
+        """"Now" in seconds since the epoch, as an SQL value (the database's clock on Postgres).
+
+        Taken when the statement runs, not when it is built (on SQLite a bound parameter that
+        calls ``time.time``), so a statement built once can run many times.
+        """
         if self.postgres:
             return cast(extract("epoch", func.statement_timestamp()), Float)
-        return literal(time.time(), Float)
+        return bindparam("now", type_=Float, callable_=time.time, unique=True)
 
     def insert(self, table: Table) -> Insert:
         """An ``INSERT`` into ``table`` with this dialect's ``on_conflict_do_nothing``."""
