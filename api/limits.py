@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass, field
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +51,7 @@ UNAUTHENTICATED = "(unauthenticated)"
 """The one key every request without a valid API key is counted under (it gets a 401 later)."""
 
 
+@dataclass(eq=False)
 class Allowance:
     """Units of work (items, bytes) each key holds, within a per-key and an overall limit.
 
@@ -62,24 +64,16 @@ class Allowance:
         retry_after: ``Retry-After`` of a refusal, in seconds.
     """
 
-    def __init__(
-        self,
-        unit: str,
-        per_key: int,
-        key_setting: str,
-        *,
-        total: int | None = None,
-        total_setting: str = "",
-        retry_after: float = SYNC_RETRY_AFTER,
-    ) -> None:
-        self.unit = unit
-        self.per_key = per_key
-        self.key_setting = key_setting
-        self.total = total
-        self.total_setting = total_setting
-        self.retry_after = retry_after
-        self._held: dict[str, int] = {}
-        self._all = 0
+    unit: str
+    per_key: int
+    key_setting: str
+    _: KW_ONLY
+    total: int | None = None
+    total_setting: str = ""
+    retry_after: float = SYNC_RETRY_AFTER
+    # What each key holds, and all keys together; counters, not settings.
+    _held: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _all: int = field(default=0, init=False, repr=False)
 
     @classmethod
     def items(cls, settings: Settings) -> Allowance:
