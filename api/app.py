@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
-from api.jobs import JobManager, open_store
+from api.jobs import JobManager, WorkerSettings, open_store
 from api.jobs.budgets import require_price
 from api.jobs.schema import GRADE
 from api.limits import Allowance, SyncBodyLimit, content_length
@@ -304,11 +304,13 @@ def create_app(
     data_dir = settings.resolved_data_dir()
     require_price(settings.max_cost_per_key_usd, engine.config)
     store = open_store(settings)
-    manager = JobManager(
-        store, engine,
+    worker_settings = WorkerSettings(
         lease_seconds=settings.job_lease_seconds if lease_seconds is None else lease_seconds,
-        poll_seconds=poll_seconds,
-        drain_timeout=drain_timeout, retention_seconds=settings.retention_days * 86_400,
+        poll_seconds=poll_seconds, drain_timeout=drain_timeout,
+        retention_seconds=settings.retention_days * 86_400,
+    )
+    manager = JobManager(
+        store, engine, worker_settings=worker_settings,
         max_cost_per_key=settings.max_cost_per_key_usd,
     )
     # Every job kind shares the store and the leases; this process runs them all. Grading jobs

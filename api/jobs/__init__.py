@@ -15,7 +15,8 @@ The package, by responsibility:
                and results), ``files`` (files kept with a job) and ``codec`` (compressed
                JSON).
 ``policy``     how keys share the service: ``Quota`` and the fairness rules.
-``worker``     ``Worker``: claims, renews, runs and releases this process's chunks; retention.
+``worker``     ``Worker``: claims, renews, runs and releases this process's chunks; retention
+               (its ``WorkerSettings``).
 ``manager``    ``JobManager``: submit, watch, stream, summarise, cancel (what services call).
 ``grading``    the runner of grading jobs.
 ``uploads``    reading a submission (JSON, JSONL, multipart) and validating grading items.
@@ -46,7 +47,7 @@ from api.jobs.uploads import (
     read_upload,
     with_line,
 )
-from api.jobs.worker import Worker, current_chunk
+from api.jobs.worker import Worker, WorkerSettings, current_chunk
 
 __all__ = [
     "FINAL_REASONS",
@@ -70,6 +71,7 @@ __all__ = [
     "UploadDoc",
     "Usage",
     "Worker",
+    "WorkerSettings",
     "build_items",
     "check_request",
     "current_chunk",

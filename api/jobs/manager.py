@@ -22,7 +22,7 @@ from api.jobs.policy import Quota, RetryPolicy
 from api.jobs.schema import GRADE, JobRow
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JobStore
-from api.jobs.worker import Worker
+from api.jobs.worker import Worker, WorkerSettings
 from bonusjudge_client.wire.schemas import JobStatus
 from judge.aggregate import Summary
 from judge.config import JudgeConfig, JudgeOverrides
@@ -45,16 +45,8 @@ class JobManager:
     Args:
         store: The jobs database.
         grader: The engine that grades.
-        lease_seconds: How long a claim lasts without renewal; a crashed process's jobs are
-            taken over this long after its last renewal.
-        poll_seconds: How often leases are renewed and unclaimed jobs looked for.
-        drain_timeout: On shutdown, how long in-flight items may take to finish and be stored.
-        max_running: Chunks of jobs one process runs at once (they share the grader's
-            concurrency; each has at most its share of it in flight, so a newly started job's
-            items are graded at once rather than queued behind the others').
-        retention_seconds: Finished jobs (items, results, files) are deleted this long after
-            they last changed; 0 keeps them.
-        purge_seconds: How often the poll loop looks for expired jobs.
+        worker_settings: How this process claims, runs and purges chunks of jobs (leases,
+            polls, drain, chunks at once, retention).
         max_cost_per_key: USD one key's judge calls may cost per UTC day (``budgets``); None
             for no key budget.
     """
@@ -64,23 +56,14 @@ class JobManager:
         store: JobStore,
         grader: Grader,
         *,
-        lease_seconds: float = 30.0,
-        poll_seconds: float = 1.0,
-        drain_timeout: float = 30.0,
-        max_running: int = 4,
-        retention_seconds: float = 0.0,
-        purge_seconds: float = 300.0,
+        worker_settings: WorkerSettings,
         max_cost_per_key: float | None = None,
     ) -> None:
         self.store = store
         self.grader = grader
         self.budgets = KeyBudgets(store, max_cost_per_key=max_cost_per_key)
         """The cost budgets: each key's per UTC day, each running job's own ``max_cost``."""
-        self.worker = Worker(
-            store, lease_seconds=lease_seconds, poll_seconds=poll_seconds,
-            drain_timeout=drain_timeout, max_running=max_running,
-            retention_seconds=retention_seconds, purge_seconds=purge_seconds,
-        )
+        self.worker = Worker(store, worker_settings)
 
     def register(
         self, kind: str, runner: JobRunner, *, purge: Callable[[str], None] | None = None,
@@ -102,12 +85,12 @@ class JobManager:
     @property
     def lease_seconds(self) -> float:
         """How long a claim lasts without renewal."""
-        return self.worker.lease_seconds
+        return self.worker.settings.lease_seconds
 
     @property
     def poll_seconds(self) -> float:
         """How often leases are renewed and unclaimed jobs looked for."""
-        return self.worker.poll_seconds
+        return self.worker.settings.poll_seconds
 
     @property
     def stopping(self) -> asyncio.Event:

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from api.jobs import policy
@@ -73,41 +74,49 @@ async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a process's worker claims, runs and purges chunks of jobs.
+
+    Raises:
+        ValueError: ``lease_seconds`` is not more than twice ``poll_seconds``.
+    """
+
+    lease_seconds: float = 30.0
+    """How long a claim lasts without renewal; a crashed process's chunks are taken over by
+    another this long after its last renewal."""
+    poll_seconds: float = 1.0
+    """How often leases are renewed and unclaimed chunks looked for (and at once whenever a
+    chunk ends here)."""
+    drain_timeout: float = 30.0
+    """On shutdown, how long running chunks may take to wind down (their in-flight items to
+    finish and be stored)."""
+    max_running: int = 4
+    """Chunks this process runs at once, of one job or several (they share the grader's
+    concurrency; each has at most its share of it in flight, so a newly started job's items are
+    graded at once rather than queued behind the others')."""
+    retention_seconds: float = 0.0
+    """Finished jobs (items, results, files) are deleted this long after they last changed; 0
+    keeps them."""
+    purge_seconds: float = 300.0
+    """How often the poll loop looks for expired jobs."""
+
+    def __post_init__(self) -> None:
+        if self.lease_seconds <= 2 * self.poll_seconds:
+            raise ValueError("lease_seconds must exceed twice poll_seconds, or leases lapse")
+
+
 class Worker:
     """Claims, renews, runs and releases this process's chunks of jobs; purges expired jobs.
 
     Args:
         store: The jobs database.
-        lease_seconds: How long a claim lasts without renewal.
-        poll_seconds: How often leases are renewed and unclaimed chunks looked for (and at once
-            whenever a chunk ends here).
-        drain_timeout: On shutdown, how long running chunks may take to wind down.
-        max_running: Chunks this process runs at once (of one job or several).
-        retention_seconds: Finished jobs are deleted this long after they last changed; 0
-            keeps them.
-        purge_seconds: How often the poll loop looks for expired jobs.
+        settings: Its leases, polls, drain, running chunks and retention.
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        *,
-        lease_seconds: float,
-        poll_seconds: float,
-        drain_timeout: float,
-        max_running: int,
-        retention_seconds: float,
-        purge_seconds: float,
-    ) -> None:
-        if lease_seconds <= 2 * poll_seconds:
-            raise ValueError("lease_seconds must exceed twice poll_seconds, or leases lapse")
+    def __init__(self, store: JobStore, settings: WorkerSettings) -> None:
         self.store = store
-        self.lease_seconds = lease_seconds
-        self.poll_seconds = poll_seconds
-        self.drain_timeout = drain_timeout
-        self.max_running = max_running
-        self.retention_seconds = retention_seconds
-        self.purge_seconds = purge_seconds
+        self.settings = settings
         self.token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -145,7 +154,7 @@ class Worker:
     def has_room(self, kind: str) -> bool:
         """Whether a chunk of a new job of ``kind`` can start here now (else it waits)."""
         return (
-            not self.stopping.is_set() and len(self._tasks) < self.max_running
+            not self.stopping.is_set() and len(self._tasks) < self.settings.max_running
             and kind in self._runs
         )
 
@@ -192,7 +201,7 @@ class Worker:
         requests, so both wind down within one grace period; ``stop`` then waits for the rest.
         """
         if self._drain_deadline is None:
-            self._drain_deadline = time.monotonic() + self.drain_timeout
+            self._drain_deadline = time.monotonic() + self.settings.drain_timeout
         self.stopping.set()
         self._wake.set()
 
@@ -236,12 +245,13 @@ class Worker:
             except Exception:
                 log.exception("job lease renewal or claim failed")
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.poll_seconds)
 
     async def _tick(self) -> None:
+        lease, most = self.settings.lease_seconds, self.settings.max_running
         for chunk, task in list(self._tasks.items()):
             held = await asyncio.to_thread(
-                self.store.renew, chunk.job_id, self.token, self.lease_seconds, chunk.lo
+                self.store.renew, chunk.job_id, self.token, lease, chunk.lo
             )
             if not held and not task.done():
                 log.info("job %s: lease lost or job stopped; stopping its items %d-%d here",
@@ -254,15 +264,15 @@ class Worker:
                 running = self._tasks.get(chunk)
                 if running is not None and not running.done():
                     continue  # still running here; its next renewal revives the lease
-                if len(self._tasks) < self.max_running and await asyncio.to_thread(
-                    self.store.renew, chunk.job_id, self.token, self.lease_seconds, chunk.lo
+                if len(self._tasks) < most and await asyncio.to_thread(
+                    self.store.renew, chunk.job_id, self.token, lease, chunk.lo
                 ):
                     log.info("job %s: reclaiming this process's lapsed lease", chunk.job_id)
                     self.launch(chunk)
-        free = self.max_running - len(self._tasks)
+        free = most - len(self._tasks)
         if free > 0 and not self.stopping.is_set():
             claimed = await asyncio.to_thread(
-                self.store.claim, self.token, self.lease_seconds, free, tuple(self._runs)
+                self.store.claim, self.token, lease, free, tuple(self._runs)
             )
             for chunk in claimed:
                 self.launch(chunk)
@@ -296,10 +306,11 @@ class Worker:
     async def _purge_expired(self) -> None:
         """Delete finished jobs past the retention period (at most every ``purge_seconds``)."""
         now = time.monotonic()
-        if self.retention_seconds <= 0 or now - self._last_purge < self.purge_seconds:
+        settings = self.settings
+        if settings.retention_seconds <= 0 or now - self._last_purge < settings.purge_seconds:
             return
         self._last_purge = now
-        before = time.time() - self.retention_seconds
+        before = time.time() - settings.retention_seconds
         while True:
             purged = await asyncio.to_thread(self.store.purge, before)
             for job_id, kind in purged:
