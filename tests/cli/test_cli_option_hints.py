@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,17 +65,21 @@ def messages(path: Path) -> Iterator[tuple[int, str]]:
     """The strings of a module that may reach a user, with their line: no docstrings."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     skip: set[int] = set()
+    # One walk: ast.walk yields a node before its children, so a docstring's statement and an
+    # f-string are seen (and their strings put in ``skip``) before the strings themselves.
     for node in ast.walk(tree):
         # Docstrings and attribute docstrings: a string standing alone as a statement.
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             skip.add(id(node.value))
-        if isinstance(node, ast.JoinedStr):
+        elif isinstance(node, ast.JoinedStr):
             skip.update(id(part) for part in node.values)
             yield node.lineno, "".join(
                 part.value if isinstance(part, ast.Constant) else "{}" for part in node.values
             )
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in skip
+        ):
             yield node.lineno, node.value
 
 
@@ -88,8 +93,13 @@ def own_flags(path: Path) -> set[str]:
     }
 
 
-def named_options() -> list[tuple[str, int, str]]:
-    """``(module, line, option)`` for every option named inside a sentence."""
+@functools.cache
+def named_options() -> tuple[tuple[str, int, str], ...]:
+    """``(module, line, option)`` for every option named inside a sentence.
+
+    Scanned once per session (parsing every module of the packages is most of these tests'
+    cost); the sources do not change while the tests run.
+    """
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -100,7 +110,7 @@ def named_options() -> list[tuple[str, int, str]]:
                 if not re.search(r"\s", text):
                     continue  # one word: an argv element or a flag being defined, not a message
                 found.extend((module, line, flag) for flag in FLAG.findall(text))
-    return found
+    return tuple(found)
 
 
 def test_the_scan_finds_the_messages_it_is_about() -> None:
