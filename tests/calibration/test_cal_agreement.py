@@ -4,7 +4,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import stats
-from sklearn.metrics import cohen_kappa_score, roc_auc_score
+from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, roc_auc_score
 
 from calibration.agreement import (
     MISSING,
@@ -184,7 +184,9 @@ def test_cv_threshold_is_chosen_on_the_other_folds_only() -> None:
         train = np.setdiff1d(np.arange(60), test)
         assert fold.threshold == best_threshold(scores[train], labels[train])
         predicted[test] = scores[test] >= fold.threshold
+        assert fold.accuracy == accuracy_score(labels[test], predicted[test])
     assert cv.accuracy == pytest.approx(float(np.mean(predicted == labels)))
+    assert cv.f1 == f1_score(labels, predicted, zero_division=0)
     assert cv.kappa == pytest.approx(cohen_kappa_score(labels, predicted))
     assert cv.threshold_all_data == best_threshold(scores, labels)
 
