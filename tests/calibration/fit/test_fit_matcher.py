@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from calibration.fit import matcher as fit_matcher
 from calibration.fit.evaluate import (
     balanced_accuracy,
     format_verdicts,
@@ -24,6 +25,7 @@ from calibration.fit.matcher import (
     load_examples,
     main,
 )
+from calibration.fit.multilingual import parallel_texts
 from calibration.fit.types import Example, FittedModel, SetSpec
 from judge.matcher import EmbeddedMatcher, MatchInput, PointFeatures, load_params
 
@@ -225,8 +227,14 @@ def _data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_whole_fit_writes_parameters_the_matcher_runs_with(tmp_path: Path) -> None:
+def test_a_whole_fit_writes_parameters_the_matcher_runs_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = _data_dir(tmp_path)
+    # The Chinese scale from six of the 28 parallel texts: the same step, a fifth of the
+    # multilingual encoder's work (tests/calibration/fit/test_fit_multilingual.py checks it).
+    english, chinese = parallel_texts()
+    monkeypatch.setattr(fit_matcher, "parallel_texts", lambda: (english[:6], chinese[:6]))
     out = tmp_path / "params.json"
     report = tmp_path / "report.txt"
     status = main(
@@ -240,6 +248,7 @@ def test_a_whole_fit_writes_parameters_the_matcher_runs_with(tmp_path: Path) -> 
     text = report.read_text(encoding="utf-8")
     assert "verdicts of the English model" in text
     assert "LOSO" in text
+    assert params.similarity_scale["zh"] > 1.0
     rows = {row["set"]: row for row in params.training["cv_full"]}
     # Every set, and EVOUNA per answering system.
     assert set(rows) == {spec.name for spec in SETS} | {"evouna_tq/fid", "evouna_tq/gpt4"}

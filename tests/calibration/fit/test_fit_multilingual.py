@@ -22,7 +22,8 @@ def test_parallel_texts_pair_each_english_text_with_its_chinese_version() -> Non
 
 def test_similarity_scale_is_one_for_the_same_texts_and_above_one_for_chinese() -> None:
     english, chinese = parallel_texts()
-    assert similarity_scale(english, english) == pytest.approx(1.0)
+    # The same texts give the same distances, so 1 whatever texts: six of them show it.
+    assert similarity_scale(english[:6], english[:6]) == pytest.approx(1.0)
     # Chinese cosines sit nearer 1 than their English versions' (unrelated texts: 0.85 vs 0.80).
     assert 1.1 < similarity_scale(english, chinese) < 1.6
 
