@@ -44,7 +44,10 @@ from standins.faults import (
 
 litellm.suppress_debug_info = True
 EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
-WORKLOAD_SLICE = 40
+WORKLOAD_SLICE = 16
+"""Workload items added to the examples: four of each ToM dimension. The workload's items are
+alike in shape (one bonus point, short English text; the examples bring the two-point items),
+so more of them only repeated the same comparison; each costs four requests on each stack."""
 MODES = ["tools", "json_schema", "json", "md_json", "json_object_schema"]
 TIMING = {"elapsed_s", "latency_s"}
 """Fields that measure wall time: the one legitimate difference between two runs."""
