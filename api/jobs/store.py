@@ -455,11 +455,12 @@ class JobStore:
 
     # -- items and results (``ItemRows``) --------------------------------------------------------
 
-    def save_result(self, job_id: str, index: int, result: GradeResult) -> bool:
-        """Store one item's result in its own transaction; False if it already had one."""
-        return self.save_results(
-            job_id, [(index, result.model_dump_json(), result.status, result.status == "scored")]
-        ) == 1
+    def save_grades(self, job_id: str, grades: Sequence[tuple[int, GradeResult]]) -> int:
+        """Store items' ``(index, result)`` in one transaction; how many were new."""
+        return self.save_results(job_id, [
+            (index, result.model_dump_json(), result.status, result.status == "scored")
+            for index, result in grades
+        ])
 
     def save_results(self, job_id: str, results: Sequence[tuple[int, str, str, bool]]) -> int:
         """Store several ``(index, result JSON, status, scored)`` at once; how many were new."""

@@ -114,7 +114,11 @@ def _used_up(cap: Cap) -> bool:
 
 
 async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) -> None:
-    """Grade a chunk's pending items, at most its ``share`` in flight, storing each result."""
+    """Grade a chunk's pending items, at most its ``share`` in flight, storing each result.
+
+    Each result is stored as soon as it is ready; those that finish together, in one
+    transaction.
+    """
     store, job_id = manager.store, chunk.job_id
     pending: dict[asyncio.Task[GradeResult], int] = {}
     page: list[tuple[int, str, str]] = []
@@ -151,11 +155,22 @@ async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) ->
             done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             finished = [(pending.pop(task), task) for task in done]
             await fill()  # the freed slots work while the results are stored
+            # Results finished together are stored in one transaction (those of a grade that
+            # failed beside them too, before its error ends the run).
+            graded: list[tuple[int, GradeResult]] = []
+            failure: Exception | None = None
             for index, task in finished:
-                result = task.result()
-                if _refused(result):
-                    continue  # not graded: it stays pending until the job resumes
-                await store_retry(store.save_result, job_id, index, result)
+                try:
+                    result = task.result()
+                except Exception as exc:
+                    failure = exc
+                    continue
+                if not _refused(result):  # a refused item stays pending until the job resumes
+                    graded.append((index, result))
+            if graded:
+                await store_retry(store.save_grades, job_id, graded)
+            if failure is not None:
+                raise failure
             await fill()
     finally:
         for task in pending:
