@@ -21,8 +21,9 @@ __all__ = ["gc_paused"]
 def gc_paused() -> Iterator[None]:
     """Disable the cyclic collector inside the block, and enable it again after if it was on.
 
-    Reference counting still frees everything as usual; only cycles wait for the next run after
-    the block. Process-wide: keep the block to building one table.
+    Also a decorator (``@gc_paused()``: the function's whole call). Reference counting still
+    frees everything as usual; only cycles wait for the next run after the block.
+    Process-wide: keep the block to building one table.
     """
     enabled = gc.isenabled()
     gc.disable()

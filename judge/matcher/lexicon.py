@@ -112,6 +112,9 @@ _load_lock = threading.Lock()
 _tables: dict[str, Lexicon] = {}
 
 
+# Tens of thousands of lists and frozensets, no cycle among them: with the collector on, loading
+# beside torch took three times as long.
+@gc_paused()
 def load_lexicon(path: Path = LEXICON_PATH) -> Lexicon:
     """Read a lexicon table (the shipped ones are read once per process, by :func:`get_lexicon`).
 
@@ -124,13 +127,6 @@ def load_lexicon(path: Path = LEXICON_PATH) -> Lexicon:
     Raises:
         ConfigError: when the file is missing, corrupt, or of another version.
     """
-    # Tens of thousands of lists and frozensets, no cycle among them: with the collector on,
-    # loading beside torch took three times as long.
-    with gc_paused():
-        return _load_lexicon(path)
-
-
-def _load_lexicon(path: Path) -> Lexicon:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -27,3 +27,13 @@ def test_a_collector_already_off_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_as_a_decorator_every_call_runs_paused() -> None:
+    @gc_paused()
+    def collector_on() -> bool:
+        return gc.isenabled()
+
+    assert collector_on() is False
+    assert collector_on() is False  # a new pause per call, not a used-up one
+    assert gc.isenabled()
