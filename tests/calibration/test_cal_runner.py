@@ -36,7 +36,7 @@ def run(tmp_path_factory: pytest.TempPathFactory):
     )
 
 
-def test_report_is_complete_and_resumable(run):
+def test_report_is_complete_and_resumable(run, request: pytest.FixtureRequest):
     result, folder, settings = run
     data = json.loads(result.files.json.read_text())
     text = json.dumps(data)
@@ -46,7 +46,9 @@ def test_report_is_complete_and_resumable(run):
     grades = sorted((folder / "report").glob("grades-*.jsonl"))
     assert len(grades) == 2
     n_lines = [len(p.read_text().splitlines()) for p in grades]
-    # Re-running resumes: every item is already in the grade files, nothing is added.
+    # Re-running resumes: every item is already in the grade files, nothing is added. (Its
+    # report's plots are not drawn again: the first run's were checked above.)
+    request.getfixturevalue("no_plots")
     run_calibration(
         load_example_set(),
         settings=settings,
@@ -119,7 +121,7 @@ def test_long_reference_lists_keep_the_first_and_the_closest_to_the_candidate():
 
 
 def test_progress_bars_go_to_stderr_labelled_per_pass(
-    run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    run, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
 ):
     # One bar per grading pass and per retest pass, named by its configuration; the report on
     # stdout stays free of them, and --quiet turns them off.
