@@ -261,7 +261,7 @@ def test_every_plot_title_fits_its_figure(tmp_path: Path, metric: str) -> None:
         _reliability_png(tmp_path / "r.png", metric, report),
     ]
     for figure in figures:
-        figure.canvas.draw()
+        figure.draw_without_rendering()  # lays the texts out, as a draw would, for their boxes
         frame = figure.bbox
         (axes,) = figure.axes
         title = axes.title
