@@ -239,12 +239,17 @@ def _service_routes() -> list[BaseRoute]:
 
 _SERVICE_ROUTES = _service_routes()
 
+_DOCUMENT: dict[str, Any] = {}
+"""The OpenAPI document of ``service_app``'s apps, once the first has built it: every app of a
+process serves the same routes (``_SERVICE_ROUTES``), so they serve the same document."""
+
 
 def service_app(lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
     """The service's routes, API documentation and error handlers, without state or middleware.
 
     What ``create_app`` serves, and all the OpenAPI document depends on: the document is the
-    same whatever the settings, so ``openapi_document`` builds it from this alone.
+    same whatever the settings, so ``openapi_document`` builds it from this alone, and the
+    apps of one process build it once (``_DOCUMENT``).
 
     Args:
         lifespan: What runs around the app's life (``create_app``'s starts the job runner).
@@ -262,7 +267,7 @@ def service_app(lifespan: Lifespan[FastAPI] | None = None) -> FastAPI:
     install_docs(app)
     app.router.routes.extend(_SERVICE_ROUTES)
     app.add_middleware(_ServingApp, owner=app)
-    install_openapi(app, [jobs.UPLOAD, mcq.UPLOAD])
+    install_openapi(app, [jobs.UPLOAD, mcq.UPLOAD], shared=_DOCUMENT)
     return app
 
 

@@ -12,6 +12,7 @@ from it.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -45,7 +46,9 @@ def add_schemas(document: dict[str, Any], schemas: dict[str, dict[str, Any]]) ->
     document["components"]["schemas"] = dict(sorted(components.items()))
 
 
-def install_openapi(app: FastAPI, uploads: Iterable[UploadDoc]) -> None:
+def install_openapi(
+    app: FastAPI, uploads: Iterable[UploadDoc], *, shared: dict[str, Any] | None = None
+) -> None:
     """Make ``app.openapi()`` FastAPI's document plus the schemas of the ``uploads``' bodies.
 
     The document is built once, on first use, as FastAPI's is (``/openapi.json`` serves it).
@@ -53,16 +56,24 @@ def install_openapi(app: FastAPI, uploads: Iterable[UploadDoc]) -> None:
     Args:
         app: The service, its routes included.
         uploads: The ``UploadDoc`` of every route that reads its own submission.
+        shared: For apps whose documents are the same (``api.app.service_app``'s): the document
+            of the first that built one (empty until then), which the others copy instead of
+            building it again (0.3-0.5 s of CPU each).
     """
     build: Callable[[], dict[str, Any]] = app.openapi
     docs = tuple(uploads)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
+            if shared:
+                app.openapi_schema = copy.deepcopy(shared)  # each app's document is its own
+                return app.openapi_schema
             document = build()  # FastAPI's own, which it caches on the app
             for upload in docs:
                 add_schemas(document, upload.schemas())
             app.openapi_schema = document
+            if shared is not None:
+                shared.update(copy.deepcopy(document))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented customisation
