@@ -49,6 +49,18 @@ class _EngineCollector(Collector):
         self._job_counts = job_counts
 
     def collect(self) -> Iterator[Metric]:
+        """The families and their values (the job counts read from the store)."""
+        return self._families(self._job_counts)
+
+    def describe(self) -> Iterator[Metric]:
+        """The families ``collect`` yields, for the registry to check names at registration.
+
+        Without it the registry would call ``collect``, counting the jobs in the store as each
+        app starts.
+        """
+        return self._families(None if self._job_counts is None else dict)
+
+    def _families(self, job_counts: Callable[[], dict[str, int]] | None) -> Iterator[Metric]:
         stats = self._grader.stats
         yield CounterMetricFamily(
             "bonusjudge_judge_calls",
@@ -105,10 +117,10 @@ class _EngineCollector(Collector):
             "bonusjudge_cost_usd", "Judge cost in USD (when litellm knows the price).",
             value=stats.cost_usd,
         )
-        if self._job_counts is not None:
+        if job_counts is not None:
             jobs = GaugeMetricFamily("bonusjudge_jobs", "Jobs by status.", labels=["status"])
             try:
-                counts = self._job_counts()
+                counts = job_counts()
             except Exception:  # a scrape must not fail because the jobs database is busy
                 log.warning("could not count jobs for the metrics scrape", exc_info=True)
                 counts = {}

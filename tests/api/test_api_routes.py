@@ -181,6 +181,17 @@ def test_prometheus_exposes_engine_and_request_metrics(client: TestClient) -> No
     assert 'bonusjudge_tokens_total{kind="prompt"}' in text
 
 
+def test_prometheus_counts_the_stores_jobs_at_each_scrape(client: TestClient) -> None:
+    def jobs(text: str) -> float:
+        lines = [line for line in text.splitlines() if line.startswith("bonusjudge_jobs{")]
+        assert len(lines) == 5, lines  # one series per status
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+    assert jobs(client.get("/metrics").text) == 0
+    assert client.post("/v1/jobs", json={"items": [ITEM]}).status_code == 202
+    assert jobs(client.get("/metrics").text) == 1
+
+
 def test_prometheus_labels_use_route_templates(client: TestClient) -> None:
     client.get("/v1/jobs/abc")
     client.get("/v1/jobs/def")
