@@ -51,13 +51,28 @@ def fake_judge() -> Callable[[FakeCall], FakeOutput]:
     return answer
 
 
+@pytest.fixture(scope="session")
+def empty_judge_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty judge-call cache folder, made once per session (per worker).
+
+    Creating diskcache's database costs about 6 ms of CPU beyond opening one (13 against 6);
+    ``make_grader`` copies this folder into each test's ``tmp_path`` instead. The cache's own
+    opening (settings, privacy, damage) is tested in ``tests/judge``.
+    """
+    folder = tmp_path_factory.mktemp("judge-cache") / "cache"
+    JudgeCache(folder).close()
+    assert sorted(path.name for path in folder.iterdir()) == ["cache.db"]  # no journal left
+    return folder
+
+
 @pytest.fixture
-def make_grader(tmp_path: Path) -> Callable[..., Grader]:
+def make_grader(tmp_path: Path, empty_judge_cache: Path) -> Callable[..., Grader]:
     """Build a grader over the fake judge (or ``provider``), cached under ``tmp_path/cache``.
 
     ``make_grader(provider=None, *, cache=True, cls=Grader, breaker=None,
     cache_scope="shared", **judge)``: ``judge`` are ``JudgeConfig`` fields (default model
-    ``fake/judge`` and ``METRICS``); ``cache=False`` leaves the grader without a cache.
+    ``fake/judge`` and ``METRICS``); ``cache=False`` leaves the grader without a cache. A cache
+    folder the test has not made itself starts as a copy of ``empty_judge_cache``.
     """
 
     def build(
@@ -71,10 +86,13 @@ def make_grader(tmp_path: Path) -> Callable[..., Grader]:
             key: options.pop(key) for key in ("breaker", "cache_scope") if key in options
         }
         config = JudgeConfig(**{"model": "fake/judge", "metrics": METRICS, **options})
+        folder = tmp_path / "cache"
+        if cache and not folder.exists():
+            shutil.copytree(empty_judge_cache, folder)
         return cls(
             config,
             provider=provider if provider is not None else FakeProvider(handler=answer),
-            cache=JudgeCache(tmp_path / "cache") if cache else None,
+            cache=JudgeCache(folder) if cache else None,
             **grader_options,
         )
 
