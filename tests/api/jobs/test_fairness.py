@@ -65,11 +65,12 @@ def test_small_job_of_another_key_finishes_while_big_ones_are_far_from_done(
     )
     with TestClient(make_app(grader, api_keys=[KEY_A, KEY_B], jobs_url=jobs_url)) as client:
         big = []
-        # As many jobs as the process runs at once, of 8 chunks of 8 items each. B's job starts
-        # when the first of A's chunks ends, so A has done about 50 items when it is done (as
-        # with 200-item jobs), far from the half of theirs asserted below.
+        # As many jobs as the process runs at once, of 16 chunks of 8 items. A's chunks are
+        # claimed oldest job first, so its first job ends after ~32 items' time (4 chunks at
+        # once, one item each); B's job starts when A's first chunk ends and is done after ~13:
+        # A has then done ~50 items (as with 200-item jobs), far from half of theirs.
         for job in range(4):
-            items = [item(1000 * (job + 1) + k) for k in range(64)]
+            items = [item(1000 * (job + 1) + k) for k in range(128)]
             answer = client.post("/v1/jobs", json={"items": items}, headers=auth(KEY_A))
             assert answer.status_code == 202
             big.append(answer.json()["id"])
@@ -83,11 +84,11 @@ def test_small_job_of_another_key_finishes_while_big_ones_are_far_from_done(
         ]
         # Key A's jobs are still far from done: B's job ran beside them, not after one of them.
         assert all(status["status"] != "done" for status in progress), progress
-        assert sum(status["done"] for status in progress) < 128, progress
+        assert sum(status["done"] for status in progress) < 256, progress
         # And A's jobs all finish, every item graded once (the one that made room resumed).
         for job_id in big:
             final = wait_for(client, KEY_A, job_id, lambda s: s["status"] == "done")
-            assert final["done"] == final["scored"] == 64
+            assert final["done"] == final["scored"] == 128
 
 
 def request(n: int) -> GradeRequest:
