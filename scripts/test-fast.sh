@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The developer's fast loop (issue 29): ruff, then every in-process test on every core (pytest-xdist),
-# stopping at the first failure. Left out: tests marked `process` (they start the CLI, an
-# interpreter, bonusjudge serve, Redis or PostgreSQL) and `slow` (long by nature: a whole matcher
-# fit, the WordNet lexicon build, BERT against transformers, the long-answer regressions); the API
-# fuzz runs 5 examples per operation instead of 20. scripts/test.sh, what CI runs, runs everything.
+# stopping at the first failure. Left out: the tests marked `process` (they start the CLI, an
+# interpreter, bonusjudge serve, Redis or PostgreSQL); the API fuzz runs 5 examples per operation
+# instead of 20. scripts/test.sh, what CI runs, runs everything.
 # Arguments go to pytest (scripts/test-fast.sh tests/judge -k cache; -n 0 runs in one process).
 # Installs nothing: run scripts/setup.sh dev once.
 set -euo pipefail
@@ -19,4 +18,4 @@ export BONUSJUDGE_FUZZ_EXAMPLES="${BONUSJUDGE_FUZZ_EXAMPLES:-5}"
 # less per worker.
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check .
-.venv/bin/pytest -n auto --dist worksteal -m "not process and not slow" -x -q "$@"
+.venv/bin/pytest -n auto --dist worksteal -m "not process" -x -q "$@"

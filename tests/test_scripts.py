@@ -175,7 +175,7 @@ def test_fast_loop_lints_then_runs_the_in_process_tests_with_the_callers_argumen
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == [
         "ruff check . 1 5 unset",
-        "pytest -n auto --dist worksteal -m not process and not slow -x -q tests/judge -k cache"
+        "pytest -n auto --dist worksteal -m not process -x -q tests/judge -k cache"
         " 1 5 unset",
     ]
 

@@ -16,7 +16,7 @@ import pytest
 from judge.identity import MATCHER_VERSION
 from standins.processes import run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.process]
+pytestmark = pytest.mark.process
 
 ITEMS = [
     {

@@ -23,7 +23,7 @@ from standins.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = pytest.mark.process
 
 
 def printed(output: str, name: str) -> str:

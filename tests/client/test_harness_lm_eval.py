@@ -28,7 +28,7 @@ SHIPPED_DATA = "test: judge/data/examples_chartom.jsonl"
 DUMMY_ANSWER = "lol"
 """What lm-evaluation-harness's dummy model generates, whatever the prompt."""
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = pytest.mark.process
 
 
 def printed(output: str, metric: str) -> str:

@@ -24,7 +24,7 @@ from standins.processes import ServiceProcess
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "promptfoo"
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = pytest.mark.process
 
 
 def test_promptfoo_eval_scores_coverage_fails_defects_and_flags_the_unscored(

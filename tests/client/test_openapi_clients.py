@@ -29,7 +29,7 @@ from standins.processes import ServiceProcess
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "openapi.json"
 
-pytestmark = [pytest.mark.process, pytest.mark.slow]
+pytestmark = pytest.mark.process
 
 Grades = dict[str, tuple[str | None, float | None]]
 """Item id -> (status, coverage): what the clients must agree on."""

@@ -30,9 +30,7 @@ def wordnet() -> WordNet:
     return read_wordnet(folder)
 
 
-# Both WordNet tests use the whole database (117,659 synsets; the read is shared, 2 s, and each
-# builds its tables, 1-2 s): `slow`, so the fast loop leaves them out and scripts/test.sh runs them.
-@pytest.mark.slow
+# Both WordNet tests use the whole database (117,659 synsets; the module reads it once).
 def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wordnet: WordNet
 ) -> None:
@@ -53,7 +51,6 @@ def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
     assert chinese.read_bytes() == LEXICON_ZH_PATH.read_bytes()
 
 
-@pytest.mark.slow
 def test_wordnet_is_read_by_line_despite_its_windows_line_ends(wordnet: WordNet) -> None:
     folder = default_wordnet_dir()
     assert folder is not None

@@ -226,7 +226,6 @@ def _data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-@pytest.mark.slow
 def test_a_whole_fit_writes_parameters_the_matcher_runs_with(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -181,7 +181,6 @@ def test_bert_layer_table_is_bert_scores() -> None:
 # --- token ids against transformers' fast tokenizer and bert-score ---------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("max_length", [256, 512, 16])
 def test_token_ids_match_transformers(max_length: int) -> None:
     tokenizer, _ = _ours(PACKAGED)
@@ -200,7 +199,6 @@ def test_token_ids_match_transformers(max_length: int) -> None:
     assert ours[len(ENGLISH)].count(reference.unk_token_id) > 3
 
 
-@pytest.mark.slow
 def test_bertscore_ids_match_bert_scores_sent_encode() -> None:
     from bert_score.utils import sent_encode
 
@@ -217,7 +215,6 @@ def test_bertscore_ids_match_bert_scores_sent_encode() -> None:
     assert encoder.special_token_ids == {reference.cls_token_id, reference.sep_token_id}
 
 
-@pytest.mark.slow
 def test_padding_matches_transformers() -> None:
     import torch
 
@@ -261,7 +258,6 @@ def _compare_states(texts: list[str], max_length: int = 512) -> None:
     assert torch.equal(stopped[None], ours[6])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "texts",
     [
@@ -308,7 +304,6 @@ def test_forward_rejects_a_bad_layer_and_over_long_input() -> None:
         tokenizer.encode(["a"], max_length=1)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["plain", "prefixed", "gamma-beta"])
 def test_other_bert_checkpoints_match_transformers(tmp_path: Path, variant: str) -> None:
     # A small random BERT of another shape (ReLU, three heads, one token type, 64 positions),
@@ -366,7 +361,6 @@ def test_other_bert_checkpoints_match_transformers(tmp_path: Path, variant: str)
 # --- the two backends through the encoder API -------------------------------------------------
 
 
-@pytest.mark.slow
 def test_transformers_backend_gives_the_same_scores(tmp_path: Path) -> None:
     # The packaged model without tokenizer.json is not the torch backend's: transformers runs it
     # (its tokenizer built from vocab.txt). Both backends must give the same numbers.
@@ -414,7 +408,6 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.process
-@pytest.mark.slow
 def test_default_warm_up_imports_neither_transformers_nor_bert_score() -> None:
     proc = _python(
         """
@@ -441,7 +434,6 @@ def test_default_warm_up_imports_neither_transformers_nor_bert_score() -> None:
 
 
 @pytest.mark.process
-@pytest.mark.slow
 def test_first_loads_of_both_backends_in_two_threads_at_once(tmp_path: Path) -> None:
     # The cold-start race of issue 13, now across backends: the matcher loads the packaged
     # encoder (torch) while BERTScore on a transformers-run encoder imports transformers and

@@ -30,8 +30,6 @@ from judge.metrics.bertscore import BertScorer
 # The package exports the function `bertscore` under the module's name.
 bertscore_module = importlib.import_module("judge.metrics.bertscore")
 
-pytestmark = pytest.mark.slow
-
 _VOCABULARY = """
 patient doctor treatment disease symptom blood heart kidney liver lung brain pain fever infection
 virus bacteria vaccine dose tablet injection surgery therapy recovery risk factor family history
