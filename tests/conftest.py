@@ -109,17 +109,62 @@ _SERVER_FIXTURES = frozenset({"redis_url", "postgres_url", "postgres_database"})
 """Fixtures that start a real server for the session: a test taking one is a ``process`` test."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Generator[None, None, None]:
     """Mark ``process`` every test that takes a server fixture, directly or through another one.
 
     Modules whose tests start the CLI, an interpreter or ``bonusjudge serve`` carry the mark
     themselves (``pytestmark``); this covers the tests that only reach a server through fixtures
     (the job store's Postgres case is marked on ``jobs_url``'s parameter instead, since it asks
-    for ``postgres_database`` at run time).
+    for ``postgres_database`` at run time). A wrapper: the marks go on before ``-m`` deselects,
+    and the tests that remain are then ordered for the workers (``_encoders_on_one_worker``).
     """
     for item in items:
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+    yield
+    _encoders_on_one_worker(items)
+
+
+# --- pytest-xdist: the tests that load torch and the encoders share one worker ----------------
+
+_ENCODER_TESTS = (
+    "tests/judge/metrics/",
+    "tests/judge/matcher/",
+    "tests/calibration/fit/",
+    "tests/calibration/test_cal_runner.py",
+    "tests/judge/test_cascade.py",
+    "tests/judge/test_honest_aggregates.py",
+    "tests/judge/test_judge_identity.py",
+    "tests/judge/test_rel_injection.py",
+    "tests/api/test_rel_fuzz.py",
+    "tests/api/test_api_routes.py",
+    "tests/api/test_cold_start_service.py",
+)
+"""Test files (or folders) with tests that import torch and load an encoder (BERTScore, the
+embedded matcher): a worker pays 5-8 s of CPU the first time (torch, transformers, bert_score,
+the encoders' weights), so these run on one worker when they can. A file missing here costs only
+time."""
+
+
+def _encoders_on_one_worker(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` so the encoder tests open the last worker's share of the collection.
+
+    pytest-xdist's work-stealing scheduler first hands each of N workers a contiguous 1/N of the
+    collection, then moves tests from the end of the longest queue to an idle worker. Tests at the
+    start of the last share run there before anything can be taken from them, so only that worker
+    imports torch. Each file keeps its tests together and in order (module fixtures, tests that
+    rely on running first in their module).
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2:
+        return
+    encoder = [item for item in items if item.nodeid.startswith(_ENCODER_TESTS)]
+    others = [item for item in items if not item.nodeid.startswith(_ENCODER_TESTS)]
+    split = len(items) - len(items) // workers
+    items[:] = others[:split] + encoder + others[split:]
 
 
 # --- Redis: a real server for the shared-cache tests (tests/judge/test_cache_redis*.py) --------
