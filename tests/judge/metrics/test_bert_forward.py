@@ -240,10 +240,9 @@ def _compare_states(texts: list[str], max_length: int = 512) -> None:
     input_ids, mask = tokenizer.pad(tokenizer.encode(texts, max_length=max_length))
     with torch.inference_mode():
         ours = model.hidden_states(input_ids, mask)
-        theirs = reference(
-            input_ids=input_ids, attention_mask=mask, output_hidden_states=True
-        ).hidden_states
-        last = reference(input_ids=input_ids, attention_mask=mask)[0]
+        # One pass of transformers' model gives every hidden state and its output.
+        output = reference(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+        theirs, last = output.hidden_states, output.last_hidden_state
         stopped = {layer: model.forward(input_ids, mask, layer=layer) for layer in (0, 4, None)}
     assert len(ours) == len(theirs) == 7  # embeddings + six layers
     real = mask.bool()
