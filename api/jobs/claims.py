@@ -20,12 +20,16 @@ transaction holds the file's write lock. Expiries are compared with the database
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from sqlalchemy import (
     Connection,
+    Float,
     FromClause,
+    Integer,
+    String,
     and_,
+    bindparam,
     case,
     false,
     func,
@@ -81,6 +85,169 @@ def chunk_bounds(
     return [(lo, min(lo + size, n_items)) for lo in range(0, n_items, size)]
 
 
+class _ClaimStatements:
+    """The lease statements, built once per dialect and run with parameters.
+
+    Building a statement and computing its cache key took about as much CPU as SQLite takes to
+    run it (a claim and its release: 10 ms of CPU, a renewal 0.7 ms), and the worker runs them
+    for every chunk and every poll. They hold no values: "now" is taken as each runs
+    (``Database.now``), the rest are named parameters (``job``, ``holder``, ``at_lo``,
+    ``lease_seconds``, ``kinds``; not column names, which an ``UPDATE`` reserves for its SET
+    clause), so every store of a dialect shares them.
+    """
+
+    _built: ClassVar[dict[bool, _ClaimStatements]] = {}
+
+    @classmethod
+    def of(cls, db: Database) -> _ClaimStatements:
+        """The statements for ``db``'s dialect (built at the first call)."""
+        built = cls._built.get(db.postgres)
+        if built is None:
+            built = cls._built[db.postgres] = cls(db)
+        return built
+
+    def __init__(self, db: Database) -> None:
+        job = bindparam("job", type_=String)
+        holder = bindparam("holder", type_=String)
+        at_lo = bindparam("at_lo", type_=Integer)
+        kinds = bindparam("kinds", type_=String, expanding=True)
+        expires = db.now() + bindparam("lease_seconds", type_=Float)
+        released = {"lease_owner": None, "lease_expires": 0.0}
+
+        def live(table: FromClause = chunks) -> ColumnElement[bool]:
+            """A chunk of ``table`` (``chunks`` or an alias) held by a lease not lapsed."""
+            return and_(table.c.lease_owner.is_not(None), table.c.lease_expires >= db.now())
+
+        # An open chunk of an unfinished job of ``kinds`` that nobody holds, or lapsed
+        # elsewhere: ``holder``'s own lapsed leases are not claimable (its renewals revive them).
+        claimable = and_(
+            jobs.c.status.in_(ACTIVE),
+            jobs.c.kind.in_(kinds),
+            # A job paused at a cost budget waits for its time (``api.jobs.spend``).
+            or_(jobs.c.paused_until.is_(None), jobs.c.paused_until <= db.now()),
+            chunks.c.done == false(),
+            or_(
+                chunks.c.lease_owner.is_(None),
+                and_(chunks.c.lease_expires < db.now(), chunks.c.lease_owner != holder),
+            ),
+        )
+        with_jobs = chunks.join(jobs, jobs.c.id == chunks.c.job_id)
+        self.probe = select(chunks.c.job_id).select_from(with_jobs).where(claimable).limit(1)
+        held_chunks, held_jobs = chunks.alias("held_chunks"), jobs.alias("held_jobs")
+        held = (
+            select(held_jobs.c.owner, func.count().label("n"))
+            .select_from(held_chunks.join(held_jobs, held_jobs.c.id == held_chunks.c.job_id))
+            .where(live(held_chunks), held_jobs.c.status.in_(ACTIVE))
+            .group_by(held_jobs.c.owner)
+            .subquery("held")
+        )
+        self.pick = (
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .select_from(with_jobs.outerjoin(held, held.c.owner == jobs.c.owner))
+            .where(claimable)
+            .order_by(func.coalesce(held.c.n, 0), jobs.c.created_at, jobs.c.id, chunks.c.lo)
+            .limit(1)
+            .with_for_update(skip_locked=True, of=chunks)
+        )
+        self.take = (
+            update(chunks).where(chunks.c.job_id == job, chunks.c.lo == at_lo)
+            .values(lease_owner=holder, lease_expires=expires)
+        )
+        self.held_by_owner = (
+            select(jobs.c.owner, func.count().label("n"))
+            .select_from(with_jobs)
+            .where(live(), jobs.c.status.in_(ACTIVE))
+            .group_by(jobs.c.owner)
+        )
+        self.waiting_owners = (
+            select(jobs.c.owner).distinct()
+            .select_from(with_jobs)
+            .where(
+                jobs.c.status.in_(ACTIVE), jobs.c.kind.in_(kinds), chunks.c.done == false(),
+                or_(chunks.c.lease_owner.is_(None), chunks.c.lease_expires < db.now()),
+            )
+        )
+        self.stale_own = (
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .select_from(with_jobs)
+            .where(
+                chunks.c.lease_owner == holder, chunks.c.lease_expires < db.now(),
+                chunks.c.done == false(), jobs.c.status.in_(ACTIVE),
+            )
+            .order_by(jobs.c.created_at, chunks.c.job_id, chunks.c.lo)
+        )
+        self.held = (
+            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+            .where(chunks.c.job_id == job, chunks.c.lease_owner == holder,
+                   chunks.c.done == false())
+            .order_by(chunks.c.lo)
+        )
+        # ``chunks`` rows of the job while it is unfinished (a subquery on ``jobs``).
+        active_job = chunks.c.job_id.in_(
+            select(jobs.c.id).where(jobs.c.id == job, jobs.c.status.in_(ACTIVE))
+        )
+        renewable = (chunks.c.job_id == job, chunks.c.lease_owner == holder,
+                     chunks.c.done == false(), active_job)
+        self.renew_all = update(chunks).where(*renewable).values(lease_expires=expires)
+        self.renew_one = (
+            update(chunks).where(*renewable, chunks.c.lo == at_lo).values(lease_expires=expires)
+        )
+        # The job, still active, with a chunk leased to ``holder``.
+        holds = select(chunks.c.lo).where(
+            chunks.c.job_id == jobs.c.id, chunks.c.lease_owner == holder
+        ).exists()
+        held_job = and_(jobs.c.id == job, jobs.c.status.in_(ACTIVE), holds)
+        now = db.now()  # one value for both columns: the run starts when it is last updated
+        running = and_(jobs.c.status == "running", jobs.c.run_started_at.is_not(None))
+        self.start_run = update(jobs).where(held_job).values(
+            status="running",
+            run_started_at=case((running, jobs.c.run_started_at), else_=now),
+            run_start_done=case((running, jobs.c.run_start_done), else_=jobs.c.done),
+            updated_at=now,
+        )
+        self.set_progress = update(jobs).where(held_job).values(
+            done=bindparam("set_done", type_=Integer),
+            scored=bindparam("set_scored", type_=Integer),
+            unscored=bindparam("set_unscored", type_=Integer),
+            updated_at=db.now(),
+        )
+        pending = (
+            select(items.c.idx)
+            .where(
+                items.c.job_id == chunks.c.job_id, items.c.idx >= chunks.c.lo,
+                items.c.idx < chunks.c.hi, items.c.request.is_not(None),
+                ~select(results.c.idx).where(
+                    results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
+                ).exists(),
+            )
+            .exists()
+        )
+        self.finish_chunk = (
+            update(chunks)
+            .where(chunks.c.job_id == job, chunks.c.lo == at_lo, chunks.c.lease_owner == holder,
+                   ~pending)
+            .values(done=True, **released)
+        )
+        self.complete = (
+            update(jobs).where(held_job, jobs.c.done >= jobs.c.total)
+            .values(status="done", updated_at=db.now())
+        )
+        self.all_done = update(chunks).where(chunks.c.job_id == job).values(done=True, **released)
+        self.fail = update(jobs).where(held_job).values(
+            status="failed", detail=bindparam("why", type_=String), updated_at=db.now()
+        )
+        self.clear = update(chunks).where(chunks.c.job_id == job).values(**released)
+        self.lock_status = select(jobs.c.status).where(jobs.c.id == job).with_for_update()
+        mine = (chunks.c.job_id == job, chunks.c.lease_owner == holder)
+        self.release_all = update(chunks).where(*mine).values(**released)
+        self.release_one = update(chunks).where(*mine, chunks.c.lo == at_lo).values(**released)
+        self.live_other = select(chunks.c.lo).where(chunks.c.job_id == job, live()).limit(1)
+        self.requeue = (
+            update(jobs).where(jobs.c.id == job, jobs.c.status == "running")
+            .values(status="queued")
+        )
+
+
 class Claims:
     """The lease operations of the job store (``JobStore`` exposes them).
 
@@ -90,45 +257,7 @@ class Claims:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-
-    # -- conditions ----------------------------------------------------------------------------
-
-    def _live(self, table: FromClause = chunks) -> ColumnElement[bool]:
-        """A chunk of ``table`` (``chunks`` or an alias) held by a lease that has not lapsed."""
-        return and_(table.c.lease_owner.is_not(None), table.c.lease_expires >= self.db.now())
-
-    def _claimable(self, token: str, kinds: Sequence[str]) -> ColumnElement[bool]:
-        """An open chunk of an unfinished job of ``kinds`` that nobody holds, or lapsed elsewhere.
-
-        ``token``'s own lapsed leases are not claimable: its renewals revive them instead. The
-        query joins ``chunks`` with ``jobs``.
-        """
-        return and_(
-            jobs.c.status.in_(ACTIVE),
-            jobs.c.kind.in_(list(kinds)),
-            # A job paused at a cost budget waits for its time (``api.jobs.spend``).
-            or_(jobs.c.paused_until.is_(None), jobs.c.paused_until <= self.db.now()),
-            chunks.c.done == false(),
-            or_(
-                chunks.c.lease_owner.is_(None),
-                and_(chunks.c.lease_expires < self.db.now(), chunks.c.lease_owner != token),
-            ),
-        )
-
-    @staticmethod
-    def _active_job(job_id: str) -> ColumnElement[bool]:
-        """``chunks`` rows of ``job_id`` while the job is unfinished (a subquery on ``jobs``)."""
-        return chunks.c.job_id.in_(
-            select(jobs.c.id).where(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE))
-        )
-
-    @staticmethod
-    def _held(job_id: str, token: str) -> ColumnElement[bool]:
-        """The job ``job_id``, still active, with a chunk leased to ``token``."""
-        holds = select(chunks.c.lo).where(
-            chunks.c.job_id == jobs.c.id, chunks.c.lease_owner == token
-        ).exists()
-        return and_(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE), holds)
+        self._sql = _ClaimStatements.of(db)
 
     # -- claiming ------------------------------------------------------------------------------
 
@@ -151,45 +280,19 @@ class Claims:
         claimed: list[Chunk] = []
         if not kinds or limit <= 0:
             return claimed
+        sql = self._sql
+        wanted = {"holder": token, "kinds": list(kinds)}
         # A plain read first: an idle poll takes no lock at all.
         with self.db.read() as conn:
-            probe = (
-                select(chunks.c.job_id)
-                .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
-                .where(self._claimable(token, kinds))
-                .limit(1)
-            )
-            if conn.execute(probe).first() is None:
+            if conn.execute(sql.probe, wanted).first() is None:
                 return claimed
-        held_chunks, held_jobs = chunks.alias("held_chunks"), jobs.alias("held_jobs")
-        held = (
-            select(held_jobs.c.owner, func.count().label("n"))
-            .select_from(held_chunks.join(held_jobs, held_jobs.c.id == held_chunks.c.job_id))
-            .where(self._live(held_chunks), held_jobs.c.status.in_(ACTIVE))
-            .group_by(held_jobs.c.owner)
-            .subquery("held")
-        )
-        pick = (
-            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
-            .select_from(
-                chunks.join(jobs, jobs.c.id == chunks.c.job_id)
-                .outerjoin(held, held.c.owner == jobs.c.owner)
-            )
-            .where(self._claimable(token, kinds))
-            .order_by(func.coalesce(held.c.n, 0), jobs.c.created_at, jobs.c.id, chunks.c.lo)
-            .limit(1)
-            .with_for_update(skip_locked=True, of=chunks)
-        )
         for _ in range(limit):
             with self.db.tx() as conn:
-                row = conn.execute(pick).first()
+                row = conn.execute(sql.pick, wanted).first()
                 if row is None:
                     break
-                conn.execute(
-                    update(chunks)
-                    .where(chunks.c.job_id == row.job_id, chunks.c.lo == row.lo)
-                    .values(lease_owner=token, lease_expires=self.db.now() + lease_seconds)
-                )
+                conn.execute(sql.take, {"job": row.job_id, "at_lo": row.lo, "holder": token,
+                                        "lease_seconds": lease_seconds})
             claimed.append(Chunk(str(row.job_id), int(row.lo), int(row.hi)))
         return claimed
 
@@ -254,66 +357,36 @@ class Claims:
                 .values(lease_owner=lease_owner, lease_expires=self.db.now() + lease_seconds)
             )
 
-    @staticmethod
-    def clear(conn: Connection, job_id: str) -> None:
+    def clear(self, conn: Connection, job_id: str) -> None:
         """Drop every lease on the job's chunks, in the caller's transaction (a finished job)."""
-        conn.execute(
-            update(chunks).where(chunks.c.job_id == job_id)
-            .values(lease_owner=None, lease_expires=0.0)
-        )
+        conn.execute(self._sql.clear, {"job": job_id})
 
     # -- what is held --------------------------------------------------------------------------
 
     def held_by_owner(self) -> dict[str, int]:
         """Chunks held by a live lease (running somewhere), per owner."""
-        query = (
-            select(jobs.c.owner, func.count().label("n"))
-            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
-            .where(self._live(), jobs.c.status.in_(ACTIVE))
-            .group_by(jobs.c.owner)
-        )
         with self.db.read() as conn:
-            return {str(r.owner): int(r.n) for r in conn.execute(query)}
+            return {str(r.owner): int(r.n) for r in conn.execute(self._sql.held_by_owner)}
 
     def waiting_owners(self, kinds: Sequence[str]) -> set[str]:
         """Owners with an open chunk of a job of ``kinds`` that nobody holds (waiting)."""
         if not kinds:
             return set()
-        query = (
-            select(jobs.c.owner).distinct()
-            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
-            .where(
-                jobs.c.status.in_(ACTIVE), jobs.c.kind.in_(list(kinds)), chunks.c.done == false(),
-                or_(chunks.c.lease_owner.is_(None), chunks.c.lease_expires < self.db.now()),
-            )
-        )
         with self.db.read() as conn:
-            return {str(owner) for owner in conn.execute(query).scalars()}
+            found = conn.execute(self._sql.waiting_owners, {"kinds": list(kinds)}).scalars()
+            return {str(owner) for owner in found}
 
     def stale_own(self, token: str) -> list[Chunk]:
         """Open chunks of active jobs leased to ``token`` whose lease has lapsed (oldest first)."""
-        query = (
-            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
-            .select_from(chunks.join(jobs, jobs.c.id == chunks.c.job_id))
-            .where(
-                chunks.c.lease_owner == token, chunks.c.lease_expires < self.db.now(),
-                chunks.c.done == false(), jobs.c.status.in_(ACTIVE),
-            )
-            .order_by(jobs.c.created_at, chunks.c.job_id, chunks.c.lo)
-        )
         with self.db.read() as conn:
-            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in conn.execute(query)]
+            rows = conn.execute(self._sql.stale_own, {"holder": token})
+            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in rows]
 
     def held(self, job_id: str, token: str) -> list[Chunk]:
         """The open chunks of ``job_id`` leased to ``token`` (lapsed or not), lowest first."""
-        query = (
-            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
-            .where(chunks.c.job_id == job_id, chunks.c.lease_owner == token,
-                   chunks.c.done == false())
-            .order_by(chunks.c.lo)
-        )
         with self.db.read() as conn:
-            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in conn.execute(query)]
+            rows = conn.execute(self._sql.held, {"job": job_id, "holder": token})
+            return [Chunk(str(r.job_id), int(r.lo), int(r.hi)) for r in rows]
 
     def holders(self, job_id: str) -> dict[str, int]:
         """Who holds a lease on the job's chunks (lapsed or not): token -> chunks held."""
@@ -335,14 +408,15 @@ class Claims:
         False when none is held any more (taken over, finished) or the job is no longer active
         (cancelled, failed, done): the holder stops.
         """
-        where = [chunks.c.job_id == job_id, chunks.c.lease_owner == token,
-                 chunks.c.done == false(), self._active_job(job_id)]
-        if lo is not None:
-            where.append(chunks.c.lo == lo)
+        sql = self._sql
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(chunks).where(*where).values(lease_expires=self.db.now() + lease_seconds)
-            )
+            if lo is None:
+                result = conn.execute(sql.renew_all, {
+                    "job": job_id, "holder": token, "lease_seconds": lease_seconds})
+            else:
+                result = conn.execute(sql.renew_one, {
+                    "job": job_id, "holder": token, "lease_seconds": lease_seconds,
+                    "at_lo": lo})
         return result.rowcount >= 1
 
     def start_run(self, job_id: str, token: str) -> bool:
@@ -351,19 +425,8 @@ class Claims:
         The run's start (time and items done then) is kept while the job stays running, however
         many replicas join it, so its rate and ETA count every replica's results.
         """
-        now = self.db.now()
-        running = and_(jobs.c.status == "running", jobs.c.run_started_at.is_not(None))
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(self._held(job_id, token))
-                .values(
-                    status="running",
-                    run_started_at=case((running, jobs.c.run_started_at), else_=now),
-                    run_start_done=case((running, jobs.c.run_start_done), else_=jobs.c.done),
-                    updated_at=now,
-                )
-            )
+            result = conn.execute(self._sql.start_run, {"job": job_id, "holder": token})
         return result.rowcount == 1
 
     def set_progress(self, job_id: str, token: str, done: int, scored: int) -> bool:
@@ -372,12 +435,9 @@ class Claims:
         ``done`` units are finished, ``scored`` of them scored. False when the lease is lost.
         """
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(self._held(job_id, token))
-                .values(done=done, scored=scored, unscored=max(done - scored, 0),
-                        updated_at=self.db.now())
-            )
+            result = conn.execute(self._sql.set_progress, {
+                "job": job_id, "holder": token, "set_done": done, "set_scored": scored,
+                "set_unscored": max(done - scored, 0)})
         return result.rowcount == 1
 
     def finish_chunk(self, job_id: str, lo: int, token: str) -> bool:
@@ -385,51 +445,25 @@ class Claims:
 
         False when items of the chunk are still to grade, or the lease is not ``token``'s.
         """
-        pending = (
-            select(items.c.idx)
-            .where(
-                items.c.job_id == chunks.c.job_id, items.c.idx >= chunks.c.lo,
-                items.c.idx < chunks.c.hi, items.c.request.is_not(None),
-                ~select(results.c.idx).where(
-                    results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
-                ).exists(),
-            )
-            .exists()
-        )
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(chunks)
-                .where(chunks.c.job_id == job_id, chunks.c.lo == lo,
-                       chunks.c.lease_owner == token, ~pending)
-                .values(done=True, lease_owner=None, lease_expires=0.0)
-            )
+            result = conn.execute(self._sql.finish_chunk,
+                                  {"job": job_id, "at_lo": lo, "holder": token})
         return result.rowcount == 1
 
     def complete_if_finished(self, job_id: str, token: str) -> bool:
         """Mark a running job done when every valid item has a result (any holder may)."""
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(self._held(job_id, token), jobs.c.done >= jobs.c.total)
-                .values(status="done", updated_at=self.db.now())
-            )
+            result = conn.execute(self._sql.complete, {"job": job_id, "holder": token})
             if result.rowcount == 1:
-                conn.execute(
-                    update(chunks).where(chunks.c.job_id == job_id)
-                    .values(done=True, lease_owner=None, lease_expires=0.0)
-                )
+                conn.execute(self._sql.all_done, {"job": job_id})
         return result.rowcount == 1
 
     def fail(self, job_id: str, token: str, detail: str) -> None:
         """Mark a job this process runs (a chunk of) as failed: every replica stops it."""
         with self.db.tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(self._held(job_id, token))
-                # Postgres text cannot hold NUL; a message quoting one keeps the rest.
-                .values(status="failed", detail=detail.replace("\x00", "\\x00"),
-                        updated_at=self.db.now())
-            )
+            # Postgres text cannot hold NUL; a message quoting one keeps the rest.
+            result = conn.execute(self._sql.fail, {
+                "job": job_id, "holder": token, "why": detail.replace("\x00", "\\x00")})
             if result.rowcount == 1:
                 self.clear(conn, job_id)
 
@@ -438,21 +472,17 @@ class Claims:
 
         A job nobody else holds a live lease on goes back to ``queued`` for the next process.
         """
+        sql = self._sql
+        job = {"job": job_id}
         with self.db.tx() as conn:
             # The job's row, locked: a release and another holder's start take turns, so the
             # job is never left queued while a replica runs it.
-            status = conn.execute(
-                select(jobs.c.status).where(jobs.c.id == job_id).with_for_update()
-            ).scalar()
-            where = [chunks.c.job_id == job_id, chunks.c.lease_owner == token]
-            if lo is not None:
-                where.append(chunks.c.lo == lo)
-            conn.execute(update(chunks).where(*where).values(lease_owner=None, lease_expires=0.0))
+            status = conn.execute(sql.lock_status, job).scalar()
+            if lo is None:
+                conn.execute(sql.release_all, {**job, "holder": token})
+            else:
+                conn.execute(sql.release_one, {**job, "holder": token, "at_lo": lo})
             if status != "running":
                 return
-            others = conn.execute(
-                select(chunks.c.lo).where(chunks.c.job_id == job_id, self._live()).limit(1)
-            ).first()
-            if others is None:
-                conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == "running")
-                             .values(status="queued"))
+            if conn.execute(sql.live_other, job).first() is None:
+                conn.execute(sql.requeue, job)

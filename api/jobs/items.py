@@ -25,6 +25,7 @@ from sqlalchemy import (
     BigInteger,
     Connection,
     Integer,
+    Select,
     String,
     and_,
     bindparam,
@@ -81,6 +82,37 @@ class EncodedItems:
     stored: int
     request_dict: bytes | None
     finished: int
+
+
+def _pending(before: bool) -> Select[tuple[int, str | None, bytes | None]]:
+    """The pending-items query: valid items of ``:job`` without a result, in index order.
+
+    Items ``:after < idx`` (and ``< :before`` when ``before``), at most ``:most``.
+    """
+    finished = select(results.c.idx).where(
+        results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
+    )
+    query = (
+        select(items.c.idx, items.c.item_id, items.c.request)
+        .where(
+            items.c.job_id == bindparam("job", type_=String),
+            items.c.idx > bindparam("after", type_=Integer),
+            items.c.request.is_not(None),
+            ~finished.exists(),
+        )
+        .order_by(items.c.idx)
+        .limit(bindparam("most", type_=Integer))
+    )
+    return query.where(items.c.idx < bindparam("before", type_=Integer)) if before else query
+
+
+# Read for every chunk a worker feeds, and the dictionaries with each page read: built once
+# (their values are parameters), as the result statements are (``_SaveStatements``).
+_PENDING = _pending(before=False)
+_PENDING_BEFORE = _pending(before=True)
+_DICTS = select(jobs.c.request_dict, jobs.c.result_dict).where(
+    jobs.c.id == bindparam("job", type_=String)
+)
 
 
 class _SaveStatements:
@@ -229,9 +261,7 @@ class ItemRows:
 
     def _dicts(self, conn: Connection, job_id: str) -> dict[int, bytes]:
         """The job's compression dictionaries (what ``unpack`` needs to read its blobs)."""
-        row = conn.execute(
-            select(jobs.c.request_dict, jobs.c.result_dict).where(jobs.c.id == job_id)
-        ).first()
+        row = conn.execute(_DICTS, {"job": job_id}).first()
         if row is None:
             return {}
         found = {REQUESTS: row.request_dict, RESULTS: row.result_dict}
@@ -276,22 +306,12 @@ class ItemRows:
         Returns:
             ``(index, item id, request JSON)`` in index order, at most ``limit``.
         """
-        finished = select(results.c.idx).where(
-            results.c.job_id == items.c.job_id, results.c.idx == items.c.idx
-        )
-        query = (
-            select(items.c.idx, items.c.item_id, items.c.request)
-            .where(
-                items.c.job_id == job_id, items.c.idx > after, items.c.request.is_not(None),
-                ~finished.exists(),
-            )
-            .order_by(items.c.idx)
-            .limit(limit)
-        )
-        if before is not None:
-            query = query.where(items.c.idx < before)
+        wanted = {"job": job_id, "after": after, "most": limit}
         with self.db.read() as conn:
-            rows = conn.execute(query).all()
+            if before is None:
+                rows = conn.execute(_PENDING, wanted).all()
+            else:
+                rows = conn.execute(_PENDING_BEFORE, {**wanted, "before": before}).all()
             dicts = self._dicts(conn, job_id) if rows else {}
         return [(int(r.idx), str(r.item_id), unpack(r.request, dicts)) for r in rows]
 

@@ -21,7 +21,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, case, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    String,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from api.errors import Conflict
 from api.jobs.claims import Chunk, Claims, chunk_bounds
@@ -52,6 +62,12 @@ JOBS_DB = "jobs.sqlite3"
 """File name of the SQLite jobs database in the service's data folder (the default store)."""
 
 _MAX_SQL_INT = 2**63 - 1
+
+
+# A job's row, read for every status poll and by the worker for every job it runs: built once
+# (its values are parameters), so each read skips building the statement and its cache key.
+_GET = select(jobs).where(jobs.c.id == bindparam("job", type_=String))
+_GET_OWNED = _GET.where(jobs.c.owner == bindparam("owned_by", type_=String))
 
 
 def open_store(settings: Settings) -> JobStore:
@@ -347,11 +363,12 @@ class JobStore:
         """The job's row (restricted to ``owner`` and to ``kind`` unless None)."""
         if not _findable(job_id):
             return None
-        query = select(jobs).where(jobs.c.id == job_id)
-        if owner is not None:
-            query = query.where(jobs.c.owner == owner)
         with self.db.read() as conn:
-            row = conn.execute(query).mappings().first()
+            if owner is None:
+                found = conn.execute(_GET, {"job": job_id})
+            else:
+                found = conn.execute(_GET_OWNED, {"job": job_id, "owned_by": owner})
+            row = found.mappings().first()
         if row is not None and kind is not None and row["kind"] != kind:
             return None  # another kind's job is not visible through this route family
         return row

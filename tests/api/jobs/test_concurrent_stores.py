@@ -87,6 +87,10 @@ def test_replicas_claiming_at_once_never_take_the_same_chunk(
         taken: list[Chunk] = []
         while batch := store.claim(token, 30.0, 3):
             taken += batch
+            # A replica works between claims. Without a pause, a claimer whose claims take a
+            # millisecond (the statements are built once) can take all 40 chunks while SQLite's
+            # busy handler keeps the others asleep, and nothing races.
+            time.sleep(0.005)
         return taken
 
     tokens = ("replica-1/a", "replica-1/b", "replica-2/a", "replica-2/b")
