@@ -20,7 +20,7 @@ transaction holds the file's write lock. Expiries are compared with the database
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from api.jobs.database import Database
+from api.jobs.database import Database, DialectStatements
 from api.jobs.schema import (
     ACTIVE,
     CHUNK_ITEMS,
@@ -85,7 +85,7 @@ def chunk_bounds(
     return [(lo, min(lo + size, n_items)) for lo in range(0, n_items, size)]
 
 
-class _ClaimStatements:
+class _ClaimStatements(DialectStatements):
     """The lease statements, built once per dialect and run with parameters.
 
     Building a statement and computing its cache key took about as much CPU as SQLite takes to
@@ -95,16 +95,6 @@ class _ClaimStatements:
     ``lease_seconds``, ``kinds``; not column names, which an ``UPDATE`` reserves for its SET
     clause), so every store of a dialect shares them.
     """
-
-    _built: ClassVar[dict[bool, _ClaimStatements]] = {}
-
-    @classmethod
-    def of(cls, db: Database) -> _ClaimStatements:
-        """The statements for ``db``'s dialect (built at the first call)."""
-        built = cls._built.get(db.postgres)
-        if built is None:
-            built = cls._built[db.postgres] = cls(db)
-        return built
 
     def __init__(self, db: Database) -> None:
         job = bindparam("job", type_=String)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
 from sqlalchemy import (
     Connection,
@@ -134,3 +135,31 @@ def open_database(target: str | Path) -> Database:
         return Database(postgres_engine(target))
     path = Path(target)
     return Database(sqlite_engine(path), path=path)
+
+
+class DialectStatements:
+    """Statements built once per SQL dialect, shared by every store of that dialect.
+
+    Building a SQLAlchemy statement and computing its cache key cost about as much CPU as SQLite
+    takes to run it, so the store's hot statements are built once and run with parameters. They
+    hold no values ("now" is ``Database.now``, taken as each runs; the rest are bind
+    parameters), so one set serves every ``Database`` of a dialect. A subclass builds its
+    statements in ``__init__(db)``; ``of(db)`` returns the set for ``db``'s dialect.
+    """
+
+    _built: ClassVar[dict[bool, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._built = {}  # each kind of statements its own table
+
+    def __init__(self, db: Database) -> None:
+        """Build the statements for ``db``'s dialect (a subclass's)."""
+
+    @classmethod
+    def of(cls, db: Database) -> Self:
+        """The statements for ``db``'s dialect (built at the first call)."""
+        built: Self | None = cls._built.get(db.postgres)
+        if built is None:
+            built = cls._built[db.postgres] = cls(db)
+        return built

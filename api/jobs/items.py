@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import (
@@ -35,7 +35,7 @@ from sqlalchemy import (
 )
 
 from api.jobs.codec import REQUESTS, RESULTS, pack, stored_size, unpack
-from api.jobs.database import Database
+from api.jobs.database import Database, DialectStatements
 from api.jobs.schema import INVALID, items, jobs, results
 from bonusjudge_client.wire.grading import GradeResult
 from bonusjudge_client.wire.schemas import ItemError
@@ -115,7 +115,7 @@ _DICTS = select(jobs.c.request_dict, jobs.c.result_dict).where(
 )
 
 
-class _SaveStatements:
+class _SaveStatements(DialectStatements):
     """``ItemRows.save_results``'s statements, built once per dialect and run with parameters.
 
     Building a statement and computing its cache key cost more CPU than SQLite takes to run it
@@ -124,16 +124,6 @@ class _SaveStatements:
     every store of a dialect shares them (building them takes a few ms: per store, that was
     a tenth of a test service's start-up).
     """
-
-    _built: ClassVar[dict[bool, _SaveStatements]] = {}
-
-    @classmethod
-    def of(cls, db: Database) -> _SaveStatements:
-        """The statements for ``db``'s dialect (built at the first call)."""
-        built = cls._built.get(db.postgres)
-        if built is None:
-            built = cls._built[db.postgres] = cls(db)
-        return built
 
     def __init__(self, db: Database) -> None:
         job = jobs.c.id == bindparam("job_id")
