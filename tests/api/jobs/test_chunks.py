@@ -88,6 +88,22 @@ def test_a_dead_replica_s_chunks_and_only_those_are_taken_over(
     assert not dead.complete_if_finished("job", "dead")
 
 
+def test_renewing_one_chunk_leaves_the_holders_other_leases_as_they_were(
+    open_store: Callable[..., JobStore],
+) -> None:
+    holder, other = open_store(chunk_items=4), open_store(chunk_items=4)
+    add_job(holder, "job", "a", 8)
+    assert holder.claim("holder", 30.0, 2) == [Chunk("job", 0, 4), Chunk("job", 4, 8)]
+    # A lease renewed to a negative length has lapsed already: only chunk 4's, since a chunk
+    # runner renews its own chunk (lo), not every lease its process holds on the job.
+    assert holder.renew("job", "holder", -1.0, lo=4)
+    assert other.claim("taker", 30.0, 4) == [Chunk("job", 4, 8)]
+    assert other.holders("job") == {"holder": 1, "taker": 1}
+    # A chunk it no longer holds is not renewed; the one it holds still is.
+    assert not holder.renew("job", "holder", 30.0, lo=4)
+    assert holder.renew("job", "holder", 30.0, lo=0)
+
+
 def test_a_chunk_is_done_only_when_each_of_its_items_has_a_result(
     open_store: Callable[..., JobStore],
 ) -> None:
