@@ -14,6 +14,7 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 _SHARED_SKIP_WORDS = ("absent", "not present")
 
@@ -82,6 +83,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
     if any(word in reason for word in _SHARED_SKIP_WORDS):
         report.outcome = "failed"
         report.longrepr = f"shared data missing in CI (would have skipped): {reason}"
+
+
+# --- Hypothesis: the number of examples ---------------------------------------------------------
+
+settings.register_profile("full", max_examples=100)
+settings.register_profile("fast", max_examples=25)
+"""``full`` is Hypothesis's own default (100 examples a test), what ``scripts/test.sh`` (CI) runs;
+``fast`` is a quarter of it, for ``scripts/test-fast.sh`` (``--hypothesis-profile fast``). A test
+that wants more or fewer than the default asks for a multiple of the profile's count
+(``settings().max_examples``), so both loops scale it alike; nothing reads a count of its own."""
+settings.load_profile("full")
 
 
 # --- the garbage collector: tuned for a test session ---------------------------------------------

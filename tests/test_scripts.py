@@ -146,11 +146,11 @@ def test_setup_shows_the_end_of_pips_log_when_it_fails(tmp_path: Path) -> None:
 
 # -- test-fast.sh ---------------------------------------------------------------------------------
 
-# Logs its name, its arguments, HF_HUB_OFFLINE and BONUSJUDGE_FUZZ_EXAMPLES (the script sets
-# both) and whether PYTHONDONTWRITEBYTECODE is unset (the script unsets it), then exits CODE.
+# Logs its name, its arguments, HF_HUB_OFFLINE (the script sets it) and whether
+# PYTHONDONTWRITEBYTECODE is unset (the script unsets it), then exits CODE.
 ARGS_LOGGER = (
     '#!/usr/bin/env bash\necho "$(basename "$0") $* ${{HF_HUB_OFFLINE:-}}'
-    ' ${{BONUSJUDGE_FUZZ_EXAMPLES:-}} ${{PYTHONDONTWRITEBYTECODE-unset}}" >> "{log}"\n'
+    ' ${{PYTHONDONTWRITEBYTECODE-unset}}" >> "{log}"\n'
     "exit {code}\n"
 )
 
@@ -174,22 +174,25 @@ def test_fast_loop_lints_then_runs_the_in_process_tests_with_the_callers_argumen
     )
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == [
-        "ruff check . 1 5 unset",
-        "pytest -n auto --dist worksteal -m not process -x -q tests/judge -k cache"
-        " 1 5 unset",
+        "ruff check . 1 unset",
+        "pytest -n auto --dist worksteal -m not process -x -q --hypothesis-profile fast"
+        " tests/judge -k cache 1 unset",
     ]
 
 
-def test_fast_loop_keeps_a_fuzz_example_count_the_caller_sets(tmp_path: Path) -> None:
+def test_fast_loop_passes_a_profile_the_caller_names_last(tmp_path: Path) -> None:
+    # pytest keeps the last value of an option: the caller's profile wins over the loop's.
     script, log = fast_tree(tmp_path)
-    assert run(script, {"BONUSJUDGE_FUZZ_EXAMPLES": "20"}).returncode == 0
-    assert log.read_text().splitlines()[-1].endswith(" 1 20 unset")
+    assert run(script, {}, "--hypothesis-profile", "full").returncode == 0
+    assert log.read_text().splitlines()[-1].endswith(
+        "--hypothesis-profile fast --hypothesis-profile full 1 unset"
+    )
 
 
 def test_fast_loop_stops_at_lint_errors_and_passes_pytests_exit_code_on(tmp_path: Path) -> None:
     script, log = fast_tree(tmp_path, ruff_code=1)
     assert run(script, {}).returncode == 1
-    assert log.read_text().splitlines() == ["ruff check . 1 5 unset"]
+    assert log.read_text().splitlines() == ["ruff check . 1 unset"]
     script, log = fast_tree(tmp_path / "again", pytest_code=5)
     assert run(script, {}).returncode == 5
 

@@ -29,9 +29,9 @@ from schemathesis.python import asgi as schemathesis_asgi
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 KEY = "fuzz-key-1"
-EXAMPLES = int(os.environ.get("BONUSJUDGE_FUZZ_EXAMPLES", "20"))
-"""Examples per operation and generation mode (about 40 operation-modes in all): 20, or what
-``BONUSJUDGE_FUZZ_EXAMPLES`` says (``scripts/test-fast.sh`` runs 5; ``scripts/test.sh`` 20)."""
+EXAMPLES = settings().max_examples // 5
+"""Examples per operation and generation mode (about 40 operation-modes in all): a fifth of the
+Hypothesis profile's count, 20 in ``scripts/test.sh`` and 5 in ``scripts/test-fast.sh``."""
 
 
 @pytest.fixture

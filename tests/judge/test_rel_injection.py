@@ -151,7 +151,11 @@ fence_noise = (
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=2 * settings().max_examples,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(fence_noise, st.sampled_from(FENCED_RUBRICS))
 def test_random_marker_soup_cannot_leave_its_fence(text: str, rubric: tuple[str, str]) -> None:
     rubric_id, language = rubric

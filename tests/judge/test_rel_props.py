@@ -27,7 +27,9 @@ from judge.io import chartom_to_request
 from judge.verdicts import _INDEX_LIST_RE, parse_paper_coverage, parse_paper_defects
 
 SETTINGS = settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=5 * settings().max_examples // 2,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 json_values = st.recursive(
@@ -201,7 +203,7 @@ _ORIGINAL_INDEX_LIST = re.compile(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=6 * settings().max_examples, deadline=None)
 @given(st.text(alphabet="12 ,，、;；.。()andx\t", max_size=12))
 def test_index_list_pattern_accepts_the_same_language_as_before_the_fix(body: str) -> None:
     # Short inputs only: the original pattern is exponential on long digit runs.

@@ -375,7 +375,9 @@ def test_chinese_feature_vector_has_no_encoder_features() -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=2 * settings().max_examples // 5,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     point=st.text(min_size=1, max_size=40).filter(str.strip),
