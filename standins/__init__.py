@@ -1,7 +1,7 @@
 """Test doubles that ship with bonusjudge: an OpenAI-compatible stand-in judge server.
 
 The stand-in is strict like OpenAI's API: a request with a top-level field outside
-:data:`OPENAI_CHAT_PARAMS` gets HTTP 400 (``OpenAIStandIn(strict=False)`` for lenient servers).
+:func:`openai_chat_params` gets HTTP 400 (``OpenAIStandIn(strict=False)`` for lenient servers).
 
 Tests, benchmarks (``bench/``) and the fault-injection suite import from here, so the stand-in
 is part of the package rather than of the test tree.

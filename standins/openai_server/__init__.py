@@ -29,7 +29,7 @@ HTTP 400 and ``{"error": {"message": "Unrecognized request argument supplied: <n
 "invalid_request_error", "param": null, "code": null}}`` (several unknown fields: "Unrecognized
 request arguments supplied: a, b"). The stand-in does the same, so a client that leaks a private
 keyword into the body (instructor's old ``validation_context``, a litellm-only option) fails here
-as it would in production. The documented fields are :data:`OPENAI_CHAT_PARAMS`, read from the
+as it would in production. The documented fields are :func:`openai_chat_params`, read from the
 installed ``openai`` package's ``CompletionCreateParams`` so the list follows the SDK. Only
 top-level names are checked: nested objects (``response_format``, ``tools``...) are checked only
 as far as the answer needs them, so llama.cpp's ``response_format: {"type": "json_object",
@@ -159,16 +159,15 @@ from standins.openai_server.plan import FAULT_KINDS, FaultKind, FaultPlan
 from standins.openai_server.prompt_cache import OPENAI_PROMPT_CACHE
 from standins.openai_server.server import OpenAIStandIn
 from standins.openai_server.wire import (
-    OPENAI_CHAT_PARAMS,
     Handler,
     Reply,
     ReplyLike,
     ToolCall,
+    openai_chat_params,
 )
 
 __all__ = [
     "FAULT_KINDS",
-    "OPENAI_CHAT_PARAMS",
     "OPENAI_PROMPT_CACHE",
     "FaultKind",
     "FaultPlan",
@@ -179,4 +178,5 @@ __all__ = [
     "StandInStats",
     "ToolCall",
     "main",
+    "openai_chat_params",
 ]

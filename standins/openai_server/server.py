@@ -69,7 +69,7 @@ class OpenAIStandIn(LoopbackServer):
         models: Model ids listed by ``GET /v1/models``.
         seed: Seed of the jitter RNG.
         allow_remote: Allow binding a non-loopback address.
-        strict: Reject a body with a top-level field outside :data:`OPENAI_CHAT_PARAMS` with
+        strict: Reject a body with a top-level field outside :func:`openai_chat_params` with
             OpenAI's HTTP 400 (the default, as the real API does); False accepts extras, as
             lenient local servers (llama.cpp, vLLM, Ollama) do.
         api_key: When set, a request without ``Authorization: Bearer <api_key>`` gets OpenAI's

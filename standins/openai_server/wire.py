@@ -1,6 +1,6 @@
 """The stand-in's wire contract: what OpenAI's chat-completions API accepts and answers.
 
-The request side: the documented top-level fields (:data:`OPENAI_CHAT_PARAMS`), the checks a
+The request side: the documented top-level fields (:func:`openai_chat_params`), the checks a
 body must pass (:func:`validate_body`, :func:`unknown_fields`) and what answer it expects
 (:func:`analyse`). The answer side: the assistant message (:class:`Reply`), the completion object
 that carries it, token counts and OpenAI's error body. Nothing here runs a server.
@@ -21,8 +21,17 @@ from core.text import count_words
 from standins.schemas import find_embedded_schema
 
 
-def _documented_chat_params() -> frozenset[str]:
-    """The top-level fields of OpenAI's chat-completions request, from the ``openai`` SDK."""
+@functools.cache
+def openai_chat_params() -> frozenset[str]:
+    """Every top-level field OpenAI documents for ``POST /v1/chat/completions``.
+
+    Read from the installed ``openai`` package's ``CompletionCreateParams`` (``model``,
+    ``messages``, ``tools``, ``response_format``, ``temperature``, ``max_tokens``, ``seed``,
+    ``stream``...). The strict stand-in rejects any other top-level field with HTTP 400, as OpenAI
+    does. Read on the first call, not at import: the SDK's types cost about a second of CPU, which
+    a process that imports the stand-in and checks no body (a test session collecting) need not
+    pay.
+    """
     # The SDK's TypedDicts are generated from OpenAI's API spec, so reading them (rather than
     # copying a list) keeps the stand-in in step with the installed SDK. Streaming and
     # non-streaming variants differ only in ``stream``'s type; take both to be safe.
@@ -36,14 +45,6 @@ def _documented_chat_params() -> frozenset[str]:
         names.update(typed.__required_keys__, typed.__optional_keys__)
     return frozenset(names)
 
-
-OPENAI_CHAT_PARAMS: frozenset[str] = _documented_chat_params()
-"""Every top-level field OpenAI documents for ``POST /v1/chat/completions``.
-
-Derived from the installed ``openai`` package's ``CompletionCreateParams`` (``model``,
-``messages``, ``tools``, ``response_format``, ``temperature``, ``max_tokens``, ``seed``,
-``stream``...). The strict stand-in rejects any other top-level field with HTTP 400, as OpenAI does.
-"""
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 """OpenAI ``finish_reason`` values the stand-in emits."""
@@ -176,7 +177,7 @@ def unknown_fields(body: Any) -> str | None:
     """OpenAI's 400 message for a body with undocumented top-level fields, or None."""
     if not isinstance(body, Mapping):
         return None
-    unknown = [str(name) for name in body if name not in OPENAI_CHAT_PARAMS]
+    unknown = [str(name) for name in body if name not in openai_chat_params()]
     if not unknown:
         return None
     if len(unknown) == 1:

@@ -36,7 +36,7 @@ from judge.providers.litellm import LiteLLMProvider
 from judge.providers.routing import RoutingProvider, transport_for
 from judge.providers.wire import as_rendered, json_instruction, tool_function
 from judge.verdicts import BonusPointsExtraction, DefectJudgement, coverage_model
-from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, Reply, ToolCall
+from standins import OpenAIStandIn, Reply, ToolCall, openai_chat_params
 
 litellm.suppress_debug_info = True
 
@@ -189,7 +189,7 @@ async def test_structured_calls_match_the_litellm_path(
         server, SCENARIOS[scenario](mode), config, COVERAGE, context={"n_points": 2}
     )
     assert bodies == lite_bodies
-    assert all(set(body) <= OPENAI_CHAT_PARAMS for body in bodies)
+    assert all(set(body) <= openai_chat_params() for body in bodies)
     assert mine == lite
     assert len(bodies) == mine["attempts"]
 
@@ -232,7 +232,7 @@ async def test_a_priced_model_costs_the_same(server: OpenAIStandIn) -> None:
     assert mine == lite and mine["cost_usd"] is not None and mine["cost_usd"] > 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=3 * settings().max_examples, deadline=None)
 @given(
     prompt=st.integers(0, 200_000), completion=st.integers(0, 20_000), share=st.floats(0, 1),
     model=st.sampled_from(["gpt-4o-mini", "gpt-4o", "gpt-3.5-turbo"]),
@@ -359,7 +359,7 @@ async def test_the_router_sends_each_call_on_its_transport(server: OpenAIStandIn
 # -- instructor's rendering of markup-free text ---------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=4 * settings().max_examples, deadline=None)
 @given(
     st.lists(
         st.sampled_from(["a", "é", " ", "  ", "\t", "\n", "\r", "\r\n", "{", "}", "#", "%", "x y"]),

@@ -7,7 +7,7 @@ request body, and every coverage call failed against the real API. These tests d
 product path (``Grader`` with ``LiteLLMProvider`` over instructor, litellm and HTTP) against the
 strict stand-in, for every judge task (bonus-point extraction, coverage, defects, MCQ reading)
 in every structured mode and with the faithful text rubric, then check the recorded bodies
-against ``OPENAI_CHAT_PARAMS``. A test of the old call shows the stand-in does catch the bug, so
+against ``openai_chat_params()``. A test of the old call shows the stand-in does catch the bug, so
 the contract tests cannot pass vacuously.
 """
 
@@ -41,7 +41,7 @@ from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
 from judge.providers.litellm import LiteLLMProvider
 from judge.verdicts import coverage_model
-from standins import OPENAI_CHAT_PARAMS, OpenAIStandIn, find_embedded_schema
+from standins import OpenAIStandIn, find_embedded_schema, openai_chat_params
 
 litellm.suppress_debug_info = True
 EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
@@ -116,7 +116,7 @@ def _expected_covered(n: int, mode: str) -> int:
 
 def _undocumented(bodies: list[dict[str, Any]]) -> list[list[str]]:
     """The undocumented top-level fields of each body that has any."""
-    extras = (sorted(set(body) - OPENAI_CHAT_PARAMS) for body in bodies)
+    extras = (sorted(set(body) - openai_chat_params()) for body in bodies)
     return [names for names in extras if names]
 
 
