@@ -4,6 +4,10 @@
 knows the shared sets; ``agreement`` computes statistics on judge and human scores joined by item
 id; ``mapping`` fits a monotone judge-to-human mapping tied to one judge configuration;
 ``report`` writes the JSON/Markdown/PNG report. The names below are the public API.
+
+scikit-learn, ``scipy.stats`` and matplotlib (about 3 s of CPU to import together) are imported
+where they are first used, not at the top of the modules: loading a set or a mapping (the
+service's calibration routes, a test session collecting) does not pay for them.
 """
 
 from calibration.agreement import (

@@ -15,8 +15,6 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import StratifiedKFold
 
 from calibration.correlation import Estimate, bootstrap_ci, cohen_kappa
 from calibration.scores import FloatArray, join_scores
@@ -236,6 +234,8 @@ def cv_threshold(
     if grouped:
         split_list = stratified_group_folds(y_int, list(groups or ()), n_folds=k, seed=seed)
     else:
+        from sklearn.model_selection import StratifiedKFold  # at use: see calibration/__init__
+
         split_list = list(
             StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(xa, y_int)
         )
@@ -319,6 +319,8 @@ def binary_agreement(
         low, high, note = (None, None, None)
         if n_resamples > 0:
             low, high, note = bootstrap_ci(xa, ya, "auroc", n_resamples=n_resamples, seed=seed)
+        from sklearn.metrics import roc_auc_score  # at use: see calibration/__init__
+
         auroc = Estimate(
             value=float(roc_auc_score(ya.astype(int), xa)),
             ci_low=low,

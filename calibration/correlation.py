@@ -16,8 +16,6 @@ from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
-from sklearn.metrics import cohen_kappa_score
 
 from calibration.scores import FloatArray
 
@@ -99,6 +97,8 @@ def _row_kendall_pairwise(xs: FloatArray, ys: FloatArray) -> FloatArray:
 
 def _row_stat(statistic: Statistic, xs: FloatArray, ys: FloatArray) -> FloatArray:
     """The statistic on each row of ``xs``/``ys`` (one bootstrap resample a row)."""
+    from scipy import stats  # at use: see calibration/__init__
+
     if statistic == "pearson":
         return _row_pearson(xs, ys)
     if statistic == "spearman":
@@ -221,6 +221,8 @@ def correlation(
     note = _constant_note(xa, ya, names)
     if note is not None:
         return Estimate(value=None, n=len(xa), note=note)
+    from scipy import stats  # at use: see calibration/__init__
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if method == "pearson":
@@ -257,6 +259,8 @@ def cohen_kappa(
     a: npt.ArrayLike, b: npt.ArrayLike, weights: str | None = None
 ) -> float | None:
     """Cohen's kappa of two label sequences; ``None`` when undefined (one label throughout)."""
+    from sklearn.metrics import cohen_kappa_score  # at use: see calibration/__init__
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return finite_or_none(cohen_kappa_score(a, b, weights=weights))

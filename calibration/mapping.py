@@ -21,9 +21,6 @@ from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 import numpy.typing as npt
-from sklearn.isotonic import IsotonicRegression
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
 from calibration.agreement import FloatArray, ScoreInput, join_scores, stratified_group_folds
 from calibration.sets import CalibrationItem
@@ -71,6 +68,9 @@ class _Params:
 
 
 def _fit(kind: MappingKind, x: FloatArray, y: FloatArray) -> _Params:
+    from sklearn.isotonic import IsotonicRegression  # at use: see calibration/__init__
+    from sklearn.linear_model import LogisticRegression
+
     if kind == "isotonic":
         # increasing=True: a judge score is meant to rise with quality; a judge that runs the
         # other way gets a flat map, and its CV error shows no gain over the constant baseline.
@@ -160,6 +160,8 @@ def _splits(
         raise InputError(
             "too few items (or classes, or questions) for 2 cross-validation folds", field="scores"
         )
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold  # see __init__
+
     x_dummy = np.zeros(len(y))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

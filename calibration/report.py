@@ -19,13 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.transforms import BboxBase
 
 from calibration.agreement import (
     JoinError,
@@ -47,6 +43,11 @@ from calibration.mapping import (
 from calibration.sets import ANNOTATOR_META_KEYS, CalibrationItem, LoadedSet
 from core import markdown
 from core.errors import ConfigError, InputError
+
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn: see calibration/__init__
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import BboxBase
 
 __all__ = [
     "DEFAULT_GROUP_FIELDS",
@@ -454,6 +455,9 @@ def _slug(name: str, taken: set[str]) -> str:
 
 
 def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(figure)  # Agg explicitly: no GUI backend, no pyplot global state.
     return figure

@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -455,3 +457,26 @@ def test_calibration_dir_is_a_setting(tmp_path: Path, monkeypatch: pytest.Monkey
     settings.write_text(json.dumps({"calibration_dir": str(tmp_path)}), encoding="utf-8")
     monkeypatch.setenv("BONUSJUDGE_SETTINGS_FILE", str(settings))
     assert find_calibration_dir() == tmp_path.resolve()
+
+
+@pytest.mark.process
+def test_loading_a_set_or_a_mapping_imports_no_statistics_or_plotting_library() -> None:
+    # The service's calibration routes load sets; sklearn, scipy.stats and matplotlib (about 3 s
+    # of CPU together) wait until a statistic is computed or a figure drawn.
+    code = (
+        "import sys\n"
+        "import calibration\n"
+        "from calibration.mapping import load_mapping\n"
+        "from calibration.sets import load_example_set\n"
+        "load_example_set('example')\n"
+        "heavy = ('sklearn', 'scipy.stats', 'matplotlib')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+        "from calibration.agreement import correlation\n"
+        "correlation([1, 2, 3, 4], [1, 3, 2, 4], 'spearman')\n"
+        "print('scipy.stats' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True"]
