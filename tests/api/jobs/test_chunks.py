@@ -63,7 +63,7 @@ def test_a_dead_replica_s_chunks_and_only_those_are_taken_over(
 ) -> None:
     dead, alive = open_store(chunk_items=4), open_store(chunk_items=4)
     add_job(dead, "job", "a", 16)
-    lease = 1.0
+    lease = 0.5  # "alive" renews every 50 ms: ten renewals a lease
     mine = dead.claim("dead", lease, 2)
     theirs = alive.claim("alive", lease, 2)
     assert sorted(mine + theirs) == [Chunk("job", lo, lo + 4) for lo in (0, 4, 8, 12)]

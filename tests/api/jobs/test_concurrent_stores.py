@@ -117,7 +117,7 @@ def test_a_job_whose_holder_stops_renewing_is_taken_over(
 ) -> None:
     holder, other = two_stores
     add_job(holder, "job", "a", n_items=2)
-    lease = 1.0
+    lease = 0.5  # renewed every 125 ms: a renewal may be 375 ms late before the lease lapses
     assert job_ids(holder.claim("replica-1", lease, 1)) == ["job"]
     assert holder.start_run("job", "replica-1")
     # While the holder renews (its heartbeat), the job stays with it past its first lease.

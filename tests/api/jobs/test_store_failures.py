@@ -43,12 +43,13 @@ def item(n: int) -> dict[str, Any]:
 @pytest.fixture
 def make_client(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], jobs_url: str | None
-) -> Callable[[], TestClient]:
-    """A client of the service over the fake judge (no cache, 2 s leases), not yet opened."""
+) -> Callable[..., TestClient]:
+    """A client of the service over the fake judge (no cache), not yet opened:
+    ``make_client(lease_seconds=2.0)``."""
 
-    def build() -> TestClient:
+    def build(lease_seconds: float = 2.0) -> TestClient:
         grader = make_grader(metrics=("coverage", "defects"), cache=False)
-        return TestClient(make_app(grader, lease_seconds=2.0, jobs_url=jobs_url))
+        return TestClient(make_app(grader, lease_seconds=lease_seconds, jobs_url=jobs_url))
 
     return build
 
@@ -85,7 +86,8 @@ def test_a_store_that_fails_for_a_while_does_not_end_the_job(make_client, monkey
 def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> None:
     """A release that failed (the disk was full) leaves the job leased to this process and not
     running here: once the lease lapses, this process takes it up again, no restart needed."""
-    with make_client() as client:
+    # A short lease: the test waits for it to lapse (still held at 0.3 s, when it is checked).
+    with make_client(lease_seconds=0.8) as client:
         manager = client.app.state.jobs  # type: ignore[attr-defined]
         real_release = JobStore.release
         monkeypatch.setattr(JobStore, "release", lambda self, job_id, token, lo=None: (
