@@ -70,9 +70,9 @@ def make_grader(tmp_path: Path, empty_judge_cache: Path) -> Callable[..., Grader
     """Build a grader over the fake judge (or ``provider``), cached under ``tmp_path/cache``.
 
     ``make_grader(provider=None, *, cache=True, cls=Grader, breaker=None,
-    cache_scope="shared", **judge)``: ``judge`` are ``JudgeConfig`` fields (default model
-    ``fake/judge`` and ``METRICS``); ``cache=False`` leaves the grader without a cache. A cache
-    folder the test has not made itself starts as a copy of ``empty_judge_cache``.
+    cache_scope="shared", sleep=None, **judge)``: ``judge`` are ``JudgeConfig`` fields (default
+    model ``fake/judge`` and ``METRICS``); ``cache=False`` leaves the grader without a cache. A
+    cache folder the test has not made itself starts as a copy of ``empty_judge_cache``.
     """
 
     def build(
@@ -83,7 +83,7 @@ def make_grader(tmp_path: Path, empty_judge_cache: Path) -> Callable[..., Grader
         **options: Any,
     ) -> Grader:
         grader_options = {
-            key: options.pop(key) for key in ("breaker", "cache_scope") if key in options
+            key: options.pop(key) for key in ("breaker", "cache_scope", "sleep") if key in options
         }
         config = JudgeConfig(**{"model": "fake/judge", "metrics": METRICS, **options})
         folder = tmp_path / "cache"

@@ -28,6 +28,7 @@ from core.processes import free_port
 from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
+from standins.faults import RecordingSleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -131,6 +132,8 @@ def secret_service(
             metrics=("coverage", "defects", "rouge_l"),
             retries=1,
             reasks=1,
+            # What the service writes is the point, not when: retries do not wait their back-off.
+            sleep=RecordingSleep(),
         )
         app = make_app(grader, judge=grader.config, api_keys=[KEY_A, KEY_B], lease_seconds=30.0)
         with TestClient(app) as client:
