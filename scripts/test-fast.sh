@@ -2,7 +2,7 @@
 # The developer's fast loop (issue 29): ruff, then every in-process test on every core (pytest-xdist),
 # stopping at the first failure. Left out: the tests marked `process` (they start the CLI, an
 # interpreter, bonusjudge serve, Redis or PostgreSQL). Hypothesis tests (the API fuzz among them)
-# run the `fast` profile of tests/conftest.py: a quarter of their examples. scripts/test.sh, what
+# run the `fast` profile of tests/conftest.py: a tenth of their examples. scripts/test.sh, what
 # CI runs, runs everything at full count.
 # Arguments go to pytest, after the loop's own (scripts/test-fast.sh tests/judge -k cache; -n 0
 # runs in one process; --hypothesis-profile full, the last one given, runs every example).

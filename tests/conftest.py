@@ -88,11 +88,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, A
 # --- Hypothesis: the number of examples ---------------------------------------------------------
 
 settings.register_profile("full", max_examples=100)
-settings.register_profile("fast", max_examples=25)
+settings.register_profile("fast", max_examples=10)
 """``full`` is Hypothesis's own default (100 examples a test), what ``scripts/test.sh`` (CI) runs;
-``fast`` is a quarter of it, for ``scripts/test-fast.sh`` (``--hypothesis-profile fast``). A test
-that wants more or fewer than the default asks for a multiple of the profile's count
-(``settings().max_examples``), so both loops scale it alike; nothing reads a count of its own."""
+``fast`` is a tenth, for ``scripts/test-fast.sh`` (``--hypothesis-profile fast``), the count
+Hypothesis's documentation suggests for a development profile. A test that wants more or fewer
+than the default asks for a multiple of the profile's count (``settings().max_examples``), so
+both loops scale it alike; nothing reads a count of its own."""
 settings.load_profile("full")
 
 

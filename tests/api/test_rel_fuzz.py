@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 KEY = "fuzz-key-1"
 EXAMPLES = settings().max_examples // 5
 """Examples per operation and generation mode (about 40 operation-modes in all): a fifth of the
-Hypothesis profile's count, 20 in ``scripts/test.sh`` and 5 in ``scripts/test-fast.sh``."""
+Hypothesis profile's count, 20 in ``scripts/test.sh`` and 2 in ``scripts/test-fast.sh``."""
 
 
 @pytest.fixture
@@ -109,7 +109,9 @@ def test_fuzz_every_operation_from_the_openapi_spec(fuzz_app: Callable[..., Fast
             for operation in operations:
                 fuzz(session, operation, mode)
     print("\nfuzz statuses:", dict(statuses))
-    assert statuses["2xx"] >= 30 and statuses["4xx"] >= 100  # both paths really exercised
+    # Both paths really exercised: about 8-11 successes and 70 refusals come of each example per
+    # operation-mode (22 and 142 at 2 examples, 169 and 1,363 at 20).
+    assert statuses["2xx"] >= 5 * EXAMPLES and statuses["4xx"] >= 20 * EXAMPLES
     assert server_errors == [], server_errors[:5]
     assert contract == [], contract[:5]
 
