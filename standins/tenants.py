@@ -72,12 +72,13 @@ async def probe(
 ) -> FloodRun:
     """B's side: ``count`` ``/v1/grade`` requests one after another, ``every`` seconds apart.
 
-    Stops early once ``until`` is set (A's batches are all answered).
+    Stops early once ``until`` is set (A's batches are all answered), but always sends the first:
+    A's refused batches can all be answered before B starts, and a run must still say how B fared.
     """
     run = run if run is not None else FloodRun()
     headers = {"Authorization": f"Bearer {key}"}
     for n in range(count):
-        if until is not None and until.is_set():
+        if n and until is not None and until.is_set():
             break
         started = time.perf_counter()
         try:
