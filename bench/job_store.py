@@ -35,6 +35,7 @@ from bench.common import (
     section_parser,
     write_json,
 )
+from core.processes import checkout_pythonpath
 
 __all__ = ["main"]
 
@@ -88,7 +89,7 @@ print(json.dumps(figures))
 
 def _probe(tree: Path, repeat: int) -> dict[str, float]:
     """Run the probe in a fresh interpreter on ``tree``'s code; ms of CPU per operation."""
-    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'api' / 'client'}"}
+    env = {**os.environ, "PYTHONPATH": checkout_pythonpath(tree)}
     done = subprocess.run([sys.executable, "-c", _PROBE, str(repeat)], cwd=tree, env=env,
                           capture_output=True, text=True, check=True)
     figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])

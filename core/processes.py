@@ -1,4 +1,4 @@
-"""Child processes that serve on loopback: a free port, and waiting until one answers.
+"""Child processes: a free loopback port, waiting until one answers, another checkout's code.
 
 Used by the local llama.cpp launcher (:mod:`judge.providers.local_llm`), the stand-in servers
 (:mod:`standins`), the benchmarks and the tests: one copy of each, in the leaf package, so
@@ -7,13 +7,25 @@ production code never imports a test launcher for them.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
-__all__ = ["free_port", "wait_until_answers"]
+__all__ = ["checkout_pythonpath", "free_port", "wait_until_answers"]
+
+
+def checkout_pythonpath(code: Path) -> str:
+    """The ``PYTHONPATH`` that runs the checkout ``code`` (a benchmark's "before" run).
+
+    Its root, then its light client (``api/client``): both come before the packages installed for
+    this checkout (the editable ``bonusjudge``, ``bonusjudge-client``), so the child runs that
+    checkout's code throughout.
+    """
+    return os.pathsep.join([str(code), str(code / "api" / "client")])
 
 
 def free_port() -> int:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
-from core.processes import free_port, wait_until_answers
+from core.processes import checkout_pythonpath, free_port, wait_until_answers
 
 
 class StartStop:
@@ -116,7 +116,7 @@ class ServiceProcess(StartStop):
         self._env = cli_env(env)
         self._cwd = code
         if code is not None:
-            self._env["PYTHONPATH"] = os.pathsep.join([str(code), str(code / "api" / "client")])
+            self._env["PYTHONPATH"] = checkout_pythonpath(code)
         self._ready = ready
         self._timeout = timeout
         self.proc: subprocess.Popen[bytes] | None = None
