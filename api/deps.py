@@ -38,7 +38,7 @@ def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], Await
     """
 
     async def dependency(request: Request) -> _T:
-        return cast(_T, getattr(request.app.state, name))
+        return cast("_T", getattr(request.app.state, name))
 
     dependency.__name__ = dependency.__qualname__ = f"get_{name}"
     dependency.__doc__ = doc

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         for model in args.judge or [settings.judge.model]:
             config = settings.judge.model_copy(update={"model": model})
             if not config.is_embedded:
-                warning = preflight(config)
+                warning = preflight(config).warning
                 if warning:
                     print(warning, file=sys.stderr)
     result = run_calibration(

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from judge.aggregate import Summary
     from judge.budget import Budget
     from judge.io import ResultWriter
+    from judge.providers.base import Preflight
 
 EXIT_BUDGET = 3
 """The exit code of a run stopped by ``--max-cost`` or ``--max-calls`` (what finished is written;
@@ -85,19 +86,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     grade.add_argument("--quiet", action="store_true", help="no progress bar")
     cap = grade.add_argument_group(
-        "cost cap", f"stop sending judge calls at a limit: exit {EXIT_BUDGET}, resumable"
+        "cost cap",
+        f"stop sending judge calls at a limit: exit {EXIT_BUDGET}, resumable. Caps are totals "
+        "for the --out file: what earlier runs spent into it counts (books in OUT.spend)",
     )
     cap.add_argument(
         "--max-cost", type=float, metavar="USD",
-        help="spend at most this many USD on judge calls: each request reserves its estimated "
-        "cost first; at the cap the run stops sending, finishes what is in flight, writes it "
-        f"and exits {EXIT_BUDGET}; re-run with a higher cap to grade the rest (a model litellm "
-        "does not price needs --price-in/--price-out)",
+        help="spend at most this many USD on judge calls into --out, all runs together: each "
+        "request reserves its estimated cost first; at the cap the run stops sending, finishes "
+        f"what is in flight, writes it and exits {EXIT_BUDGET}; re-run with a higher cap to "
+        "grade the rest (a model litellm does not price needs --price-in/--price-out)",
     )
     cap.add_argument(
         "--max-calls", type=int, metavar="N",
-        help=f"send at most N requests to the judge (retries included); exit {EXIT_BUDGET} at "
-        "the cap, resumable as --max-cost",
+        help="send at most N requests to the judge into --out, all runs together (retries and "
+        f"the preflight's probe included); exit {EXIT_BUDGET} at the cap, resumable as "
+        "--max-cost",
     )
     add_estimate_options(grade)
     add_judge_options(grade)
@@ -365,8 +369,15 @@ def _bill(summary: Summary) -> str:
     )
 
 
-def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
+def _check_judge(
+    args: argparse.Namespace, config: JudgeConfig, budget: Budget | None = None
+) -> Preflight | None:
     """Say what an option will not do, and find out whether an LLM judge can work at all.
+
+    Returns:
+        The preflight (its warning printed), whose probe request goes on the bill and, under
+        ``budget``, against the cap; None when no probe could be sent (no LLM judge, or a cap
+        already spent).
 
     Raises:
         ConfigError: the judge cannot work (missing credentials, unknown model, unreachable,
@@ -382,14 +393,36 @@ def _check_judge(args: argparse.Namespace, config: JudgeConfig) -> None:
                 "no prompts); pass --model for an LLM judge that uses it",
                 file=sys.stderr,
             )
-        return
+        return None
     if not {"coverage", "defects"} & set(config.metrics):
-        return  # ROUGE-L and BERTScore only: the judge is never called
+        return None  # ROUGE-L and BERTScore only: the judge is never called
+    from judge.budget import BudgetExhausted
     from judge.providers.routing import preflight
 
-    warning = preflight(config, call=not args.no_preflight)
-    if warning:
-        print(warning, file=sys.stderr)
+    call = not args.no_preflight
+    held = None
+    if budget is not None and call:
+        # The probe is a billed request like any other: it holds its place under the cap, and
+        # a cap already spent (by the runs before, into the same output) sends not even it.
+        try:
+            held = budget.reserve(0.0)
+        except BudgetExhausted:
+            return None
+    try:
+        checked = preflight(config, call=call)
+    except BaseException:
+        if budget is not None and held is not None:
+            budget.settle(held, 0, answered=False)  # the run ends here: nothing to record
+        raise
+    if budget is not None and held is not None:
+        budget.settle(
+            held, checked.requests, prompt_tokens=checked.prompt_tokens,
+            completion_tokens=checked.completion_tokens, cost_usd=checked.cost_usd,
+            answered=checked.prompt_tokens is not None,
+        )
+    if checked.warning:
+        print(checked.warning, file=sys.stderr)
+    return checked
 
 
 def entries_of(
@@ -464,13 +497,14 @@ class _LocalGrading:
         self._settings = settings
         self._config = settings.judge
         self._budget: Budget | None = None
+        self._preflight: Preflight | None = None
         self.capped: str | None = None
         """What the cost cap stopped (spent, items left), when it did."""
 
     def start(self, first: Entry | None) -> tuple[JudgeStamp, GradeResult | None]:
-        """Check the judge (``_check_judge``) and the cost cap; this configuration's stamp."""
-        _check_judge(self._args, self._config)
+        """The cost cap, then the judge's check (``_check_judge``); this configuration's stamp."""
         self._budget = run_budget(self._args, self._config)
+        self._preflight = _check_judge(self._args, self._config, self._budget)
         config = self._config
         return JudgeStamp.of(config), None
 
@@ -523,18 +557,23 @@ class _LocalGrading:
             cache.close()
         if self._budget is not None and self._budget.exhausted:
             left += total - fed[0]
-            self.capped = capped_message(self._budget, left)
+            self.capped = capped_message(self._budget, left, Path(self._args.out))
         stats = grader.stats.as_dict()
+        # The preflight's probe is on the bill: the provider charged it like any judge call.
+        from judge.providers.base import Preflight
+
+        probe = self._preflight or Preflight()
+        cost = (stats["cost_usd"] or 0.0) + (probe.cost_usd or 0.0)
         return {
-            "judge_calls": stats["judge_calls"],
+            "judge_calls": stats["judge_calls"] + probe.requests,
             "cache_hits": stats["cache_hits"],
             "metric_cache_hits": stats["metric_cache_hits"],
             "reasks": stats["reasks"],
             "retries_by_reason": stats["retries_by_reason"],
-            "prompt_tokens": stats["prompt_tokens"],
-            "completion_tokens": stats["completion_tokens"],
+            "prompt_tokens": stats["prompt_tokens"] + (probe.prompt_tokens or 0),
+            "completion_tokens": stats["completion_tokens"] + (probe.completion_tokens or 0),
             "cached_tokens": stats["cached_tokens"],
-            "cost_usd": stats["cost_usd"] or None,
+            "cost_usd": cost or None,
             "retries": stats["retries"],
             "retry_budget": {
                 "limit": budget.limit, "spent": budget.spent, "refused": budget.refused
@@ -547,22 +586,36 @@ class _LocalGrading:
 
 
 def run_budget(args: argparse.Namespace, config: JudgeConfig) -> Budget | None:
-    """The budget of ``--max-cost``/``--max-calls``, or None without a cap.
+    """The budget of ``--max-cost``/``--max-calls`` over the output file, or None.
+
+    The caps are totals for ``--out``: what earlier runs spent into it (its
+    :class:`~judge.budget.SpendLog`) counts against them. Every run that sends requests keeps
+    those books, capped or not, so None only when no request can be sent and no cap is set.
 
     Raises:
-        ConfigError: a negative cap, or ``--max-cost`` for a model without a price (no
-            ``--price-in``/``--price-out``); nothing has been written yet.
+        ConfigError: a negative or non-finite cap, or ``--max-cost`` for a model without a price
+            (no ``--price-in``/``--price-out``); nothing has been written yet.
         InputError: only one of the prices, or a negative one.
     """
-    max_cost, max_calls = args.max_cost, args.max_calls
-    if max_cost is None and max_calls is None:
-        return None
-    for flag, value in (("--max-cost", max_cost), ("--max-calls", max_calls)):
-        if value is not None and value < 0:
-            raise ConfigError(f"{flag}: a cap cannot be negative", field=flag[2:])
-    from judge.budget import Budget, Cap
+    import math
 
-    cap = Cap("--max-cost", max_cost=max_cost, max_calls=max_calls)
+    max_cost, max_calls = args.max_cost, args.max_calls
+    for flag, value in (("--max-cost", max_cost), ("--max-calls", max_calls)):
+        if value is not None and (value < 0 or not math.isfinite(value)):
+            raise ConfigError(
+                f"{flag}: a cap is a finite number >= 0 (got {value:g}); leave it out for no cap",
+                field=flag[2:].replace("-", "_"),
+            )
+    sends = not config.is_embedded and bool({"coverage", "defects"} & set(config.metrics))
+    if max_cost is None and max_calls is None and not sends:
+        return None
+    from judge.budget import Budget, Cap, SpendLog
+
+    books = SpendLog(Path(args.out))
+    cap = Cap(
+        "--max-cost", max_cost=max_cost, max_calls=max_calls,
+        spent_cost=books.before_cost, spent_calls=books.before_calls, on_spend=books.add,
+    )
     if max_cost is None:
         return Budget([cap])
     from judge.estimate import prices_for, request_cost
@@ -591,17 +644,23 @@ def _until_capped(todo: Iterable[Entry], budget: Budget, fed: list[int]) -> Iter
         yield entry
 
 
-def capped_message(budget: Budget, left: int) -> str:
-    """The closing line of a run the cap stopped: what was spent against it, and what is left."""
+def capped_message(budget: Budget, left: int, out: Path) -> str:
+    """The closing line of a run the cap stopped: what was spent against it, and what is left.
+
+    The caps are totals for ``out``: the spend said is every run's into it.
+    """
     cap = next(cap for cap in budget.caps if cap.exhausted)
     limits = []
     if cap.max_cost is not None:
-        limits.append(f"${cap.spent_cost:.6f} spent of --max-cost ${cap.max_cost:g}")
+        limits.append(f"${cap.spent_cost:.6f} spent into {out} of --max-cost ${cap.max_cost:g}")
     if cap.max_calls is not None:
-        limits.append(f"{cap.spent_calls} request(s) sent of --max-calls {cap.max_calls}")
+        limits.append(
+            f"{cap.spent_calls} request(s) sent into {out} of --max-calls {cap.max_calls}"
+        )
     return (
-        f"{PROG}: stopped at the cost cap: {'; '.join(limits)}; {left} item(s) left (unscored "
-        "budget_exhausted or not started): re-run with a higher cap to grade them"
+        f"{PROG}: stopped at the cost cap: {'; '.join(limits)} (the caps count every run into "
+        f"that output); {left} item(s) left (unscored budget_exhausted or not started): re-run "
+        "with a higher cap to grade them"
     )
 
 

@@ -238,7 +238,7 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
         {"model": args.llm_model, **{name: v for name, v in given.items() if v is not None}}
     )
     # A judge that cannot work is found out before any answer is read (one line, exit 2).
-    warning = preflight(config)
+    warning = preflight(config).warning
     if warning:
         print(warning, file=sys.stderr)
     # BONUSJUDGE_CACHE_URL (or the settings file's cache_url) shares the judge's readings.

@@ -119,6 +119,6 @@ def preflight_judge(config: JudgeConfig, *, call: bool) -> None:
         return  # the embedded matcher needs no provider; no model is reported by /readyz
     from judge.providers.routing import preflight
 
-    warning = preflight(config, call=call)
+    warning = preflight(config, call=call).warning
     if warning:
         print(warning, file=sys.stderr)

@@ -21,13 +21,17 @@ pricing of its own and the engine's call path does not import the estimator.
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["BUDGET", "Budget", "BudgetExhausted", "Cap", "Reservation"]
+from core.jsonl import BadLine, read_jsonl
+
+__all__ = ["BUDGET", "Budget", "BudgetExhausted", "Cap", "Reservation", "SpendLog"]
 
 BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
     "bonusjudge_budget", default=None
@@ -243,3 +247,43 @@ class Budget:
         ):
             return self._prices.cost(prompt_tokens or 0, completion_tokens or 0)
         return cost_usd
+
+
+class SpendLog:
+    """What was spent on judge requests into one output file, over every run that wrote it.
+
+    ``bonusjudge grade --max-cost/--max-calls`` caps an output file's total: a re-run that
+    resumes ``results.jsonl`` counts what the runs before it spent there (``--max-calls 50``
+    then ``--max-calls 100`` sends 100 requests in all, not 150). The books are a JSON line per
+    settled request beside the output (``results.jsonl.spend``), appended and flushed as
+    requests settle, so a run that is killed loses at most the requests in flight; every run
+    writes them, capped or not, so a capped re-run also counts an uncapped first run. A fresh
+    output (none, or empty) starts them again.
+
+    Args:
+        out: The output file the spending goes into.
+    """
+
+    SUFFIX = ".spend"
+    """What the books' file name adds to the output's."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out.with_name(out.name + self.SUFFIX)
+        self._lock = threading.Lock()
+        self.before_cost, self.before_calls = 0.0, 0
+        if not out.exists() or out.stat().st_size == 0:
+            self.path.unlink(missing_ok=True)  # a fresh output: earlier books are not its own
+            return
+        if self.path.exists():
+            for entry in read_jsonl(self.path, field="out"):
+                if isinstance(entry, BadLine):
+                    continue  # a torn last line from a killed run: that request is not counted
+                _, row = entry
+                self.before_cost += float(row.get("cost_usd") or 0.0)
+                self.before_calls += int(row.get("requests") or 0)
+
+    def add(self, cost: float, calls: int) -> None:
+        """Record ``calls`` requests settled for ``cost`` USD (a ``Cap.on_spend`` hook)."""
+        line = json.dumps({"requests": calls, "cost_usd": cost}) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line)

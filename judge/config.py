@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,18 @@ from bonusjudge_client.wire.options import comma_list
 from bonusjudge_client.wire.vocab import ALL_METRICS, MetricName
 from core.errors import ConfigError, first_error
 from judge.identity import matcher_identity
+
+_REASONING_MODEL = re.compile(r"^(?:openai/|azure/)?(?:o\d|gpt-5(?!-chat))")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` is one of OpenAI's reasoning models (o1, o3, o4-mini, gpt-5...).
+
+    They take no sampling temperature (any other than 1 is an error) and count their hidden
+    reasoning in ``max_completion_tokens``, which litellm sends for ``max_tokens``.
+    """
+    return bool(_REASONING_MODEL.match(model))
+
 
 EMBEDDED_JUDGE = "embedded-matcher"
 """Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""
@@ -230,6 +243,9 @@ class JudgeConfig(BaseModel):
     def sampling(self) -> dict[str, Any]:
         """The sampling settings sent to the provider (recorded in provenance)."""
         out: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if is_reasoning_model(self.model):
+            # OpenAI's reasoning models refuse a temperature; litellm refuses to send 0 for them.
+            del out["temperature"]
         if self.seed is not None:
             out["seed"] = self.seed
         return out

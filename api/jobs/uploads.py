@@ -109,7 +109,7 @@ async def read_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT
             field, message = first_error(exc)
             raise InputError(message, field=field) from None
         # Every kind's body model carries its items in ``items``.
-        return Upload([(None, item, None) for item in cast(_ItemsBody, body).items], body, None)
+        return Upload([(None, item, None) for item in cast("_ItemsBody", body).items], body, None)
     if media in JSONL_TYPES:
         return Upload(jsonl_items(await request.body()), None, None)
     if media == "multipart/form-data":

@@ -315,6 +315,44 @@ PROBE_TIMEOUT = 30.0
 """Most seconds a probe request waits for its answer (less when the judge's timeout is less)."""
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """What a preflight found out about a judge, and what its probe request cost.
+
+    The probe is a real request that the provider bills, so it is counted like any judge call:
+    the CLI adds it to its bill and to its ``--max-calls``/``--max-cost`` cap.
+
+    Attributes:
+        warning: What to show before grading (a busy or failing provider), or None.
+        requests: Requests sent (0 when no probe was sent, else 1).
+        prompt_tokens: Prompt tokens the provider reported for the probe, when it did.
+        completion_tokens: Completion tokens reported for it, likewise.
+        cost_usd: The probe's cost, when the model's price is known.
+    """
+
+    warning: str | None = None
+    requests: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+
+    @classmethod
+    def of(cls, spent: Completion | SpendingError | None, warning: str | None = None) -> Preflight:
+        """The preflight of one probe that ended in ``spent`` (an answer or a failure).
+
+        ``None``: the probe was never answered (nothing reported, one request sent).
+        """
+        if spent is None:
+            return cls(warning=warning, requests=1)
+        return cls(
+            warning=warning,
+            requests=max(1, spent.attempts),
+            prompt_tokens=spent.prompt_tokens,
+            completion_tokens=spent.completion_tokens,
+            cost_usd=spent.cost_usd,
+        )
+
+
 def probe_config(config: JudgeConfig) -> JudgeConfig:
     """``config`` for a probe request: one token (``max_tokens=1``), at most ``PROBE_TIMEOUT``.
 

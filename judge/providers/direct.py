@@ -52,10 +52,10 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -63,12 +63,14 @@ from core.errors import (
     ConfigError,
     JudgeOutputError,
     ProviderError,
+    SpendingError,
     unset_variable,
 )
 from judge.config import JudgeConfig
 from judge.providers.base import (
     PROBE_MESSAGES,
     Completion,
+    Preflight,
     UsageSum,
     probe_config,
     provider_error,
@@ -92,6 +94,8 @@ from judge.providers.wire import (
 
 if TYPE_CHECKING:
     import aiohttp
+
+_T = TypeVar("_T")
 
 
 
@@ -586,12 +590,13 @@ def error_for_answer(status: int, payload: bytes, retry_after: float | None) -> 
 # -- preflight -----------------------------------------------------------------------------------
 
 
-def preflight_direct(config: JudgeConfig, *, call: bool = True) -> str | None:
+def preflight_direct(config: JudgeConfig, *, call: bool = True) -> Preflight:
     """``judge.providers.routing.preflight`` for the direct transport (no litellm import).
 
     Checks that a base URL is known and, for OpenAI's own API, that a key is set; with ``call``,
     sends one tiny request (``max_tokens=1``). A busy (429) or failing (5xx) server passes with a
     warning; what cannot work raises ``ConfigError`` with the same causes as the litellm path's.
+    The probe's usage comes back with the verdict: the provider bills it.
     """
     endpoint = _endpoint_of(config)
     if config.api_key is None and not config.api_base and "Authorization" not in endpoint.headers:
@@ -606,37 +611,35 @@ def preflight_direct(config: JudgeConfig, *, call: bool = True) -> str | None:
             field="api_key_env",
         )
     if not call:
-        return None
+        return Preflight()
     probe = probe_config(config)
     where = config.api_base or endpoint.url.rsplit("/chat/completions", 1)[0]
 
-    async def ask() -> None:
+    async def ask() -> Completion | SpendingError:
         provider = DirectProvider()
         try:
-            await provider.complete(list(PROBE_MESSAGES), None, probe)
-        except JudgeOutputError:
-            pass  # an answer, even a cut-off one (max_tokens=1): the judge works
+            return await provider.complete(list(PROBE_MESSAGES), None, probe)
+        except JudgeOutputError as exc:
+            return exc  # an answer, even a cut-off one (max_tokens=1): the judge works
         finally:
             await provider.aclose()
 
     try:
-        _run(ask())
+        return Preflight.of(_run(ask()))
     except ProviderError as exc:
-        return _preflight_verdict(exc, config.model, where)
-    return None
+        return Preflight.of(exc, _preflight_verdict(exc, config.model, where))
 
 
-def _run(coroutine: Any) -> None:
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coroutine`` to the end, also when called from inside a running event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(coroutine)
-        return
+        return asyncio.run(coroutine)
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _preflight_verdict(exc: ProviderError, model: str, where: str) -> str | None:

@@ -13,14 +13,17 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ValidationError
 
-from core.errors import JudgeOutputError, ProviderError, UnscoredReason
+from core.errors import ConfigError, JudgeOutputError, ProviderError, UnscoredReason
 from judge.config import JudgeConfig
 from judge.providers.base import (
+    PROBE_MESSAGES,
     Completion,
+    Preflight,
     UsageSum,
     _is_transport_error,
     failure_reason_of,
     map_provider_exception,
+    probe_config,
     usable_text,
 )
 
@@ -140,7 +143,7 @@ def _instructor_model(response_model: type[BaseModel]) -> type[BaseModel]:
     """
     import instructor
 
-    return cast(type[BaseModel], instructor.openai_schema(response_model))
+    return cast("type[BaseModel]", instructor.openai_schema(response_model))
 
 
 def _cost(completion: Any) -> float | None:
@@ -352,4 +355,106 @@ class LiteLLMProvider:
             raise
         return spent.completed(text, text)
 
+
+_CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "CREDENTIAL", "PASSWORD")
+
+
+def preflight_litellm(config: JudgeConfig, *, call: bool = True) -> Preflight:
+    """``judge.providers.routing.preflight`` for the litellm transport (any provider).
+
+    Checks, in order: that litellm knows the model's provider (a missing or mistyped prefix), that
+    the credentials the provider needs are set (litellm says which), and, with ``call``, that one
+    tiny request (``max_tokens=1``) is answered, on the same parameters grading sends. The
+    probe's usage and cost come back with the verdict: the provider bills it.
+    """
+    import litellm
+    from litellm import exceptions as lx
+
+    litellm.suppress_debug_info = True
+    model = config.model
+    try:
+        litellm.get_llm_provider(model, api_base=config.api_base)
+    except Exception as exc:
+        raise ConfigError(
+            f"unknown model {model!r}: litellm needs a provider prefix it knows, e.g. "
+            "openai/gpt-4o, anthropic/NAME, hosted_vllm/NAME, or openai/NAME with --api-base "
+            "for an OpenAI-compatible server",
+            field="model",
+        ) from exc
+    if config.api_key is None and not config.api_base:
+        env = litellm.validate_environment(model=model)
+        missing = [
+            key for key in env.get("missing_keys") or []
+            if any(word in str(key).upper() for word in _CREDENTIAL_WORDS)
+        ]
+        if missing:
+            raise ConfigError(
+                f"missing credentials for {model}: set {', '.join(missing)} in the environment "
+                "(or name the variable that holds the key with --api-key-env)",
+                field="api_key_env",
+            )
+    if not call:
+        return Preflight()
+    params = LiteLLMProvider()._params(probe_config(config))
+    where = config.api_base or model.split("/", 1)[0]
+    try:
+        answer = litellm.completion(messages=list(PROBE_MESSAGES), **params)
+    except (lx.AuthenticationError, lx.PermissionDeniedError) as exc:
+        raise ConfigError(
+            f"refused: {where} rejected the credentials for {model} ({_short(exc)})",
+            field="api_key_env",
+        ) from exc
+    except lx.NotFoundError as exc:
+        raise ConfigError(
+            f"unknown model: {where} has no model {model!r} ({_short(exc)})", field="model"
+        ) from exc
+    except (lx.Timeout, lx.APIConnectionError) as exc:
+        raise ConfigError(
+            f"unreachable: no answer from {where} for {model} ({_short(exc)})", field="api_base"
+        ) from exc
+    except lx.RateLimitError as exc:
+        return Preflight.of(
+            None, f"preflight: {where} is rate limiting ({_short(exc)}); grading will back off"
+        )
+    except Exception as exc:  # litellm's other errors (5xx classes are not all lx.APIError)
+        status = getattr(exc, "status_code", None)
+        if _connection_failed(exc):
+            # litellm reports a refused or reset connection to an OpenAI-compatible server as
+            # a 500 "Connection error." (its cause chain holds the transport error).
+            raise ConfigError(
+                f"unreachable: cannot connect to {where} for {model} ({_short(exc)})",
+                field="api_base",
+            ) from exc
+        if isinstance(status, int) and status >= 500:
+            return Preflight.of(
+                None, f"preflight: {where} answered {status}; grading will retry and wait it out"
+            )
+        raise ConfigError(
+            f"refused: {where} answered {status} to a one-token request for {model} "
+            f"({_short(exc)})",
+            field="model",
+        ) from exc
+    spent = UsageSum()
+    spent.count(*_usage(answer), _cost(answer))
+    return Preflight.of(spent.completed("", None))
+
+
+def _connection_failed(exc: BaseException) -> bool:
+    """Whether a transport failure (refused, reset, DNS) is behind ``exc``."""
+    import httpx
+    import openai
+
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            break
+        if isinstance(seen, openai.APIConnectionError | httpx.ConnectError | ConnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "Connection error" in str(exc)
+
+
+def _short(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] + ("..." if len(text) > 200 else "")
 

@@ -99,8 +99,8 @@ def test_fuzz_every_operation_from_the_openapi_spec(fuzz_app: Callable[..., Fast
             assert mode is GenerationMode.NEGATIVE and calls[label, mode] == 0, (label, mode)
 
     # One client for the whole run: the app's lifespan (job runner) starts once, as in a server.
-    with schemathesis_asgi.get_client(cast(Any, app)) as session:
-        operations = [cast(Any, result).ok() for result in schema.get_all_operations()]
+    with schemathesis_asgi.get_client(cast("Any", app)) as session:
+        operations = [cast("Any", result).ok() for result in schema.get_all_operations()]
         assert len(operations) >= 12
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # One mode at a time: schemathesis then skips an operation it cannot break at once,

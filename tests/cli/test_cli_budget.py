@@ -49,8 +49,8 @@ def test_a_capped_run_stops_at_the_cap_and_a_higher_cap_grades_exactly_the_rest(
         spent = prices.cost(sent.prompt_tokens, sent.completion_tokens)
         # Never past the cap by more than the 4 calls in flight when it was reached.
         assert 0 < sent.requests < 20 and spent <= cap + 4 * prices.cost(2_000, 600)
-        assert f"stopped at the cost cap: ${spent:.6f} spent of --max-cost ${cap:g}" in (
-            capped.stderr)
+        assert (f"stopped at the cost cap: ${spent:.6f} spent into {out} of --max-cost ${cap:g}"
+                in capped.stderr)
         first = _lines(out)
         left = [r for r in first if r["status"] != "scored"]
         assert left and all(
@@ -83,7 +83,7 @@ def test_max_calls_is_exact_and_the_cap_options_are_checked(tmp_path: Path) -> N
         done = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "7", *options])
         assert done.returncode == EXIT_BUDGET, done.stderr
         assert judge.stats().requests == 7
-        assert "7 request(s) sent of --max-calls 7" in done.stderr
+        assert f"7 request(s) sent into {out} of --max-calls 7" in done.stderr
         # A model litellm does not price: --max-cost needs prices, before anything is written.
         unpriced = run_cli(["grade", str(EXAMPLES), "--out", str(tmp_path / "u.jsonl"),
                             "--max-cost", "1", *options])
@@ -93,6 +93,54 @@ def test_max_calls_is_exact_and_the_cap_options_are_checked(tmp_path: Path) -> N
                           "--price-in", "1", "--price-out", "4", *options])
         assert priced.returncode == 0, priced.stderr
         assert judge.stats().requests == 20  # the 13 calls left, none again
+        for cap in ("inf", "nan"):
+            endless = run_cli(["grade", str(EXAMPLES), "--out", str(tmp_path / "i.jsonl"),
+                               "--max-cost", cap, "--price-in", "1", "--price-out", "4",
+                               *options])
+            assert endless.returncode == 2, endless.stderr
+            assert "--max-cost: a cap is a finite number" in endless.stderr
+            assert not (tmp_path / "i.jsonl").exists()
     server = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "1",
                       "--server", "http://127.0.0.1:9"])
     assert server.returncode == 2 and "not with --server" in server.stderr
+
+
+def test_the_caps_are_totals_for_the_output_and_the_preflight_counts(tmp_path: Path) -> None:
+    """``--max-calls 5`` then ``--max-calls 8`` into one output sends 8 requests in all.
+
+    Issue 40: each run counted only its own requests (50 then 100 sent 150), and the preflight's
+    probe was outside both the cap and the bill. Now the probe is one of the 5; the second run
+    counts the first run's 5, sends 3 (its own probe among them) and says so.
+    """
+    out = tmp_path / "out.jsonl"
+    with OpenAIStandIn() as judge:
+        options = ["--model", "openai/standin", "--api-base", judge.base_url,
+                   "--metrics", "coverage,defects", "--cache-dir", str(tmp_path / "cache"),
+                   "--quiet", "--concurrency", "1"]
+        first = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "5",
+                         *options])
+        assert first.returncode == EXIT_BUDGET, first.stderr
+        assert judge.stats().requests == 5
+        assert judge.requests[0]["max_tokens"] == 1  # the probe came first, under the cap
+        assert f"5 request(s) sent into {out} of --max-calls 5" in first.stderr
+        assert "; 5 judge call(s)" in first.stdout  # the bill has the probe too
+
+        second = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "8",
+                          *options])
+        assert second.returncode == EXIT_BUDGET, second.stderr
+        assert judge.stats().requests == 8
+        assert f"8 request(s) sent into {out} of --max-calls 8" in second.stderr
+        assert "; 3 judge call(s)" in second.stdout
+
+        # A cap the output has spent already sends nothing, not even a probe.
+        spent = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "8",
+                         *options])
+        assert spent.returncode == EXIT_BUDGET, spent.stderr
+        assert judge.stats().requests == 8
+
+        # A fresh output starts its own books.
+        out.unlink()
+        fresh = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--max-calls", "2",
+                         *options])
+        assert fresh.returncode == EXIT_BUDGET, fresh.stderr
+        assert judge.stats().requests == 10

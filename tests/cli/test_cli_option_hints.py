@@ -41,7 +41,6 @@ SHOWN_BY: dict[str, tuple[str, ...]] = {
     # Preflight and the transports: every command that checks a judge before using it.
     "judge/providers/base.py": JUDGING,
     "judge/providers/litellm.py": JUDGING,
-    "judge/providers/routing.py": JUDGING,
     "judge/providers/direct.py": JUDGING,
     "calibration/sets.py": ("calibrate",),
 }
@@ -115,7 +114,7 @@ def named_options() -> tuple[tuple[str, int, str], ...]:
 
 def test_the_scan_finds_the_messages_it_is_about() -> None:
     found = {(module, flag) for module, _, flag in named_options()}
-    assert ("judge/providers/routing.py", "--api-key-env") in found
+    assert ("judge/providers/litellm.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--transport") in found
     assert ("cli/grade.py", "--server") in found

@@ -266,7 +266,7 @@ async def test_mixed_faults_over_http_every_item_traced(
     # hidden retries (litellm's own retries are off), and no request of one item for another.
     for result in results:
         for call in result.provenance.calls:
-            task = cast(Task, call.task)
+            task = cast("Task", call.task)
             assert call.attempts == ledger.requests(result.id, task), (result.id, call)
     assert budget.spent == grader.stats.retries == sum(
         ledger.retries(i, t) for i in requests for t in ("coverage", "defects")
@@ -321,7 +321,7 @@ async def test_workload_1035_under_30pct_malformed_10pct_429_10pct_5xx(
     assert max(per_call) <= cfg.retries and sum(per_call) == grader.stats.retries
     for result in results:
         for call in result.provenance.calls:
-            assert call.attempts == ledger.requests(result.id, cast(Task, call.task))
+            assert call.attempts == ledger.requests(result.id, cast("Task", call.task))
     assert_backoff_bounded_and_jittered(backoff.calls)
     assert len(sleep.delays) == grader.stats.retries
 

@@ -155,17 +155,24 @@ async def test_output_failures_are_not_provider_errors() -> None:
 def test_preflight_of_a_direct_judge() -> None:
     with OpenAIStandIn(api_key="sk-right") as srv:
         ok = JudgeConfig(model="openai/standin", api_base=srv.base_url, api_key="sk-right")
-        assert preflight(ok) is None
+        checked = preflight(ok)
+        assert checked.warning is None
         sent = srv.requests[-1]
         assert sent["max_tokens"] == 1 and sent["model"] == "standin"
+        # The probe is billed: what it cost comes back, as the stand-in counted it.
+        stats = srv.stats()
+        assert checked.requests == 1 == stats.requests
+        assert (checked.prompt_tokens, checked.completion_tokens) == (
+            stats.prompt_tokens, stats.completion_tokens
+        )
         with pytest.raises(ConfigError, match=r"^refused: .* rejected the credentials"):
             preflight(ok.model_copy(update={"api_key": None}))
     with OpenAIStandIn(faults=FaultPlan(sequence=["rate_limit"])) as srv:
         busy = JudgeConfig(model="openai/standin", api_base=srv.base_url)
-        assert "rate limiting" in (preflight(busy) or "")
+        assert "rate limiting" in (preflight(busy).warning or "")
     with OpenAIStandIn(faults=FaultPlan(sequence=["server_error"])) as srv:
         failing = JudgeConfig(model="openai/standin", api_base=srv.base_url)
-        assert "answered 500" in (preflight(failing) or "")
+        assert "answered 500" in (preflight(failing).warning or "")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
