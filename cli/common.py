@@ -35,7 +35,8 @@ retries by reason) is counted once in the closing lines."""
 
 JUDGE_FIELDS = (
     "model", "api_base", "mode", "transport", "temperature", "max_tokens", "rubric", "metrics",
-    "encoder", "encoder_layer", "length_control", "concurrency", "timeout", "max_outage", "cache",
+    "encoder", "encoder_layer", "length_control", "concurrency", "max_connections", "timeout",
+    "max_outage", "cache",
     "calibration",
 )
 """The ``JudgeConfig`` fields every judging subcommand takes as options, in help order.

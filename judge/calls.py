@@ -292,6 +292,9 @@ class Caller:
         self.retry_budget = retry_budget or RetryBudget()
         self.breaker_template = breaker or CircuitBreaker()
         self.breakers: dict[tuple[str, str | None], CircuitBreaker] = {}
+        # Requests in flight per provider (model, base URL), at most its ``max_connections``:
+        # items in flight each send up to two requests at once, and providers limit requests.
+        self.connections: dict[tuple[str, str | None], asyncio.Semaphore] = {}
         self.cache_scope = cache_scope
         # Calls under way by cache key, so an identical call waits for the first one's answer
         # (single flight) rather than sending the same request again.
@@ -322,6 +325,18 @@ class Caller:
             self.breakers[key] = breaker
         return breaker
 
+    def connection(self, config: JudgeConfig) -> asyncio.Semaphore:
+        """The semaphore every request to ``config``'s provider holds while it is in flight.
+
+        One per (model, base URL), like the breakers, sized by the ``max_connections`` of the
+        first configuration that reaches that provider.
+        """
+        key = breaker_key(config)
+        limit = self.connections.get(key)
+        if limit is None:
+            limit = self.connections[key] = asyncio.Semaphore(config.max_connections)
+        return limit
+
     def set_breaker(self, config: JudgeConfig, breaker: CircuitBreaker) -> None:
         """Use ``breaker`` for ``config``'s judge from now on."""
         self.breakers[breaker_key(config)] = breaker
@@ -339,9 +354,10 @@ class Caller:
         breaker = self.breaker_for(config)
         self.stats.add_requests(1, None, probe=True)
         try:
-            completion = await self.provider.complete(
-                list(PROBE_MESSAGES), None, probe_config(config)
-            )
+            async with self.connection(config):
+                completion = await self.provider.complete(
+                    list(PROBE_MESSAGES), None, probe_config(config)
+                )
         except asyncio.CancelledError:
             breaker.release_probe()
             raise
@@ -601,7 +617,17 @@ class Caller:
     async def _send(
         self, spec: CallSpec, held: tuple[Budget, Reservation] | None
     ) -> Completion:
-        """One ``provider.complete`` of ``spec``, settling its reservation with what it cost."""
+        """One ``provider.complete`` of ``spec``, settling its reservation with what it cost.
+
+        Holds one of the provider's connections (:meth:`connection`) while it is in flight;
+        the transport's re-asks go one after another inside it.
+        """
+        async with self.connection(spec.config):
+            return await self._send_now(spec, held)
+
+    async def _send_now(
+        self, spec: CallSpec, held: tuple[Budget, Reservation] | None
+    ) -> Completion:
         request = self.provider.complete(
             spec.messages, spec.response_model, spec.config,
             validation_context=spec.validation_context,

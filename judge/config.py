@@ -157,7 +157,21 @@ class JudgeConfig(BaseModel):
         description="Seconds items wait while the provider's circuit breaker is open (an "
         "outage) before they end unscored `circuit_open`. Waiting spends no retries.",
     )
-    concurrency: int = Field(default=16, ge=1, le=1024, description="Items graded at once.")
+    concurrency: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="Items graded at once. An item sends up to two judge requests at a time "
+        "(coverage and defects), so this alone does not bound the provider's load: "
+        "`max_connections` does.",
+    )
+    max_connections: int = Field(
+        default=32,
+        ge=1,
+        le=1024,
+        description="Requests in flight to one provider (model and base URL) at most, whatever "
+        "the concurrency: what providers limit. Retries and re-asks wait for a connection too.",
+    )
     cache: bool = Field(default=True, description="Use the judge-call cache.")
     judge: JudgeKind = Field(
         default="model",
