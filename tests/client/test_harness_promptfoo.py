@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,3 +82,48 @@ def test_promptfoo_eval_scores_coverage_fails_defects_and_flags_the_unscored(
         assert check["pass"] is not penalized  # every other answer covers at least half
         if penalized:
             assert check["reason"].endswith(". Defects: The response misreads the plot.")
+
+
+def _readme_promptfoo_command() -> str:
+    """The promptfoo command of the README's harness table, as printed."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (row,) = [line for line in readme.splitlines() if line.startswith("| promptfoo |")]
+    (command,) = [cell for cell in re.findall(r"`([^`]*)`", row) if " promptfoo eval " in cell]
+    return command
+
+
+def test_the_readme_promptfoo_command_runs_as_printed(
+    harness: Callable[..., Path], tmp_path: Path
+) -> None:
+    """Issue 40: the README's command gave 0 passed / 3 failed (``No module named
+    'bonusjudge_client'``): promptfoo runs the assertion with the first ``python3`` on the PATH.
+    Here that is a Python without the light client, and ``PROMPTFOO_PYTHON`` is not set.
+    """
+    words = shlex.split(_readme_promptfoo_command())
+    given = dict(word.split("=", 1) for word in words if re.match(r"^[A-Z_]+=", word))
+    args = [word for word in words if not re.match(r"^[A-Z_]+=", word)]
+    assert args[0] == "promptfoo" and given.keys() == {"BONUSJUDGE_URL"}
+    bare = Path(sys.base_prefix) / "bin" / "python3"  # the interpreter the venv was made from
+    lacks = subprocess.run([str(bare), "-c", "import bonusjudge_client"], capture_output=True,
+                           check=False)
+    assert lacks.returncode != 0, "the bare interpreter must lack the light client"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("BONUSJUDGE_", "PROMPTFOO_", "VIRTUAL_ENV"))}
+    env.update({
+        "PATH": f"{bare.parent}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "PROMPTFOO_DISABLE_TELEMETRY": "1", "PROMPTFOO_DISABLE_UPDATE": "1",
+        "PROMPTFOO_CONFIG_DIR": str(tmp_path / "promptfoo-home"),
+    })
+    with ServiceProcess(["--cache-dir", str(tmp_path / "cache")], tmp_path) as served:
+        env["BONUSJUDGE_URL"] = given["BONUSJUDGE_URL"].replace("http://127.0.0.1:8000",
+                                                                 served.url)
+        done = subprocess.run(
+            [str(harness("node", "node_modules", ".bin", "promptfoo")), *args[1:]],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )
+    output = done.stdout + done.stderr
+    assert "No module named" not in output, output[-3000:]
+    # The shipped tests against the default (embedded) judge: two answers cover at least half
+    # their points, one covers none; promptfoo exits 100 when a test fails.
+    assert done.returncode in (0, 100), output[-3000:]
+    assert "2 passed" in done.stdout and "1 failed" in done.stdout and "0 errors" in done.stdout
