@@ -170,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
         )
     check_input_file(args.input, "input")
     check_outputs({"out": args.out, "summary": args.summary})
+    if not args.server:
+        _check_calibration(settings.judge)
     grading: Grading = (
         _ServerGrading(args, settings.judge) if args.server else _LocalGrading(args, settings)
     )
@@ -204,6 +206,23 @@ def _estimate(args: argparse.Namespace) -> int:
                entries_of(args, problems)]
     client = server_client(args) if args.server else None
     return run_estimate(args, entries, len(problems), client, server_overrides(args))
+
+
+def _check_calibration(config: JudgeConfig) -> None:
+    """Refuse a ``--calibration`` mapping this configuration cannot use, before any output.
+
+    The grader checks the mapping too, but it is made once the output is open: a refused
+    mapping then left an empty ``--out`` behind (or opened the file being resumed).
+
+    Raises:
+        ConfigError: (``calibration``) the file is unreadable, was fitted for another
+            configuration, or maps a metric this run does not compute.
+    """
+    if not config.calibration:
+        return  # judge.mapping loads numpy: not for a run without a mapping
+    from judge.mapping import mapping_for_config
+
+    mapping_for_config(config)
 
 
 def _first_pass(args: argparse.Namespace) -> tuple[list[BadLine], list[str], Entry | None]:
