@@ -22,7 +22,6 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
-    Awaitable,
     Iterable,
 )
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
@@ -425,15 +424,16 @@ class Grader:
         item = Item(request, response, language)
         wanted = set(config.metrics)
         references = [request.reference, *(request.references or [])]
+        # Each coroutine goes to gather itself, which makes it a task: wrapped in another
+        # coroutine, one cancelled before it started (a job cancelled mid-chunk) was never
+        # awaited, and Python warned so.
         coverage, defects, bert = await asyncio.gather(
-            _optional(self._coverage(judge, item) if "coverage" in wanted else None),
+            self._coverage(judge, item) if "coverage" in wanted else _nothing(),
             # An empty or null answer asserts nothing: each judge answers that without a call.
-            _optional(judge.defects(item) if "defects" in wanted else None),
-            _optional(
-                self.metrics.best_bertscore(response, references, language, config)
-                if "bertscore" in wanted
-                else None
-            ),
+            judge.defects(item) if "defects" in wanted else _nothing(),
+            self.metrics.best_bertscore(response, references, language, config)
+            if "bertscore" in wanted
+            else _nothing(),
         )
         rouge = None
         if "rouge_l" in wanted:
@@ -554,9 +554,9 @@ def _cascade_bands(config: JudgeConfig) -> dict[ModelKind, CascadeBand]:
     return fitted.at(config.cascade_agreement)
 
 
-async def _optional(task: Awaitable[T] | None) -> T | None:
-    """``await task``, or None when there is no task (a metric not asked for)."""
-    return None if task is None else await task
+async def _nothing() -> None:
+    """The result of a metric not asked for."""
+    return None
 
 
 async def iterate_entries(

@@ -7,6 +7,9 @@ Retries, the budget and the breaker are in ``test_retries.py``; the cache in ``t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import warnings
 from typing import Any
 
 import pytest
@@ -229,3 +232,28 @@ async def test_the_order_holds_when_defects_finish_first():
     result = await grader(provider).grade(request())
     assert provider.finished == ["DefectJudgement", "CoverageJudgement"]  # defects came back first
     assert [c.task for c in result.provenance.calls] == ["coverage", "defects"]
+
+
+async def test_a_grade_cancelled_as_its_metrics_start_leaves_no_coroutine_unawaited() -> None:
+    """A job cancelled mid-chunk cancels grades whose metric tasks had not started yet.
+
+    Each metric's coroutine was wrapped in another before ``gather`` made it a task, so one
+    cancelled before it ran was never awaited (two ``RuntimeWarning``s in the test run, from
+    ``tests/api/jobs/test_chunks.py``'s cancel). Cancelled at every step of its start, a grade
+    leaves none.
+    """
+    judge = grader(FakeProvider(handler=by_task([covering(0, n=2)] * 12, [defects()] * 12)))
+    for steps in range(12):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            task = asyncio.create_task(judge.grade(request()))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            await asyncio.sleep(0)
+            gc.collect()
+        unawaited = [str(w.message) for w in seen if "never awaited" in str(w.message)]
+        assert unawaited == [], (steps, unawaited)
+    await judge.aclose()
