@@ -59,3 +59,29 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     linked = {link.partition("#")[0] for link in LINK.findall(README.read_text("utf-8"))}
     pages = {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")}
     assert pages - linked - {"docs/index.md"} == set()
+
+
+def test_the_typescript_steps_leave_the_clone_as_it_was() -> None:
+    """Issue 40: the README's TypeScript steps left package.json, node_modules/ and the generated
+    .d.ts untracked. The example ships its package.json and lock (the versions the harness test
+    runs), and what the steps make is ignored."""
+    import json
+    import subprocess
+
+    text = README.read_text(encoding="utf-8")
+    steps = re.search(r"```bash\n(cd examples/typescript.*?)```", text, flags=re.S)
+    assert steps is not None
+    assert steps.group(1).splitlines()[0].split("#")[0].strip() == (
+        "cd examples/typescript && npm ci")
+    example = ROOT / "examples" / "typescript"
+    made = ["node_modules/openapi-fetch/package.json", "bonusjudge-api.d.ts"]
+    ignored = subprocess.run(["git", "check-ignore", *made], cwd=example, capture_output=True,
+                             text=True, check=False).stdout.split()
+    assert ignored == made
+    tracked = subprocess.run(["git", "ls-files", "package.json", "package-lock.json"],
+                             cwd=example, capture_output=True, text=True, check=True).stdout.split()
+    assert tracked == ["package-lock.json", "package.json"]
+    ours = json.loads((example / "package.json").read_text(encoding="utf-8"))
+    tested = json.loads((ROOT / "harness" / "node" / "package.json").read_text(encoding="utf-8"))
+    pins = {**ours["dependencies"], **ours["devDependencies"]}
+    assert pins == {name: tested["dependencies"][name] for name in pins}

@@ -1,7 +1,7 @@
 // Grade a JSON Lines file of grading requests with bonusjudge from TypeScript, through a client
 // generated from the service's OpenAPI document (docs/openapi.json), nothing written by hand:
 //
-//   npm install openapi-fetch && npm install -D openapi-typescript tsx
+//   npm ci   (package.json pins openapi-fetch, openapi-typescript and tsx as tested)
 //   npx openapi-typescript http://127.0.0.1:8000/openapi.json -o bonusjudge-api.d.ts
 //   npx tsx grade.ts http://127.0.0.1:8000 items.jsonl
 //
