@@ -117,8 +117,13 @@ def preflight_judge(config: JudgeConfig, *, call: bool) -> None:
     """
     if config.is_embedded or not config.model.strip():
         return  # the embedded matcher needs no provider; no model is reported by /readyz
+    from judge.providers.base import describe_spend
     from judge.providers.routing import preflight
 
-    warning = preflight(config, call=call).warning
-    if warning:
-        print(warning, file=sys.stderr)
+    checked = preflight(config, call=call)
+    if checked.warning:
+        print(checked.warning, file=sys.stderr)
+    if checked.requests:
+        # The probe is billed like any judge call, and comes before the service counts
+        # anything (/metrics, /v1/usage): said here, so the operator's bill adds up.
+        print(f"preflight: {describe_spend(checked)} to {config.model}", file=sys.stderr)

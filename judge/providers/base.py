@@ -353,6 +353,18 @@ class Preflight:
         )
 
 
+def describe_spend(spent: Preflight) -> str:
+    """``1 request sent (12 prompt + 1 completion tokens, $0.000032)``: what a probe cost."""
+    tokens = (
+        f"{spent.prompt_tokens or 0} prompt + {spent.completion_tokens or 0} completion tokens"
+        if spent.prompt_tokens is not None or spent.completion_tokens is not None
+        else "no usage reported"
+    )
+    cost = "" if spent.cost_usd is None else f", ${spent.cost_usd:.6f}"
+    plural = "" if spent.requests == 1 else "s"
+    return f"{spent.requests} request{plural} sent ({tokens}{cost})"
+
+
 def probe_config(config: JudgeConfig) -> JudgeConfig:
     """``config`` for a probe request: one token (``max_tokens=1``), at most ``PROBE_TIMEOUT``.
 
