@@ -8,7 +8,8 @@ gain is measured on items the mapping did not see.
 The fitted mapping itself (:class:`CalibratedMapping`, :func:`load_mapping`, the
 :class:`~judge.mapping.Scale` it carries) lives in ``judge.mapping``: grading reads and applies
 it without scikit-learn. It is imported here so that ``calibration.mapping`` keeps offering the
-whole mapping API. A mapping belongs to the judge configuration it was fitted on (see
+whole mapping API. A coverage mapping belongs to the judge configuration it was fitted on, a
+ROUGE-L or BERTScore mapping to that metric's settings (``metric_config``; see
 :class:`MappingConfigMismatch`).
 """
 
@@ -250,6 +251,8 @@ class FitOptions(CVOptions, total=False):
     set_name: Required[str]
     set_hash: Required[str]
     metric: str | None
+    judge_version: str | None
+    metric_config: Mapping[str, Any] | None
 
 
 def fit_mapping(
@@ -265,7 +268,9 @@ def fit_mapping(
         scores: The judge configuration's score per item id.
         **options: ``judge_config_hash`` (hash of that judge configuration), ``set_name``,
             ``set_hash`` (the set file's SHA-256), and optionally ``metric`` (the metric's name,
-            recorded in the file), ``judge_version`` (the embedded matcher's version) and the
+            recorded in the file), ``judge_version`` (the embedded matcher's version),
+            ``metric_config`` (for ROUGE-L and BERTScore: the metric's settings, which the
+            mapping then belongs to instead of the judge configuration) and the
             options of :func:`cross_validate_mapping` (``unscored_reasons``, ``kind``,
             ``n_folds``, ``seed``, ``group_by_question``).
 
@@ -287,6 +292,7 @@ def fit_mapping_with_cv(
     set_hash: str,
     metric: str | None = None,
     judge_version: str | None = None,
+    metric_config: Mapping[str, Any] | None = None,
     **cv_options: Unpack[CVOptions],
 ) -> tuple[CalibratedMapping, MappingCV]:
     """:func:`fit_mapping`, also returning the held-out predictions (for reliability diagrams).
@@ -303,6 +309,7 @@ def fit_mapping_with_cv(
         judge_config_hash=judge_config_hash,
         judge_version=judge_version,
         metric=metric,
+        metric_config=dict(metric_config) if metric_config is not None else None,
         set_name=set_name,
         set_hash=set_hash,
         n=len(cv.ids),

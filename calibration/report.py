@@ -281,7 +281,9 @@ def build_report(
         cname: {
             "hash": config_hash(cfg),
             "judge_version": cfg.get("judge_version"),
-            "config": _redact(cfg),
+            # Apart from the redacted config: its `tokenizer` would read as a secret there.
+            "metric_settings": cfg.get("metric_settings") or {},
+            "config": _redact({k: v for k, v in cfg.items() if k != "metric_settings"}),
         }
         for cname, cfg in configs.items()
     }
@@ -428,6 +430,8 @@ def _fit_mapping_entry(
             per_item,
             judge_config_hash=str(config_info[cname]["hash"]),
             judge_version=config_info[cname]["judge_version"],
+            # ROUGE-L and BERTScore: keyed by the metric's own settings, not by the judge.
+            metric_config=config_info[cname]["metric_settings"].get(metric),
             set_name=set_name,
             set_hash=set_hash,
             metric=metric,

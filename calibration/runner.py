@@ -38,6 +38,7 @@ from judge.cache import Cache, JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
 from judge.io import ResultWriter
+from judge.mapping import METRIC_KEYED, metric_settings
 from judge.resume import JudgeStamp, stale_reason
 
 METRIC_ONLY: tuple[str, ...] = ("rouge_l", "bertscore")
@@ -493,6 +494,10 @@ def _gather(
         **cfg.model_dump(mode="json", exclude={"api_key"}),
         "config_hash": cfg.config_hash(),
         "judge_version": cfg.judge_version,
+        # What a ROUGE-L or BERTScore mapping belongs to: these metrics ignore the judge.
+        "metric_settings": {
+            name: metric_settings(cfg, name) for name in names if name in METRIC_KEYED
+        },
     }
 
 

@@ -194,8 +194,9 @@ class JudgeConfig(BaseModel):
         description="Calibrated mapping file (from `bonusjudge calibrate`, REPORT/mappings/*.json) "
         "for this judge configuration: results then carry `calibrated_score`, the metric the "
         "mapping was fitted on (coverage, expected_coverage, rouge_l or bertscore, named in "
-        "`calibrated_metric`) mapped onto the human scale, 0-1. Refused if made for another "
-        "configuration or for a metric it does not compute.",
+        "`calibrated_metric`) mapped onto the human scale, 0-1. Refused if a coverage mapping "
+        "was fitted for another judge configuration, a ROUGE-L or BERTScore mapping with other "
+        "settings of that metric (any judge will do), or for a metric the run does not compute.",
     )
 
     @field_validator("metrics", mode="before")

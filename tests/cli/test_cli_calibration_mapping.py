@@ -6,6 +6,7 @@ Every case runs the CLI as users do: a fresh interpreter (subprocess), a fresh c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from judge.mapping import MIN_ITEMS, CalibratedMapping, CVErrors, CVFigures, Scale
+from standins.openai_server import OpenAIStandIn
 from standins.processes import run_cli
 
 # Every test here starts a process (the CLI, a stand-in server): not in the fast loop.
@@ -75,3 +77,49 @@ def test_a_refused_mapping_leaves_the_output_being_resumed_untouched(tmp_path: P
                     str(foreign_mapping(tmp_path / "m.json")), *cache])
     refused(done)
     assert {path: (path.read_bytes(), os.stat(path).st_mtime_ns) for path in before} == before
+
+
+# -- ROUGE-L and BERTScore mappings belong to their metric, not to a judge -----------------------
+
+
+def test_metric_mappings_apply_with_any_judge_and_a_coverage_mapping_keeps_its_judge(
+    tmp_path: Path,
+) -> None:
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    report = tmp_path / "cal"
+    fitted = run_cli(["calibrate", str(CALIBRATION_EXAMPLE), "--metrics",
+                      "rouge_l,bertscore,coverage", "--out", str(report), "--resamples", "50",
+                      "--quiet", *cache])
+    assert fitted.returncode == 0, fitted.stderr[-2000:]
+    mappings = report / "mappings"
+    rouge, bert = mappings / "rouge_l.json", mappings / "bertscore.json"
+    coverage = mappings / "coverage_embedded-matcher.json"
+    # The embedded judge on coverage too: the metrics pass's configuration hash differs.
+    out = tmp_path / "matcher.jsonl"
+    graded = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--metrics", "coverage,rouge_l",
+                      "--calibration", str(rouge), "--quiet", *cache])
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == 10
+    assert all(r["calibrated_metric"] == "rouge_l" and r["calibrated_score"] is not None
+               for r in results)
+    assert json.loads(rouge.read_text())["metric_config"]["tokenizer"] == "bonusjudge-cjk-char-v1"
+
+    with OpenAIStandIn() as srv:
+        llm = ["--model", "openai/standin", "--api-base", srv.base_url]
+        out = tmp_path / "llm.jsonl"
+        graded = run_cli(["grade", str(EXAMPLES), "--out", str(out), "--metrics",
+                          "coverage,defects,bertscore", "--calibration", str(bert), "--quiet",
+                          *llm, *cache])
+        assert graded.returncode == 0, graded.stderr[-2000:]
+        results = [json.loads(line) for line in out.read_text().splitlines()]
+        english = [r for r in results if r["language"] == "en"]
+        assert english and all(r["calibrated_metric"] == "bertscore" for r in results)
+        assert all(r["calibrated_score"] is not None for r in english)
+
+        # Coverage is the judge's: its mapping is refused for another judge.
+        line = refused(run_cli(["grade", str(EXAMPLES), "--out", str(tmp_path / "cov.jsonl"),
+                                "--metrics", "coverage", "--calibration", str(coverage),
+                                "--quiet", *llm, *cache]))
+        assert "fitted for judge configuration" in line and "refit" in line
+        assert not (tmp_path / "cov.jsonl").exists()
