@@ -7,7 +7,7 @@ an instance that is valid JSON but breaks the schema in the ways a real judge do
 of range, the same index twice, a missing field), for the fault-injection suite.
 
 Supported schema features: ``$ref`` into ``$defs``/``definitions`` (any JSON pointer into the
-root), ``allOf`` (merged), ``anyOf``/``oneOf`` (the first non-null option), ``enum``/``const``
+root, as a fragment ``#/$defs/X`` or a root path ``/$defs/X``), ``allOf`` (merged), ``anyOf``/``oneOf`` (the first non-null option), ``enum``/``const``
 (pydantic ``Literal``), ``type`` lists (the first non-null type), objects (every declared
 property, required or not), ``additionalProperties`` maps with ``minProperties``, arrays with
 ``items``/``prefixItems``/``minItems``/``maxItems``/``uniqueItems``, strings with
@@ -237,6 +237,11 @@ class _Generator:
         return current
 
     def _pointer(self, ref: str, path: str) -> dict[str, Any]:
+        if ref.startswith("/"):
+            # A path reference without a fragment resolves against the root document (these
+            # schemas have no $id): litellm sends Anthropic tools ``/$defs/Model`` refs (its
+            # issue 7755), which Anthropic's API takes as pointers into the root.
+            ref = "#" + ref
         if not ref.startswith("#"):
             raise SchemaError(f"only local $ref pointers are supported, got {ref!r}", path=path)
         node: Any = self.root

@@ -10,10 +10,14 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from standins.openai_server.plan import FAULT_KINDS
+
+Family = Literal["openai", "anthropic", "gemini"]
+"""The wire a request came in on: OpenAI's chat completions, Anthropic's Messages API or
+Gemini's ``generateContent``."""
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,8 @@ class StandInStats:
     """A consistent snapshot of the server's counters.
 
     Attributes:
-        requests: Chat-completion requests received (including rejected and faulted ones).
+        requests: Generation requests received on every wire (including rejected and faulted
+            ones): chat completions, Anthropic messages and Gemini ``generateContent`` calls.
         in_flight: Requests being handled at the time of the snapshot.
         max_in_flight: The most requests handled at once since start (or the last reset).
         outcomes: Requests by outcome: ``ok``, each :data:`FaultKind`, ``bad_request`` (a body
@@ -31,6 +36,12 @@ class StandInStats:
         completion_tokens: Sum of ``usage.completion_tokens`` sent.
         cached_tokens: Sum of ``usage.prompt_tokens_details.cached_tokens`` sent (0 without
             the prompt cache).
+        families: Of ``requests``, how many came in on each wire (:data:`Family`), e.g.
+            ``{"openai": 3, "anthropic": 2}``; a wire with no request is absent.
+
+    Token sums are over every wire, each answer's counts read as the wire reports them
+    (``input_tokens``/``output_tokens`` from Anthropic, ``promptTokenCount``/
+    ``candidatesTokenCount`` from Gemini).
     """
 
     requests: int
@@ -40,6 +51,7 @@ class StandInStats:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    families: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -80,7 +92,10 @@ class Ledger:
 
     def __init__(self, record_requests: int) -> None:
         self._lock = threading.Lock()
-        self._recorded: deque[dict[str, Any]] = deque(maxlen=record_requests or None)
+        # (wire, body) pairs: the bodies are what tests read; the wire tells them apart.
+        self._recorded: deque[tuple[Family, dict[str, Any]]] = deque(
+            maxlen=record_requests or None
+        )
         self._record = record_requests > 0
         self._handler_errors: list[str] = []
         self._rejections: list[str] = []
@@ -94,6 +109,7 @@ class Ledger:
         self._prompt_tokens = 0
         self._completion_tokens = 0
         self._cached_tokens = 0
+        self._families: dict[str, int] = {}
 
     def stats(self) -> StandInStats:
         """A consistent snapshot of the counters."""
@@ -106,6 +122,7 @@ class Ledger:
                 prompt_tokens=self._prompt_tokens,
                 completion_tokens=self._completion_tokens,
                 cached_tokens=self._cached_tokens,
+                families=dict(self._families),
             )
 
     def reset_stats(self) -> None:
@@ -119,7 +136,12 @@ class Ledger:
     def requests(self) -> list[dict[str, Any]]:
         """The recorded request bodies, oldest first (a copy)."""
         with self._lock:
-            return list(self._recorded)
+            return [body for _, body in self._recorded]
+
+    def request_families(self) -> list[Family]:
+        """The wire of each recorded request, in the order of :meth:`requests`."""
+        with self._lock:
+            return [family for family, _ in self._recorded]
 
     def clear_requests(self) -> None:
         """Forget the recorded request bodies and the rejection messages."""
@@ -138,10 +160,11 @@ class Ledger:
             return list(self._handler_errors)
 
     @contextmanager
-    def handling(self) -> Iterator[None]:
-        """Count one chat-completion request, in flight for as long as the block runs."""
+    def handling(self, family: Family = "openai") -> Iterator[None]:
+        """Count one generation request on ``family``'s wire, in flight while the block runs."""
         with self._lock:
             self._requests += 1
+            self._families[family] = self._families.get(family, 0) + 1
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
         try:
@@ -150,11 +173,11 @@ class Ledger:
             with self._lock:
                 self._in_flight -= 1
 
-    def record(self, body: Any) -> None:
-        """Keep a request body (when recording, and when it is a JSON object)."""
+    def record(self, body: Any, family: Family = "openai") -> None:
+        """Keep a request body and its wire (when recording, and when it is a JSON object)."""
         if self._record and isinstance(body, dict):
             with self._lock:
-                self._recorded.append(body)
+                self._recorded.append((family, body))
 
     def count(self, outcome: str) -> None:
         """Count one request's outcome (``ok``, a fault kind, ``bad_request``...)."""

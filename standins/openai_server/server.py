@@ -1,6 +1,9 @@
-"""The stand-in server: OpenAI's chat-completions endpoints over the replies and faults.
+"""The stand-in server: three providers' endpoints over one set of replies, faults and books.
 
-See :mod:`standins.openai_server` for what it answers; its life cycle (threads, loops,
+OpenAI's chat completions, Anthropic's Messages API and Gemini's ``generateContent`` share the
+handler, the fault plan, the latency and the ledger; each wire
+(:mod:`~standins.openai_server.families`) only shapes the HTTP answers. See
+:mod:`standins.openai_server` for what each route answers; the life cycle (threads, loops,
 binding) is :class:`~standins.openai_server.runner.LoopbackServer`'s.
 """
 
@@ -13,14 +16,22 @@ import random
 import socket
 import struct
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from core.errors import ConfigError
-from standins.openai_server.ledger import Ledger, StandInStats
+from standins.openai_server.families import (
+    AnthropicWire,
+    GeminiWire,
+    OpenAIWire,
+    Usage,
+    Wire,
+    json_response,
+)
+from standins.openai_server.gemini_wire import GEMINI_API_VERSIONS
+from standins.openai_server.ledger import Family, Ledger, StandInStats
 from standins.openai_server.plan import FaultDecider, FaultKind, FaultPlan
 from standins.openai_server.prompt_cache import PromptCache, char_units
 from standins.openai_server.replies import (
@@ -34,48 +45,53 @@ from standins.openai_server.wire import (
     Handler,
     Reply,
     ReplyLike,
-    analyse,
     approx_tokens,
-    completion_body,
     completion_tokens,
-    error_body,
-    pieces,
-    prompt_tokens,
     tiktoken_count,
     tiktoken_units,
-    unknown_fields,
-    validate_body,
 )
+
+OPENAI = OpenAIWire()
+ANTHROPIC = AnthropicWire()
+GEMINI = GeminiWire()
 
 
 class OpenAIStandIn(LoopbackServer):
-    """A loopback OpenAI-compatible server with scripted replies, latency and fault injection.
+    """A loopback judge-model server with scripted replies, latency and fault injection.
 
-    Use it as a context manager: ``with`` runs the server on its own event loop in a background
-    thread (usable from sync code and from other event loops); ``async with`` runs it on the
-    caller's running loop. See :mod:`standins.openai_server` for the default answers and
-    fault kinds.
+    It speaks OpenAI's chat completions (:attr:`base_url`), Anthropic's Messages API
+    (:attr:`anthropic_base_url`) and Gemini's ``generateContent`` (:attr:`gemini_base_url`) on
+    one port, with one handler, fault plan and set of books. Use it as a context manager:
+    ``with`` runs the server on its own event loop in a background thread (usable from sync code
+    and from other event loops); ``async with`` runs it on the caller's running loop. See
+    :mod:`standins.openai_server` for the default answers and fault kinds.
 
     Args:
-        latency: Seconds every chat completion waits before it is answered.
+        latency: Seconds every generation request waits before it is answered.
         jitter: Latency varies uniformly in ``[latency - jitter, latency + jitter]`` (seeded).
         handler: A callable or a sequence of scripted replies; None for schema-valid defaults.
+            A callable gets the body as its wire sent it (OpenAI, Anthropic or Gemini JSON).
         faults: The fault plan; None for no faults.
         plain_reply: The text of plain (non-structured) default answers; None for the
             CharToM-QA-shaped default.
         host: The address to bind; must be loopback unless ``allow_remote``.
         port: The port to bind; 0 picks a free one.
         record_requests: How many of the latest request bodies :attr:`requests` keeps (0: none).
-        models: Model ids listed by ``GET /v1/models``.
+        models: Model ids listed by ``GET /v1/models`` (and accepted by ``check_model``, on
+            every wire).
         seed: Seed of the jitter RNG.
         allow_remote: Allow binding a non-loopback address.
-        strict: Reject a body with a top-level field outside :func:`openai_chat_params` with
-            OpenAI's HTTP 400 (the default, as the real API does); False accepts extras, as
+        strict: Reject a body with a field its API does not document with that API's 400 (the
+            default, as the real APIs do): OpenAI's top-level fields
+            (:func:`openai_chat_params`), Anthropic's (and its ``anthropic-version`` header),
+            Gemini's top-level and ``generationConfig`` fields. False accepts extras, as
             lenient local servers (llama.cpp, vLLM, Ollama) do.
-        api_key: When set, a request without ``Authorization: Bearer <api_key>`` gets OpenAI's
-            401 ``invalid_api_key`` (as the real API answers a wrong key).
-        check_model: Answer a request for a model not in ``models`` with OpenAI's 404
-            ``model_not_found`` (off by default: tests name models freely).
+        api_key: When set, a request without it gets its API's answer to a wrong key: OpenAI's
+            401 ``invalid_api_key`` (``Authorization: Bearer``), Anthropic's 401
+            ``authentication_error`` (``x-api-key``), Gemini's 400 ``API_KEY_INVALID`` (or 403
+            without a key; ``x-goog-api-key`` or ``?key=``).
+        check_model: Answer a request for a model not in ``models`` with its API's 404
+            (off by default: tests name models freely).
         tokenizer: The tiktoken encoding ``usage`` is counted with, as an OpenAI server counts
             (``o200k_base`` for the gpt-4o family); None for the deterministic estimate
             ``max(words, chars / 4)``, which needs no tokenizer.
@@ -182,12 +198,36 @@ class OpenAIStandIn(LoopbackServer):
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        """The latest chat-completion bodies (parsed JSON), oldest first (a copy).
+        """The latest generation request bodies (parsed JSON), oldest first (a copy).
 
-        Rejected bodies (HTTP 400) are included, so a test can see exactly what a client sent;
-        only a body that is not a JSON object cannot be recorded.
+        Each body is as its wire sent it: an OpenAI chat-completions body, an Anthropic
+        Messages body or a Gemini ``generateContent`` body; :attr:`request_families` tells
+        which. Rejected bodies (HTTP 400) are included, so a test can see exactly what a client
+        sent; only a body that is not a JSON object cannot be recorded.
         """
         return self._ledger.requests()
+
+    @property
+    def request_families(self) -> list[Family]:
+        """The wire of each body in :attr:`requests`, in the same order (a copy)."""
+        return self._ledger.request_families()
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The ``api_base`` for litellm's ``anthropic/`` models: the server root.
+
+        litellm appends ``/v1/messages`` to it.
+        """
+        return self.url
+
+    @property
+    def gemini_base_url(self) -> str:
+        """The ``api_base`` for litellm's ``gemini/`` models: ``{url}/v1beta``.
+
+        litellm appends ``/models/{model}:generateContent`` to it, as it does to Google's
+        ``https://generativelanguage.googleapis.com/v1beta``.
+        """
+        return f"{self.url}/v1beta"
 
     def clear_requests(self) -> None:
         """Forget the recorded request bodies and the rejection messages."""
@@ -195,7 +235,11 @@ class OpenAIStandIn(LoopbackServer):
 
     @property
     def rejections(self) -> list[str]:
-        """The messages of the HTTP 400 answers to chat completions (a copy), oldest first."""
+        """The messages of the HTTP 400 answers to request bodies (a copy), oldest first.
+
+        Every wire's refusals of a body are here (not a wrong key: Gemini answers that with a
+        400 too, but it is counted as ``unauthorized``).
+        """
         return self._ledger.rejections()
 
     @property
@@ -209,13 +253,19 @@ class OpenAIStandIn(LoopbackServer):
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_post("/chat/completions", self._chat_completions)
+        app.router.add_post("/v1/messages", self._messages)
+        versions = "|".join(GEMINI_API_VERSIONS)
+        app.router.add_post(f"/{{version:{versions}}}/models/{{target}}", self._generate_content)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/models", self._list_models)
         app.router.add_get("/health", self._health)
+        # Last: any other POST is a client pointed at the wrong path (most often the wrong
+        # api_base), answered with a message that names the right ones.
+        app.router.add_post("/{tail:.*}", self._no_route)
         return app
 
     async def _health(self, request: web.Request) -> web.Response:
-        return _json_response({"status": "ok"})
+        return json_response({"status": "ok"})
 
     async def _list_models(self, request: web.Request) -> web.Response:
         created = int(time.time())
@@ -223,7 +273,22 @@ class OpenAIStandIn(LoopbackServer):
             {"id": model, "object": "model", "created": created, "owned_by": "bonusjudge-standin"}
             for model in self.models
         ]
-        return _json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
+
+    async def _no_route(self, request: web.Request) -> web.Response:
+        path = request.path
+        message = (
+            f"the stand-in serves no POST {path}. It serves POST /v1/chat/completions (OpenAI: "
+            f"api_base {self.base_url}), POST /v1/messages (Anthropic: api_base {self.url}) and "
+            f"POST /v1beta/models/MODEL:generateContent (Gemini: api_base "
+            f"{self.gemini_base_url})"
+        )
+        wire: Wire = OPENAI
+        if path.endswith("/messages"):
+            wire = ANTHROPIC
+        elif ":" in path.rsplit("/", 1)[-1]:
+            wire = GEMINI
+        return wire.not_found(message).response()
 
     def _latency(self) -> float:
         if self.jitter <= 0:
@@ -231,96 +296,90 @@ class OpenAIStandIn(LoopbackServer):
         return max(0.0, self.latency + self._jitter_rng.uniform(-self.jitter, self.jitter))
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        with self._ledger.handling():
-            return await self._answer(request)
+        with self._ledger.handling(OPENAI.family):
+            return await self._answer(request, OPENAI)
 
-    def _reject(self, message: str) -> web.Response:
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        with self._ledger.handling(ANTHROPIC.family):
+            return await self._answer(request, ANTHROPIC)
+
+    async def _generate_content(self, request: web.Request) -> web.StreamResponse:
+        model, _, method = request.match_info["target"].rpartition(":")
+        if method != "generateContent" or not model:
+            # streamGenerateContent included: litellm streams only when asked, the product never.
+            return await self._no_route(request)
+        with self._ledger.handling(GEMINI.family):
+            return await self._answer(request, GEMINI)
+
+    def _reject(self, wire: Wire, message: str) -> web.Response:
         self._ledger.reject(message)
-        return _json_response(error_body(message, "invalid_request_error"), status=400)
+        return wire.bad_request(message).response()
 
-    def _refusal(self, request: web.Request, body: Any) -> web.Response | None:
-        """The 400/401/404 a request gets before any fault or reply, if any."""
-        if self.api_key is not None and (
-            request.headers.get("Authorization") != f"Bearer {self.api_key}"
-        ):
-            self._ledger.count("unauthorized")
-            return _json_response(
-                error_body("Incorrect API key provided.", "invalid_request_error",
-                           "invalid_api_key"),
-                status=401,
-            )
-        # The unknown-field check comes first, so its message names the field whatever else is
-        # wrong with the body.
-        problem = (unknown_fields(body) if self.strict else None) or validate_body(body)
+    def _refusal(self, request: web.Request, body: Any, wire: Wire) -> web.Response | None:
+        """The 400/401/403/404 a request gets before any fault or reply, if any."""
+        if self.api_key is not None:
+            denied = wire.auth_failure(request, self.api_key)
+            if denied is not None:
+                self._ledger.count("unauthorized")
+                return denied.response()
+        problem = wire.problem(request, body, strict=self.strict)
         if problem is not None:
-            return self._reject(problem)
-        if self.check_model and body.get("model") not in self.models:
+            return self._reject(wire, problem)
+        model = wire.model(request, body)
+        if self.check_model and model not in self.models:
             self._ledger.count("model_not_found")
-            return _json_response(
-                error_body(
-                    f"The model `{body.get('model')}` does not exist or you do not have access "
-                    "to it.", "invalid_request_error", "model_not_found",
-                ),
-                status=404,
-            )
+            return wire.model_not_found(request, model).response()
         return None
 
     def _fault_answer(
-        self, request: web.Request, fault: FaultKind | None, decider: FaultDecider | None
+        self,
+        request: web.Request,
+        fault: FaultKind | None,
+        decider: FaultDecider | None,
+        wire: Wire,
     ) -> web.StreamResponse | None:
         """The answer of a fault that replaces the reply (429, 5xx, reset), if any."""
         if fault == "rate_limit" and decider is not None:
             self._ledger.count(fault)
-            return _json_response(
-                error_body("Rate limit reached (stand-in)", "requests", "rate_limit_exceeded"),
-                status=429,
-                headers={"Retry-After": f"{decider.plan.retry_after:g}"},
-            )
+            return wire.rate_limited(f"{decider.plan.retry_after:g}").response()
         if fault == "rate_limit_no_header":
             self._ledger.count(fault)
-            return _json_response(
-                error_body("Rate limit reached (stand-in)", "requests", "rate_limit_exceeded"),
-                status=429,
-            )
+            return wire.rate_limited(None).response()
         if fault == "server_error" and decider is not None:
             self._ledger.count(fault)
-            status = decider.server_error_status()
-            return _json_response(
-                error_body(f"The server had an error (stand-in {status})", "server_error"),
-                status=status,
-            )
+            return wire.server_error(decider.server_error_status()).response()
         if fault == "reset":
             self._ledger.count(fault)
             return _reset(request)
         return None
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, wire: Wire) -> web.StreamResponse:
         raw = await request.read()
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return self._reject(f"request body is not valid JSON: {exc}")
+            return self._reject(wire, wire.not_json(exc))
         # Recorded before any check, so tests see rejected bodies too (what the client sent).
-        self._ledger.record(body)
-        refused = self._refusal(request, body)
+        self._ledger.record(body, wire.family)
+        refused = self._refusal(request, body, wire)
         if refused is not None:
             return refused
 
         decider = self._decider
         fault = decider.next_fault() if decider is not None else None
         await self._pause(self._latency())
-        faulted = self._fault_answer(request, fault, decider)
+        faulted = self._fault_answer(request, fault, decider, wire)
         if faulted is not None:
             return faulted
 
+        view: Mapping[str, Any] = body
         try:
-            reply = await self._reply(body, fault, decider)
+            view = wire.view(body)
+            reply = await self._reply(body, view, wire, fault, decider)
         except Exception as exc:  # the handler is user code: report, do not kill the server
             message = f"{type(exc).__name__}: {exc}"
             self._ledger.handler_failed(message)
-            return _json_response(
-                error_body(f"stand-in handler failed: {message}", "server_error"), status=500
-            )
+            return wire.handler_failed(message).response()
 
         if fault == "timeout" and decider is not None:
             # Counted before the hold: a held request may end by the server's shutdown
@@ -329,27 +388,25 @@ class OpenAIStandIn(LoopbackServer):
             await self._pause(decider.plan.timeout_hold)
         else:
             self._ledger.count(fault or "ok")
-        prompt = prompt_tokens(body, self._count)
+        prompt = wire.prompt_tokens(view, self._count)
         completion = completion_tokens(reply, self._count)
-        cache = self._prompt_cache
-        cached = cache.serve(body, prompt) if cache is not None else 0
-        self._ledger.add_tokens(prompt, completion, cached)
-        model = str(body.get("model") or self.models[0])
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-        if cache is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": cached}
-        if body.get("stream"):
-            return await _stream(request, body, reply, model, usage)
-        return _json_response(completion_body(reply, model, usage))
+        cache = self._prompt_cache if wire.caches_prompts else None
+        cached = cache.serve(body, prompt) if cache is not None else None
+        self._ledger.add_tokens(prompt, completion, cached or 0)
+        model = str(wire.model(request, body) or self.models[0])
+        return await wire.respond(request, body, reply, model, Usage(prompt, completion, cached))
 
     async def _reply(
-        self, body: dict[str, Any], fault: FaultKind | None, decider: FaultDecider | None
+        self,
+        body: dict[str, Any],
+        view: Mapping[str, Any],
+        wire: Wire,
+        fault: FaultKind | None,
+        decider: FaultDecider | None,
     ) -> Reply:
-        shape = analyse(body)
+        # The handler sees the wire's own body; the defaults and faults read the OpenAI-shaped
+        # view, so one rule (the coverage prompt's default, the schema's instance) serves all.
+        shape = wire.shape(body, view)
         handler = self._handler
         if handler is not None:
             produced = handler(body)
@@ -357,21 +414,10 @@ class OpenAIStandIn(LoopbackServer):
                 produced = await produced
             reply = to_reply(produced, shape)
         else:
-            reply = default_reply(body, shape, self.plain_reply)
+            reply = default_reply(view, shape, self.plain_reply)
         if fault is None or fault == "timeout":
             return reply
-        return apply_fault(reply, shape, fault, decider, body)
-
-
-def _json_response(
-    payload: Mapping[str, Any], *, status: int = 200, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        body=json.dumps(payload, ensure_ascii=False).encode(),
-        status=status,
-        content_type="application/json",
-        headers=dict(headers or {}),
-    )
+        return apply_fault(reply, shape, fault, decider, view)
 
 
 def _reset(request: web.Request) -> web.StreamResponse:
@@ -385,61 +431,3 @@ def _reset(request: web.Request) -> web.StreamResponse:
         transport.abort()
     # aiohttp needs a response object; nothing reaches the client over an aborted transport.
     return web.Response(status=499)
-
-
-async def _stream(
-    request: web.Request,
-    body: Mapping[str, Any],
-    reply: Reply,
-    model: str,
-    usage: Mapping[str, int],
-) -> web.StreamResponse:
-    response = web.StreamResponse(
-        status=200,
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
-    )
-    await response.prepare(request)
-    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-    created = int(time.time())
-
-    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
-        event = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
-
-    await response.write(chunk({"role": "assistant", "content": ""}))
-    for piece in pieces(reply.content or ""):
-        await response.write(chunk({"content": piece}))
-    if reply.refusal is not None:
-        await response.write(chunk({"refusal": reply.refusal}))
-    for index, call in enumerate(reply.tool_calls):
-        head = {
-            "index": index,
-            "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        await response.write(chunk({"tool_calls": [head]}))
-        for piece in pieces(call.arguments):
-            delta = {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-            await response.write(chunk(delta))
-    await response.write(chunk({}, reply.effective_finish_reason))
-    options = body.get("stream_options")
-    if isinstance(options, Mapping) and options.get("include_usage"):
-        event = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [],
-            "usage": dict(usage),
-        }
-        await response.write(f"data: {json.dumps(event)}\n\n".encode())
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response

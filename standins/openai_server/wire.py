@@ -231,6 +231,37 @@ def embedded_schema(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def text_shape(view: Mapping[str, Any]) -> Shape:
+    """The shape of a text answer on the Anthropic and Gemini wires.
+
+    Those wires carry instructor's ``JSON`` and ``MD_JSON`` modes alike, as a schema embedded
+    in the prompt (no ``response_format`` tells them apart): the answer is the schema's instance,
+    in a fenced json block when the prompt asks for one (``MD_JSON``), else bare; with no
+    embedded schema it is a plain answer.
+
+    Args:
+        view: The request as OpenAI-shaped messages (each wire's ``chat_view``).
+    """
+    schema = embedded_schema(view)
+    if schema is None:
+        return Shape(mode="plain")
+    fenced = "```json" in prompt_text(view)
+    return Shape(mode="md_json" if fenced else "json_object", schema=schema)
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` parsed, when it is a JSON object; None otherwise (not JSON, or no object).
+
+    The Anthropic and Gemini wires carry a tool call's arguments as a parsed object, so only
+    arguments that pass this can travel as one.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def approx_tokens(text: str) -> int:
     """A deterministic token estimate: ``max(words, chars / 4)``, CJK-aware."""
     if not text:
