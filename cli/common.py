@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
     from pydantic.fields import FieldInfo
 
+    from core.errors import InputError
     from judge.config import Settings
 
 PROG = "bonusjudge"
@@ -107,6 +108,22 @@ def check_outputs(
     for field, path in (folders or {}).items():
         if path is not None:
             check_output_path(path, field, folder=True)
+
+
+def no_items(path: Path, invalid: int) -> InputError:
+    """The error of an input with no item to process: an empty file, or only invalid lines.
+
+    ``grade``, ``grade --estimate`` and ``mcq`` refuse such an input (exit 2) instead of printing
+    an empty table: a file of the wrong format, or the wrong file, is a mistake to name.
+
+    Args:
+        path: The input file.
+        invalid: Its lines that could not be read (already reported, one per line).
+    """
+    from core.errors import InputError
+
+    why = f"all {invalid} line(s) are invalid" if invalid else "the file is empty"
+    return InputError(f"input: no item in {path} ({why})", field="input")
 
 
 def write_output(path: Path, text: str, field: str) -> None:

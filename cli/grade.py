@@ -22,6 +22,7 @@ from cli.common import (
     add_judge_options,
     add_model_options,
     check_outputs,
+    no_items,
     settings_from_args,
     write_output,
 )
@@ -177,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         problems, ids, first = _first_pass(args)
+        if not ids:
+            raise no_items(args.input, len(problems))
         stamp, early = grading.start(first)
         started = time.monotonic()
         summary = _grade_into(args, grading, ids, problems, stamp, early)
@@ -204,6 +207,8 @@ def _estimate(args: argparse.Namespace) -> int:
     problems: list[BadLine] = []
     entries = [(item_id, with_id(item_id, request)) for item_id, request in
                entries_of(args, problems)]
+    if not entries:
+        raise no_items(args.input, len(problems))
     client = server_client(args) if args.server else None
     return run_estimate(args, entries, len(problems), client, server_overrides(args))
 

@@ -5,7 +5,7 @@ taking the parsed ``argparse.Namespace`` and returning the exit code. Run alone 
 ``python -m cli.mcq INPUT.jsonl --out OUT.jsonl --summary SUMMARY.json``.
 
 Exit codes: 0 scored; 1 bad input lines were skipped and ``--fail-on-bad-lines`` was given;
-2 the input could not be read or an option is invalid.
+2 the input could not be read, holds no valid item, or an option is invalid.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cli.common import (
     add_model_options,
     api_key_from_env,
     check_outputs,
+    no_items,
     pct,
 )
 from core.errors import JudgeError
@@ -246,6 +247,31 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     return JudgeExtractor(Grader(config, cache=cache))
 
 
+def _check_has_items(path: Path, err_stream: TextIO) -> None:
+    """Refuse an input without a valid item before any output is written or judge asked.
+
+    Reads up to the first valid line (the whole file only when there is none), so scoring a
+    real run reads its head twice, not all of it.
+
+    Raises:
+        InputError: (``input``) the file is empty or every line is invalid; the invalid lines
+            are listed on ``err_stream`` first, as a run lists the lines it skipped.
+    """
+    from core.jsonl import BadLine
+    from judge.mcq.runner import read_items
+
+    bad: list[BadLine] = []
+    for _, parsed in read_items(path):
+        if not isinstance(parsed, BadLine):
+            return
+        bad.append(parsed)
+    for line in bad[:_MAX_BAD_LINES_SHOWN]:
+        print(f"{path}:{line.line}: skipped: {line.message}", file=err_stream)
+    if len(bad) > _MAX_BAD_LINES_SHOWN:
+        print(f"... and {len(bad) - _MAX_BAD_LINES_SHOWN} more invalid lines", file=err_stream)
+    raise no_items(path, len(bad))
+
+
 def run(
     args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
@@ -263,6 +289,7 @@ def run(
         # Checked before anything is created or judged: a mistake leaves no output file behind.
         check_input_file(input_path, "input")
         check_outputs({"out": out, "summary": summary_path})
+        _check_has_items(input_path, err_stream)
         summary = score_file(
             input_path,
             out,
