@@ -49,6 +49,10 @@ def test_grade_refuses_an_input_without_items(tmp_path: Path, kind: str) -> None
                             str(tmp_path / "cache")])
         no_item(estimate, items, why, "")
         assert srv.stats().requests == 0  # not even the preflight's one-token call
+    # The embedded judge too (it printed a table of dashes and "judge None", exit 0).
+    embedded = run_cli(["grade", str(items), "--out", str(out), "--metrics", "rouge_l",
+                        "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    no_item(embedded, items, why, "")
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.json").exists()
     if kind == "all invalid":  # each invalid line is reported, as in a run that grades
         assert f"{items}: line 1 (field answer)" in done.stderr
