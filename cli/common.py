@@ -50,6 +50,12 @@ CASCADE_FIELDS = ("judge", "cascade_agreement")
 options of ``grade`` and ``serve`` after ``--model``: ``calibrate`` has a ``--judge`` of its own
 (the judge models it calibrates), so it does not take them."""
 
+EXIT_BAD_LINES = 1
+"""The exit code of a run that skipped invalid input lines, with ``--fail-on-bad-lines``."""
+
+FAIL_ON_BAD_LINES_HELP = "exit with status 1 when any input line was skipped"
+"""Help of ``--fail-on-bad-lines``, the same for every subcommand that reads an input file."""
+
 VERBOSE_HELP = "show library logs (re-asks and failed requests of either transport, transformers)"
 """Help of ``--verbose``, accepted before and after the subcommand."""
 
@@ -316,6 +322,20 @@ def add_api_key_env_option(
     return parser.add_argument(
         "--api-key-env",
         help="name of the environment variable holding the provider's API key",
+    )
+
+
+def add_fail_on_bad_lines_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+) -> argparse.Action:
+    """Add ``--fail-on-bad-lines``: exit :data:`EXIT_BAD_LINES` when input lines were skipped.
+
+    ``grade`` and ``mcq`` both skip (and report) invalid lines and go on; a pipeline that wants
+    every line graded asks for the exit status instead of reading stderr. The run still
+    writes what it graded.
+    """
+    return parser.add_argument(
+        "--fail-on-bad-lines", action="store_true", help=FAIL_ON_BAD_LINES_HELP
     )
 
 

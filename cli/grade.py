@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cli.common import (
+    EXIT_BAD_LINES,
     PROG,
     Parser,
+    add_fail_on_bad_lines_option,
     add_judge_options,
     add_model_options,
     check_outputs,
@@ -67,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="grade the unscored items of --out again (rewrites it atomically)",
     )
     grade.add_argument("--limit", type=int, help="grade at most N items of the input")
+    add_fail_on_bad_lines_option(grade)
     grade.add_argument(
         "--server",
         help="grade through a bonusjudge service at this URL (several replicas: URLs separated "
@@ -190,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
     if capped is not None:
         print(capped, file=sys.stderr)
         return EXIT_BUDGET
-    return 0
+    # What was valid is graded and written either way; the status tells a pipeline lines were not.
+    return EXIT_BAD_LINES if problems and args.fail_on_bad_lines else 0
 
 
 def _estimate(args: argparse.Namespace) -> int:
@@ -210,7 +214,8 @@ def _estimate(args: argparse.Namespace) -> int:
     if not entries:
         raise no_items(args.input, len(problems))
     client = server_client(args) if args.server else None
-    return run_estimate(args, entries, len(problems), client, server_overrides(args))
+    code = run_estimate(args, entries, len(problems), client, server_overrides(args))
+    return EXIT_BAD_LINES if code == 0 and problems and args.fail_on_bad_lines else code
 
 
 def _check_calibration(config: JudgeConfig) -> None:

@@ -132,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bonusjudge`` console script; the exit code.
 
     0 done; 2 a mistake (an invalid option, setting or input, a file that cannot be used, a judge
-    that cannot work), reported on one line; 1 another bonusjudge error; 3 ``grade`` stopped at
+    that cannot work), reported on one line; 1 another bonusjudge error, or invalid input lines
+    skipped with ``--fail-on-bad-lines`` (``grade``, ``mcq``); 3 ``grade`` stopped at
     its cost cap (``--max-cost``/``--max-calls``: what finished is written, a re-run with a
     higher cap resumes); 130 interrupted.
     """

@@ -20,7 +20,9 @@ import judge
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.options import comma_list
 from cli.common import (
+    EXIT_BAD_LINES,
     add_api_key_env_option,
+    add_fail_on_bad_lines_option,
     add_model_options,
     api_key_from_env,
     check_outputs,
@@ -112,11 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated breakdown fields (default: task, ability, tom_dimension, language, "
         "and every tags key)",
     )
-    parser.add_argument(
-        "--fail-on-bad-lines",
-        action="store_true",
-        help="exit with status 1 when any input line was skipped",
-    )
+    add_fail_on_bad_lines_option(parser)
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     parser.add_argument(
         "--llm-model",
@@ -311,7 +309,7 @@ def run(
         print(format_report(summary), file=out_stream)
         print(f"\nwrote results to {out}", file=out_stream)
         print(f"wrote summary to {summary_path}", file=out_stream)
-    return 1 if summary.bad_lines and args.fail_on_bad_lines else 0
+    return EXIT_BAD_LINES if summary.bad_lines and args.fail_on_bad_lines else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
