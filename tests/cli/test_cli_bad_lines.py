@@ -21,7 +21,8 @@ def option(command: str, flag: str) -> argparse.Action:
     """The action of ``flag`` in ``command``'s parser."""
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return next(a for a in sub.choices[command]._actions if flag in a.option_strings)
+    command_parser: argparse.ArgumentParser = sub.choices[command]
+    return next(a for a in command_parser._actions if flag in a.option_strings)
 
 
 def test_grade_and_mcq_take_the_same_fail_on_bad_lines() -> None:
