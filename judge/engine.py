@@ -470,7 +470,10 @@ class Grader:
             length_ratio=round(count_words(response) / ref_words, 4) if ref_words else None,
             **self._calibrated(config, coverage_result, rouge, bert),
             tom_dimension=request.tom_dimension,
-            context_window=request.context_window,
+            # The window of the plot the judge read: none without a plot. A CharToM line whose
+            # chosen window is empty (`"context_2000": ""`), or a harness's request naming a
+            # window with no context, would otherwise be counted under that window.
+            context_window=request.context_window if _has_context(request) else None,
             respondent=request.respondent,
             metadata=request.metadata,
             provenance=judge.provenance(rubrics, calls, truncated=truncated),
@@ -557,6 +560,11 @@ def _cascade_bands(config: JudgeConfig) -> dict[ModelKind, CascadeBand]:
 async def _nothing() -> None:
     """The result of a metric not asked for."""
     return None
+
+
+def _has_context(request: GradeRequest) -> bool:
+    """Whether ``request`` carries a plot for the judge to read (not empty, not blank)."""
+    return bool(request.context and request.context.strip())
 
 
 async def iterate_entries(
