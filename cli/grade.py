@@ -185,10 +185,11 @@ def run(args: argparse.Namespace) -> int:
             raise no_items(args.input, len(problems))
         stamp, early = grading.start(first)
         started = time.monotonic()
-        summary = _grade_into(args, grading, ids, problems, stamp, early)
+        summary, resumed = _grade_into(args, grading, ids, problems, stamp, early)
     finally:
         grading.close()
-    _report(args, settings.judge, summary, problems, stamp, round(time.monotonic() - started, 3))
+    _report(args, settings.judge, summary, problems, stamp, round(time.monotonic() - started, 3),
+            resumed)
     capped = getattr(grading, "capped", None)
     if capped is not None:
         print(capped, file=sys.stderr)
@@ -273,8 +274,13 @@ def _grade_into(
     problems: list[BadLine],
     stamp: JudgeStamp,
     early: GradeResult | None,
-) -> Summary:
-    """Resume from the output, grade what is missing into it, and count every result."""
+) -> tuple[Summary, int]:
+    """Resume from the output, grade what is missing into it, and count every result.
+
+    Returns:
+        The summary of every result in the output, and how many of them this run read from it
+        (graded by an earlier run) rather than graded.
+    """
     from bonusjudge_client.wire.grading import GradeResult
     from judge.aggregate import Aggregator
 
@@ -287,6 +293,7 @@ def _grade_into(
         for obj in writer.done.values():
             aggregator.add(GradeResult.model_validate(obj))
         skip = set(writer.done)
+        resumed = len(skip)
         writer.done.clear()  # counted; from here on only their ids matter
 
         def emit(result: GradeResult) -> None:
@@ -304,7 +311,7 @@ def _grade_into(
             writer.rewrite_sorted(lambda item_id: order.get(item_id, len(order)))
     finally:
         writer.close()
-    return aggregator.summary(**extra)
+    return aggregator.summary(**extra), resumed
 
 
 def _report(
@@ -314,8 +321,12 @@ def _report(
     problems: list[BadLine],
     stamp: JudgeStamp,
     elapsed: float,
+    resumed: int,
 ) -> None:
-    """Write ``--summary`` and print the table and the closing counts."""
+    """Write ``--summary`` and print the table and the closing counts.
+
+    ``resumed``: the results read from ``--out`` (an earlier run's) among ``summary.items``.
+    """
     from judge.aggregate import format_table
 
     payload = summary.model_dump(mode="json")
@@ -332,7 +343,8 @@ def _report(
         )
     print(format_table(summary))
     print(
-        f"\n{summary.items} graded ({_unscored_counts(summary)}), {len(problems)} invalid "
+        f"\n{summary.items} graded{_graded_where(summary, resumed, args.out)} "
+        f"({_unscored_counts(summary)}), {len(problems)} invalid "
         f"line(s){_invalid_counts(summary)}; judge {summary.judge}; "
         f"{_call_counts(summary, server=bool(args.server))}; {payload['elapsed_s']} s"
     )
@@ -351,6 +363,17 @@ def _report(
             "judge pass --model openai/gpt-4o (OPENAI_API_KEY) or --model openai/NAME "
             "--api-base http://127.0.0.1:8080/v1 for a local server.",
         )
+
+
+def _graded_where(summary: Summary, resumed: int, out: Path) -> str:
+    """``: 554 now, 481 from results.jsonl`` when a resumed run counts an earlier run's results.
+
+    The summary covers the whole output: without the split, a resumed run's count read as if
+    this run had graded (and paid for) every item.
+    """
+    if not resumed:
+        return ""
+    return f": {summary.items - resumed} now, {resumed} from {out}"
 
 
 def _unscored_counts(summary: Summary) -> str:
