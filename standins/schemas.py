@@ -7,7 +7,8 @@ an instance that is valid JSON but breaks the schema in the ways a real judge do
 of range, the same index twice, a missing field), for the fault-injection suite.
 
 Supported schema features: ``$ref`` into ``$defs``/``definitions`` (any JSON pointer into the
-root, as a fragment ``#/$defs/X`` or a root path ``/$defs/X``), ``allOf`` (merged), ``anyOf``/``oneOf`` (the first non-null option), ``enum``/``const``
+root, as a fragment ``#/$defs/X`` or a root path ``/$defs/X``), ``allOf`` (merged),
+``anyOf``/``oneOf`` (the first non-null option), ``enum``/``const``
 (pydantic ``Literal``), ``type`` lists (the first non-null type), objects (every declared
 property, required or not), ``additionalProperties`` maps with ``minProperties``, arrays with
 ``items``/``prefixItems``/``minItems``/``maxItems``/``uniqueItems``, strings with

@@ -100,9 +100,13 @@ def _invalid_field(body: Mapping[str, Any]) -> str | None:
         if "content" not in message:
             return f"messages.{index}.content: Field required"
     system = body.get("system")
-    if system is not None and not isinstance(system, str) and not (
-        isinstance(system, list)
-        and all(isinstance(b, Mapping) and b.get("type") == "text" for b in system)
+    if (
+        system is not None
+        and not isinstance(system, str)
+        and not (
+            isinstance(system, list)
+            and all(isinstance(b, Mapping) and b.get("type") == "text" for b in system)
+        )
     ):
         return "system: Input should be a valid string or a list of text blocks"
     return _invalid_tools(body)
@@ -127,8 +131,10 @@ def _invalid_tools(body: Mapping[str, Any]) -> str | None:
         return None
     kind = choice.get("type") if isinstance(choice, Mapping) else None
     if kind not in ("auto", "any", "tool", "none"):
-        return "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', " \
+        return (
+            "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', "
             "'tool', 'none'"
+        )
     if kind == "tool" and not isinstance(choice.get("name"), str):
         return "tool_choice.tool.name: Field required"
     if kind in ("any", "tool") and not names:
@@ -243,4 +249,3 @@ def _stop_reason(reply: Reply, used_tool: bool) -> str:
     ):
         return "refusal"
     return "tool_use" if used_tool else "end_turn"
-

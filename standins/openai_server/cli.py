@@ -1,7 +1,10 @@
 """``python -m standins.openai_server``: run the stand-in until SIGINT/SIGTERM.
 
-It prints its base URL on the first line of stdout once it accepts connections, so a parent
-process can read where to point its client.
+It serves OpenAI's chat completions, Anthropic's Messages API and Gemini's ``generateContent``
+on one port. It prints its OpenAI base URL (``http://HOST:PORT/v1``) on the first line of stdout
+once it accepts connections, so a parent process can read where to point its client; the
+Anthropic (``http://HOST:PORT``) and Gemini (``http://HOST:PORT/v1beta``) ``api_base`` values go
+to stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from standins.openai_server.server import OpenAIStandIn
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m standins.openai_server",
-        description="Run the OpenAI-compatible stand-in judge server until SIGINT/SIGTERM.",
+        description="Run the stand-in judge server until SIGINT/SIGTERM. One port speaks "
+        "OpenAI's chat completions (api_base http://HOST:PORT/v1), Anthropic's Messages API "
+        "(api_base http://HOST:PORT) and Gemini's generateContent (api_base "
+        "http://HOST:PORT/v1beta).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback only)")
     parser.add_argument("--port", type=int, default=8011, help="port to bind (0: a free one)")
@@ -52,8 +58,9 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lenient",
         action="store_true",
-        help="accept undocumented top-level request fields (as llama.cpp/vLLM do); by default "
-        "they get OpenAI's 400 'Unrecognized request argument supplied'",
+        help="accept undocumented request fields (as llama.cpp/vLLM do); by default they get "
+        "their API's 400 (OpenAI's 'Unrecognized request argument supplied', Anthropic's "
+        "'Extra inputs are not permitted', Google's 'Unknown name')",
     )
     parser.add_argument(
         "--prompt-cache",
@@ -97,6 +104,12 @@ def _prompt_cache_from_args(value: str | None) -> tuple[int, int] | None:
 async def _serve_forever(server: OpenAIStandIn) -> None:
     await server.astart()
     print(server.base_url, flush=True)
+    print(
+        f"openai api_base {server.base_url} | anthropic api_base {server.anthropic_base_url} | "
+        f"gemini api_base {server.gemini_base_url}",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

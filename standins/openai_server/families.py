@@ -22,7 +22,7 @@ from aiohttp import web
 from typing_extensions import override
 
 from standins.openai_server import anthropic_wire, gemini_wire
-from standins.openai_server.ledger import Family
+from standins.openai_server.ledger import WireFamily
 from standins.openai_server.wire import (
     Reply,
     Shape,
@@ -80,7 +80,7 @@ def json_response(
 class Wire(ABC):
     """One provider API: how the shared pipeline's decisions look on its wire."""
 
-    family: ClassVar[Family]
+    family: ClassVar[WireFamily]
     """The wire's name in the ledger (:attr:`StandInStats.families`)."""
 
     caches_prompts: ClassVar[bool] = False
@@ -153,7 +153,7 @@ class Wire(ABC):
 class OpenAIWire(Wire):
     """OpenAI's chat completions (``POST /v1/chat/completions``), streamed when asked."""
 
-    family: ClassVar[Family] = "openai"
+    family: ClassVar[WireFamily] = "openai"
     caches_prompts: ClassVar[bool] = True
 
     @override
@@ -245,7 +245,7 @@ class OpenAIWire(Wire):
 class AnthropicWire(Wire):
     """Anthropic's Messages API (``POST /v1/messages``); see :mod:`.anthropic_wire`."""
 
-    family: ClassVar[Family] = "anthropic"
+    family: ClassVar[WireFamily] = "anthropic"
 
     @override
     def auth_failure(self, request: web.Request, api_key: str) -> Answer | None:
@@ -331,7 +331,7 @@ class AnthropicWire(Wire):
 class GeminiWire(Wire):
     """Gemini's ``POST /v1beta/models/{model}:generateContent``; see :mod:`.gemini_wire`."""
 
-    family: ClassVar[Family] = "gemini"
+    family: ClassVar[WireFamily] = "gemini"
 
     @override
     def auth_failure(self, request: web.Request, api_key: str) -> Answer | None:

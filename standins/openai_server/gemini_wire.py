@@ -140,8 +140,10 @@ def gemini_problem(body: Any, *, strict: bool) -> str | None:
         return "* GenerateContentRequest.contents: contents is not specified\n"
     for index, content in enumerate(contents):
         if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
-            return f"* GenerateContentRequest.contents[{index}].parts: contents.parts must " \
+            return (
+                f"* GenerateContentRequest.contents[{index}].parts: contents.parts must "
                 "not be empty.\n"
+            )
         if content.get("role") not in (None, "user", "model", "function", "tool"):
             return "Please use a valid role: user, model."
     return None
@@ -328,4 +330,3 @@ def gemini_response(
         "modelVersion": model,
         "responseId": uuid.uuid4().hex[:22],
     }
-

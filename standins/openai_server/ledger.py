@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from standins.openai_server.plan import FAULT_KINDS
 
-Family = Literal["openai", "anthropic", "gemini"]
+WireFamily = Literal["openai", "anthropic", "gemini"]
 """The wire a request came in on: OpenAI's chat completions, Anthropic's Messages API or
 Gemini's ``generateContent``."""
 
@@ -36,7 +36,7 @@ class StandInStats:
         completion_tokens: Sum of ``usage.completion_tokens`` sent.
         cached_tokens: Sum of ``usage.prompt_tokens_details.cached_tokens`` sent (0 without
             the prompt cache).
-        families: Of ``requests``, how many came in on each wire (:data:`Family`), e.g.
+        families: Of ``requests``, how many came in on each wire (:data:`WireFamily`), e.g.
             ``{"openai": 3, "anthropic": 2}``; a wire with no request is absent.
 
     Token sums are over every wire, each answer's counts read as the wire reports them
@@ -93,7 +93,7 @@ class Ledger:
     def __init__(self, record_requests: int) -> None:
         self._lock = threading.Lock()
         # (wire, body) pairs: the bodies are what tests read; the wire tells them apart.
-        self._recorded: deque[tuple[Family, dict[str, Any]]] = deque(
+        self._recorded: deque[tuple[WireFamily, dict[str, Any]]] = deque(
             maxlen=record_requests or None
         )
         self._record = record_requests > 0
@@ -138,7 +138,7 @@ class Ledger:
         with self._lock:
             return [body for _, body in self._recorded]
 
-    def request_families(self) -> list[Family]:
+    def request_families(self) -> list[WireFamily]:
         """The wire of each recorded request, in the order of :meth:`requests`."""
         with self._lock:
             return [family for family, _ in self._recorded]
@@ -160,7 +160,7 @@ class Ledger:
             return list(self._handler_errors)
 
     @contextmanager
-    def handling(self, family: Family = "openai") -> Iterator[None]:
+    def handling(self, family: WireFamily = "openai") -> Iterator[None]:
         """Count one generation request on ``family``'s wire, in flight while the block runs."""
         with self._lock:
             self._requests += 1
@@ -173,7 +173,7 @@ class Ledger:
             with self._lock:
                 self._in_flight -= 1
 
-    def record(self, body: Any, family: Family = "openai") -> None:
+    def record(self, body: Any, family: WireFamily = "openai") -> None:
         """Keep a request body and its wire (when recording, and when it is a JSON object)."""
         if self._record and isinstance(body, dict):
             with self._lock:

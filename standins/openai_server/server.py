@@ -31,7 +31,7 @@ from standins.openai_server.families import (
     json_response,
 )
 from standins.openai_server.gemini_wire import GEMINI_API_VERSIONS
-from standins.openai_server.ledger import Family, Ledger, StandInStats
+from standins.openai_server.ledger import Ledger, StandInStats, WireFamily
 from standins.openai_server.plan import FaultDecider, FaultKind, FaultPlan
 from standins.openai_server.prompt_cache import PromptCache, char_units
 from standins.openai_server.replies import (
@@ -208,7 +208,7 @@ class OpenAIStandIn(LoopbackServer):
         return self._ledger.requests()
 
     @property
-    def request_families(self) -> list[Family]:
+    def request_families(self) -> list[WireFamily]:
         """The wire of each body in :attr:`requests`, in the same order (a copy)."""
         return self._ledger.request_families()
 
