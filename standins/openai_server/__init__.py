@@ -248,8 +248,10 @@ response_model=M, max_retries=N, num_retries=0, timeout=T)``:
 
 How the client stack reacts: Anthropic
 --------------------------------------
-Observed with the same versions (``tests/standins/test_provider_wires.py`` pins every line),
-calling ``model="anthropic/claude-sonnet-4-5-20250929"`` (in litellm's cost map) or
+Observed with the same versions (``tests/standins/test_provider_wires.py`` pins the URLs,
+modes, exceptions, faults, usage and cost lines and the three schema rewrites; the beta-header
+fetch was read in litellm's source and seen once offline), calling
+``model="anthropic/claude-sonnet-4-5-20250929"`` (in litellm's cost map) or
 ``"anthropic/claude-3-5-sonnet-20241022"`` (not in it), ``api_base=srv.anthropic_base_url``:
 
 - litellm posts to ``{api_base}/v1/messages`` (it appends ``/v1/messages`` unless the base

@@ -196,6 +196,7 @@ async def test_tools_mode_sends_a_forced_tool_on_each_wire(srv: OpenAIStandIn) -
     await structured(srv, FLASH, instructor.Mode.TOOLS)
     anthropic, gemini = srv.requests
     assert anthropic["tool_choice"] == {"type": "tool", "name": "Verdict"}
+    assert anthropic["max_tokens"] == 64000  # litellm's default: the model's maximum output
     assert anthropic["tools"][0]["input_schema"]["required"] == ["points", "reason"]
     assert gemini["toolConfig"]["functionCallingConfig"] == {
         "mode": "ANY",
@@ -426,6 +427,7 @@ async def test_a_wrong_key_is_an_authentication_error(srv: OpenAIStandIn, target
         assert "authentication_error" in str(excinfo.value)
     else:  # Google answers a wrong key with 400 INVALID_ARGUMENT; litellm reads the message.
         assert "API key not valid" in str(excinfo.value)
+    assert excinfo.value.status_code == 401
     assert srv.stats().outcomes == {"unauthorized": 1}
 
 
@@ -519,10 +521,12 @@ async def test_output_faults_in_tools_mode_are_reasked(
         assert excinfo.value.__cause__.errors()[0]["type"] == "literal_error"
     completion: Any = excinfo.value.last_completion
     assert completion.choices[0].finish_reason == finish
+    content = completion.choices[0].message.content
     if kind == "refusal":
         # Anthropic: stop_reason "refusal" with the text; Gemini: a SAFETY stop, no content.
-        content = completion.choices[0].message.content
         assert ("sorry" in content) if target.family == "anthropic" else content is None
+    elif kind == "empty":
+        assert content is None
 
 
 async def test_refusal_is_on_the_wire_in_each_apis_terms(srv: OpenAIStandIn) -> None:
