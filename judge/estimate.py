@@ -357,7 +357,9 @@ def _stand_in_points() -> list[str]:
     Extraction splits the reference into its statements, at most ``MAX_EXTRACTED_POINTS``; the
     reference's sentences are the closest thing knowable before the call.
     """
-    from judge.matcher.text import split_sentences
+    # core.text, not judge.matcher.text: importing the matcher's package loads it and numpy,
+    # which an estimate never uses.
+    from core.text import split_sentences
 
     reference = _REFERENCE.get()
     sentences = split_sentences(reference) or [reference]

