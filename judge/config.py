@@ -52,6 +52,17 @@ def is_reasoning_model(model: str) -> bool:
     return bool(_REASONING_MODEL.match(model))
 
 
+_SCHEMA_MODE_PREFIXES = ("gemini/", "vertex_ai/")
+"""Models whose default structured-output mode is ``json_schema``, not ``tools``: litellm drops
+``enum`` from non-string types in Gemini's function declarations, so in ``tools`` mode the judge
+never sees which point numbers exist; its ``responseSchema`` keeps them."""
+
+
+def default_mode(model: str) -> StructuredMode:
+    """The structured-output mode a judge model gets when none is asked for."""
+    return "json_schema" if model.startswith(_SCHEMA_MODE_PREFIXES) else "tools"
+
+
 EMBEDDED_JUDGE = "embedded-matcher"
 """Model string of the built-in non-LLM judge (the default when no LLM judge is configured)."""
 
@@ -98,7 +109,9 @@ class JudgeConfig(BaseModel):
     )
     mode: StructuredMode = Field(
         default="tools",
-        description="Structured-output mode (local servers differ; prompts differ by mode).",
+        description="Structured-output mode (local servers differ; prompts differ by mode). "
+        "When not given: `json_schema` for `gemini/` and `vertex_ai/` models (litellm drops "
+        "integer enums from Gemini's tools), `tools` for every other.",
     )
     transport: Literal["auto", "direct", "litellm"] = Field(
         default="auto",
@@ -198,6 +211,16 @@ class JudgeConfig(BaseModel):
         "was fitted for another judge configuration, a ROUGE-L or BERTScore mapping with other "
         "settings of that metric (any judge will do), or for a metric the run does not compute.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_for_the_model(cls, data: Any) -> Any:
+        # The model's own default mode when none is given (see ``default_mode``).
+        if isinstance(data, dict) and data.get("mode") is None and isinstance(
+            data.get("model"), str
+        ):
+            data = {**data, "mode": default_mode(data["model"])}
+        return data
 
     @field_validator("metrics", mode="before")
     @classmethod
@@ -320,6 +343,20 @@ class JudgeConfig(BaseModel):
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def updated(self, changes: dict[str, Any]) -> JudgeConfig:
+        """This config with ``changes`` applied, validated again.
+
+        A new ``model`` without a ``mode`` gets that model's default mode (``default_mode``)
+        when this config's mode was its own model's default.
+
+        Raises:
+            ValidationError: a change is invalid.
+        """
+        base = self.model_dump()
+        if "model" in changes and "mode" not in changes and self.mode == default_mode(self.model):
+            del base["mode"]
+        return JudgeConfig.model_validate({**base, **changes})
+
     def merged(self, overrides: JudgeOverrides | None) -> JudgeConfig:
         """This config with every field the overrides set replaced (None means unset)."""
         if overrides is None:
@@ -328,7 +365,7 @@ class JudgeConfig(BaseModel):
         if not changes:
             return self
         try:
-            return JudgeConfig.model_validate({**self.model_dump(), **changes})
+            return self.updated(changes)
         except ValidationError as exc:
             field, message = first_error(exc)
             raise ConfigError(f"invalid judge option {message}", field=field) from exc
@@ -523,8 +560,9 @@ def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> 
     try:
         settings = Settings(**data)
         if judge_overrides:
-            merged = {**settings.judge.model_dump(), **judge_overrides}
-            settings = settings.model_copy(update={"judge": JudgeConfig.model_validate(merged)})
+            settings = settings.model_copy(
+                update={"judge": settings.judge.updated(judge_overrides)}
+            )
     except ValidationError as exc:
         field, message = first_error(exc)
         raise ConfigError(f"invalid setting {message}", field=field) from exc

@@ -35,8 +35,10 @@ from core.errors import JudgeOutputError, ProviderError, SpendingError, Unscored
 from core.retry import parse_retry_after
 from judge.config import JudgeConfig
 
-# litellm must not fetch its model cost map from the network at import.
+# litellm must not fetch its model cost map from the network at import, nor its table of
+# Anthropic beta headers on the first Anthropic call.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 
 
 @dataclass

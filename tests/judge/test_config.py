@@ -43,3 +43,25 @@ def test_overrides_merge_only_what_they_set():
     assert (
         base.model_copy(update={"concurrency": 3, "timeout": 5}).config_hash() == base.config_hash()
     )
+
+
+def test_gemini_models_default_to_json_schema_mode() -> None:
+    """litellm drops integer enums from Gemini's function declarations, so in ``tools`` mode
+    a Gemini judge never learned which point numbers exist (every coverage call failed
+    validation against the strict stand-in): Gemini models default to ``json_schema``."""
+    from judge.config import JudgeConfig, JudgeOverrides, load_settings
+
+    assert JudgeConfig(model="gemini/gemini-2.5-flash").mode == "json_schema"
+    assert JudgeConfig(model="vertex_ai/gemini-2.5-pro").mode == "json_schema"
+    assert JudgeConfig(model="openai/gpt-4o").mode == "tools"
+    assert JudgeConfig(model="anthropic/claude-sonnet-4-5").mode == "tools"
+    # Asked for, a mode stands.
+    assert JudgeConfig(model="gemini/gemini-2.5-flash", mode="tools").mode == "tools"
+    # A new model without a mode takes its own default, unless the old mode was chosen.
+    base = JudgeConfig(model="openai/gpt-4o")
+    assert base.merged(JudgeOverrides(model="gemini/gemini-2.5-flash")).mode == "json_schema"
+    chosen = JudgeConfig(model="openai/gpt-4o", mode="json")
+    assert chosen.merged(JudgeOverrides(model="gemini/gemini-2.5-flash")).mode == "json"
+    # The command line's path: options over the settings.
+    settings = load_settings(None, judge={"model": "gemini/gemini-2.5-flash"})
+    assert settings.judge.mode == "json_schema"
