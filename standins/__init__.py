@@ -1,7 +1,9 @@
-"""Test doubles that ship with bonusjudge: an OpenAI-compatible stand-in judge server.
+"""Test doubles that ship with bonusjudge: a stand-in judge server for three providers' APIs.
 
-The stand-in is strict like OpenAI's API: a request with a top-level field outside
-:func:`openai_chat_params` gets HTTP 400 (``OpenAIStandIn(strict=False)`` for lenient servers).
+The stand-in speaks OpenAI's chat completions, Anthropic's Messages API and Gemini's
+``generateContent`` on one port, each as strict as the real API: an unknown request field gets
+HTTP 400 in that API's own error shape (``OpenAIStandIn(strict=False)`` for lenient local
+servers).
 
 Tests, benchmarks (``bench/``) and the fault-injection suite import from here, so the stand-in
 is part of the package rather than of the test tree.
