@@ -12,7 +12,13 @@ from pathlib import Path
 
 from bonusjudge_client.wire.options import comma_list
 from bonusjudge_client.wire.vocab import CALIBRATION_METRICS
-from cli.common import add_judge_options, check_outputs, pct, settings_from_args
+from cli.common import (
+    add_judge_options,
+    check_judge_name,
+    check_outputs,
+    pct,
+    settings_from_args,
+)
 from core.errors import ConfigError, InputError
 
 
@@ -72,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from calibration.sets import load_set, load_shared_set
 
     settings = settings_from_args(args)
+    for model in args.judge or []:
+        check_judge_name(model, "--judge", "judge")
     # Before anything is read, created or judged (one rule with grade and mcq).
     check_outputs({}, {"out": args.out})
     path = Path(args.set)

@@ -339,6 +339,67 @@ def add_fail_on_bad_lines_option(
     )
 
 
+def known_judges() -> tuple[str, ...]:
+    """The judge names bonusjudge itself answers to as a model, besides litellm's model strings.
+
+    The embedded matcher only: the fake provider is a Python object for tests, and the stand-in
+    judge is an OpenAI-compatible server whose model name is free (``openai/NAME``).
+    """
+    from judge.config import EMBEDDED_JUDGE
+
+    return (EMBEDDED_JUDGE,)
+
+
+def closest_judge(model: str) -> str | None:
+    """The known judge name ``model`` most likely misspells, or None when it misspells none.
+
+    Only a model without a provider prefix can be one (``openai/embedded-matcher`` names a
+    model on a server): it is compared case- and punctuation-blind (rapidfuzz's ``ratio``,
+    80 or more: ``embeded-matcher`` scores 97, ``embedding-matcher`` 85, ``gpt-4o`` 9), and one
+    word of a name counts too (``embedded``, ``matcher``).
+    """
+    if not model or "/" in model or model in known_judges():
+        return None
+    from rapidfuzz import fuzz, process, utils
+
+    wanted = utils.default_process(model)
+    for name in known_judges():
+        if wanted and wanted in utils.default_process(name).split():
+            return name
+    match = process.extractOne(
+        model, known_judges(), scorer=fuzz.ratio, processor=utils.default_process,
+        score_cutoff=80,
+    )
+    return None if match is None else match[0]
+
+
+def check_judge_name(model: str | None, option: str, field: str) -> None:
+    """Refuse a judge model that misspells a judge bonusjudge knows, suggesting the name.
+
+    Checked where the judge's preflight runs (``grade``, ``serve``, ``calibrate --judge``,
+    ``mcq --llm-model``), before it: litellm would refuse the name for lack of a provider
+    prefix, which hides the typo.
+
+    Args:
+        model: The model given (None: none given).
+        option: The option that named it, for the message (``--model``).
+        field: The setting it fills (``model``), for the error's ``field``.
+
+    Raises:
+        ConfigError: (``field``) ``model`` is close to a known judge name but not one.
+    """
+    best = closest_judge(model or "")
+    if best is None:
+        return
+    from core.errors import ConfigError
+
+    raise ConfigError(
+        f"unknown model {model!r} ({option}): did you mean {best}? (an LLM judge is a litellm "
+        "model string with its provider prefix, e.g. openai/gpt-4o)",
+        field=field,
+    )
+
+
 def api_key_from_env(args: argparse.Namespace) -> str | None:
     """The API key in the variable ``--api-key-env`` names; None when the option is not given.
 
@@ -361,8 +422,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """Settings from the environment / settings file, with the command-line options on top.
 
     Raises:
-        ConfigError: ``--api-key-env`` names a variable that is not set or is empty, or a setting
-            is invalid.
+        ConfigError: ``--api-key-env`` names a variable that is not set or is empty, a setting
+            is invalid, or the judge model misspells a known judge (:func:`check_judge_name`).
     """
     from judge.config import load_settings
 
@@ -375,10 +436,14 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     secret = api_key_from_env(args)
     if secret is not None:
         judge["api_key"] = secret
-    return load_settings(
+    settings = load_settings(
         getattr(args, "settings", None),
         judge=judge or None,
         cache_dir=getattr(args, "cache_dir", None),
         cache_url=getattr(args, "cache_url", None),
         jobs_url=getattr(args, "jobs_url", None),
     )
+    # The settings' model, whether --model, the settings file or BONUSJUDGE_JUDGE__MODEL named it.
+    given = "--model" if getattr(args, "model", None) else "the judge.model setting"
+    check_judge_name(settings.judge.model, given, "model")
+    return settings

@@ -25,6 +25,7 @@ from cli.common import (
     add_fail_on_bad_lines_option,
     add_model_options,
     api_key_from_env,
+    check_judge_name,
     check_outputs,
     no_items,
     pct,
@@ -223,6 +224,7 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     """The judge-backed extractor when ``--llm-model`` is given, else None (rules only)."""
     if not getattr(args, "llm_model", None):
         return None
+    check_judge_name(args.llm_model, "--llm-model", "llm_model")
     from judge.cache import open_cache
     from judge.engine import Grader
     from judge.mcq.llm import JudgeExtractor
