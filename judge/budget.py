@@ -285,5 +285,8 @@ class SpendLog:
     def add(self, cost: float, calls: int) -> None:
         """Record ``calls`` requests settled for ``cost`` USD (a ``Cap.on_spend`` hook)."""
         line = json.dumps({"requests": calls, "cost_usd": cost}) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line)
+        with self._lock:
+            # The preflight's probe settles before the output is opened (which makes its folder).
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(line)
