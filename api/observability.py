@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client import generate_latest as _generate_latest
@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bonusjudge_client.wire.schemas import ReadyCheck
+from bonusjudge_client.wire.schemas import JobState, ReadyCheck
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.loading import needs_encoder, warm_up
@@ -124,7 +124,7 @@ class _EngineCollector(Collector):
             except Exception:  # a scrape must not fail because the jobs database is busy
                 log.warning("could not count jobs for the metrics scrape", exc_info=True)
                 counts = {}
-            for status in ("queued", "running", "done", "cancelled", "failed"):
+            for status in get_args(JobState):  # paused included
                 jobs.add_metric([status], counts.get(status, 0))
             yield jobs
 

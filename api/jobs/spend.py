@@ -5,7 +5,9 @@ here, not in one process's memory, so they survive a restart and every replica s
 database sees one figure: the service adds what its settled requests cost (``add``, in batches)
 and reads the totals back. A job that reached a budget is *paused*: ``paused_until`` keeps its
 chunks from being claimed before then (the next UTC midnight for a key's day; ``FOREVER`` for
-the job's own ``max_cost``), while its status and items stay as they were.
+the job's own ``max_cost``), while its stored status (queued or running: it is still active, for
+the quotas and the leases) and its items stay as they were. What callers see is its public
+status, ``paused`` until then (``public_status``, ``is_paused``), ``queued`` again after.
 """
 
 from __future__ import annotations
@@ -13,13 +15,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, case, select, update
+from sqlalchemy.sql.elements import ColumnElement
 
 from api.jobs.database import Database
-from api.jobs.schema import ACTIVE, jobs, key_spend
+from api.jobs.schema import ACTIVE, JobRow, jobs, key_spend
 
 FOREVER = 1e18
 """``paused_until`` of a job paused at its own ``max_cost``: nothing but a new job resumes it."""
+
+PAUSED = "paused"
+"""The public status of an active job paused at a cost budget (never stored in ``status``)."""
+
+
+def is_paused(row: JobRow, now: float) -> bool:
+    """Whether the job of ``row`` is paused at ``now``: active, and not claimable before later.
+
+    A pause whose time has come (the next UTC midnight passed, or a restart set it to 0) is
+    over: the job is queued again, though its runner clears ``paused_until`` only as it starts.
+    """
+    until = row["paused_until"]
+    return row["status"] in ACTIVE and until is not None and float(until) > now
+
+
+def public_status(db: Database) -> ColumnElement[str]:
+    """The status callers see, as SQL: the stored one, or ``paused`` (as ``is_paused`` says)."""
+    paused = and_(
+        jobs.c.status.in_(ACTIVE), jobs.c.paused_until.is_not(None),
+        jobs.c.paused_until > db.now(),
+    )
+    return case((paused, PAUSED), else_=jobs.c.status)
 
 
 def utc_day(now: float) -> str:

@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 
 from api.jobs.schema import JobRow
+from api.jobs.spend import PAUSED, is_paused
 from api.jobs.store import JobStore
 from bonusjudge_client.wire.schemas import JobStatus
 from judge.aggregate import Aggregator, ProvenanceCalls, Summary
@@ -16,20 +17,26 @@ def _utc(ts: float) -> datetime:
 
 
 def job_status(row: JobRow, *, now: float | None = None) -> JobStatus:
-    """The public status of a job row, with the current run's rate and the ETA."""
+    """The public status of a job row, with the current run's rate and the ETA.
+
+    A job paused at a cost budget says ``paused`` (its stored status stays queued or running:
+    ``api.jobs.spend``), so a poller waiting for the job to end sees that it will not go on.
+    """
     now = time.time() if now is None else now
+    paused = is_paused(row, now)
     rate: float | None = None
     eta: float | None = None
     started = row["run_started_at"]
     graded = int(row["done"]) - int(row["run_start_done"])
-    if row["status"] == "running" and started is not None and graded > 0 and now > started:
+    if (row["status"] == "running" and not paused and started is not None and graded > 0
+            and now > started):
         rate = graded / (now - started)
         eta = round((int(row["total"]) - int(row["done"])) / rate, 2)
         rate = round(rate, 3)
     return JobStatus(
         id=row["id"],
         kind=row["kind"],
-        status=row["status"],
+        status=PAUSED if paused else row["status"],
         total=row["total"],
         done=row["done"],
         scored=row["scored"],
@@ -42,7 +49,7 @@ def job_status(row: JobRow, *, now: float | None = None) -> JobStatus:
         judge=row["model"],
         config_hash=row["config_hash"],
         detail=row["detail"],
-        paused=row["paused_until"] is not None,
+        paused=paused,
     )
 
 

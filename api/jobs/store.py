@@ -17,6 +17,7 @@ A failing database raises one of ``api.jobs.database.STORE_ERRORS`` (answered 50
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from api.jobs.schema import (
     report_files,
     results,
 )
-from api.jobs.spend import Spend
+from api.jobs.spend import PAUSED, Spend, is_paused, public_status
 from bonusjudge_client.wire.grading import GradeResult
 from bonusjudge_client.wire.schemas import JobState
 from core.errors import ConfigError
@@ -85,9 +86,9 @@ def _findable(key: str) -> bool:
 
 
 def _locked_status(conn: Connection, job_id: str, owner: str) -> Any:
-    """The status, kind and options of ``owner``'s job, its row locked (or None)."""
+    """The status, kind, options and pause of ``owner``'s job, its row locked (or None)."""
     return conn.execute(
-        select(jobs.c.status, jobs.c.kind, jobs.c.options)
+        select(jobs.c.status, jobs.c.kind, jobs.c.options, jobs.c.paused_until)
         .where(jobs.c.id == job_id, jobs.c.owner == owner)
         .with_for_update()
     ).first()
@@ -292,8 +293,9 @@ class JobStore:
             if row is None or row.kind != GRADE:
                 return None
             if row.status != "done":
+                shown = PAUSED if is_paused(row._mapping, time.time()) else row.status
                 raise Conflict(
-                    f"job {job_id} is {row.status}: only a finished (done) job's unscored "
+                    f"job {job_id} is {shown}: only a finished (done) job's unscored "
                     "items can be graded again",
                     field="job_id",
                 )
@@ -393,7 +395,8 @@ class JobStore:
         """
         query = select(jobs).where(jobs.c.owner == owner, jobs.c.kind == kind)
         if status is not None:
-            query = query.where(jobs.c.status == status)
+            # The status callers see: a paused job is not "queued" or "running" to them.
+            query = query.where(public_status(self.db) == status)
         # The id orders jobs created in the same instant, or two pages could repeat or skip one.
         query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
         # SQL integers are 64-bit; past that, any offset is beyond the last job anyway.
@@ -405,8 +408,12 @@ class JobStore:
             return list(conn.execute(query).mappings().all())
 
     def status_counts(self, owner: str | None = None) -> dict[str, int]:
-        """Number of jobs per status: all (the Prometheus gauge), or ``owner``'s only."""
-        query = select(jobs.c.status, func.count().label("n")).group_by(jobs.c.status)
+        """Jobs per status as callers see it (``paused`` apart): all, or ``owner``'s only.
+
+        All for the Prometheus gauge, ``owner``'s for its ``/v1/usage``.
+        """
+        status = public_status(self.db).label("status")
+        query = select(status, func.count().label("n")).group_by(status)
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
         with self.db.read() as conn:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import get_args
 
 from api.jobs import JobStore
+from bonusjudge_client.wire.schemas import JobState
 from bonusjudge_client.wire.usage import UsageReport
 from judge.engine import Grader
 
-JOB_STATUSES = ("queued", "running", "done", "cancelled", "failed")
-"""The job statuses the report lists (0 included)."""
+JOB_STATUSES: tuple[str, ...] = get_args(JobState)
+"""The job statuses the report lists (0 included), ``paused`` among them."""
 
 
 async def usage_of(owner: str, *, grader: Grader, store: JobStore) -> UsageReport:

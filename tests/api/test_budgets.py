@@ -122,7 +122,7 @@ def test_a_job_pauses_at_the_key_budget_keeps_its_items_and_resumes_with_a_highe
         job = http.post("/v1/jobs", json={"items": items}, headers=auth("a")).json()
         paused = wait_job(http, job["id"], "a", lambda s: s["paused"])
         # Not failed, not done: the items the budget refused are pending, not stored.
-        assert paused["status"] in ("queued", "running")
+        assert paused["status"] == "paused"
         assert 0 < paused["done"] < len(items) and paused["unscored"] == 0
         assert paused["detail"].startswith("paused: budget_exhausted")
         assert "max_cost_per_key_usd" in paused["detail"]
@@ -207,6 +207,24 @@ def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
         status = http.get(f"/v1/jobs/{job.json()['id']}", headers=auth("a")).json()
         assert status["paused"] and 0 < status["done"] < 40 and status["unscored"] == 0
         assert "max_cost $" in status["detail"] and "stays paused" in status["detail"]
+        # Its status says so (it read "queued", and a poller for done or failed waited forever),
+        # wherever a status is shown: the job, the list and its filter, the key's usage.
+        assert status["status"] == "paused"
+        job_id = job.json()["id"]
+        listed = http.get("/v1/jobs", headers=auth("a")).json()["jobs"]
+        assert [(j["id"], j["status"], j["paused"]) for j in listed] == [(job_id, "paused", True)]
+        assert [j["id"] for j in http.get(
+            "/v1/jobs?status=paused", headers=auth("a")).json()["jobs"]] == [job_id]
+        for other in ("queued", "running"):
+            assert http.get(f"/v1/jobs?status={other}", headers=auth("a")).json()["jobs"] == []
+        assert http.get("/v1/usage", headers=auth("a")).json()["jobs"] == {
+            "queued": 0, "running": 0, "paused": 1, "done": 0, "cancelled": 0, "failed": 0}
+        with JudgeClient("http://testserver", api_key=KEYS["a"], http_client=http) as client:
+            waited = client.wait(job_id, poll_interval=0.05, timeout=10)  # returns, not hangs
+        assert (waited.status, waited.paused, waited.done) == ("paused", True, status["done"])
+        # Cancelled, it is no longer paused.
+        cancelled = http.delete(f"/v1/jobs/{job_id}", headers=auth("a")).json()
+        assert (cancelled["status"], cancelled["paused"]) == ("cancelled", False)
         # The key has no budget: its other submissions go on.
         assert http.post("/v1/grade", json=item(20), headers=auth("a")).status_code == 200
         app.state.jobs.budgets.flush()

@@ -16,6 +16,7 @@ import pytest
 from api.auth import hash_key
 from api.jobs import JOBS_DB, JobStore
 from api.jobs.spend import utc_day
+from bonusjudge_client import JudgeClient
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess
 
@@ -65,9 +66,15 @@ def test_a_key_over_its_budget_is_refused_and_paused_across_a_restart(tmp_path: 
             paused = wait_status(http, job_id, KEY_A, "paused")
             time.sleep(1.5)  # every chunk has stopped, and the spend is in the store
             paused = http.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).json()
-            assert paused["paused"] and paused["status"] == "queued", paused
+            # Its status says paused (it said "queued": a poller for done or failed waited
+            # forever), and the client's wait() returns it.
+            assert paused["paused"] and paused["status"] == "paused", paused
             assert 0 < paused["done"] < 40 and paused["unscored"] == 0
             assert "max_cost_per_key_usd" in paused["detail"]
+            with JudgeClient(svc.url, api_key=KEY_A) as client:
+                waited = client.wait(job_id, poll_interval=0.1, timeout=30)
+            assert (waited.status, waited.done, waited.detail) == (
+                "paused", paused["done"], paused["detail"])
             refused = http.post("/v1/grade", json=item(100), headers=auth(KEY_A))
             assert refused.status_code == 429, refused.text
             error = refused.json()["error"]
@@ -91,6 +98,7 @@ def test_a_key_over_its_budget_is_refused_and_paused_across_a_restart(tmp_path: 
             assert again.json()["error"]["type"] == "budget_exhausted"
             status = http.get(f"/v1/jobs/{job_id}", headers=auth(KEY_A)).json()
             assert status["paused"] and status["done"] < 40 and status["unscored"] == 0, status
+            assert status["status"] == "paused", status
             assert http.post("/v1/grade", json=item(300), headers=auth(KEY_B)).status_code == 200
             time.sleep(1.5)  # the last spend reaches the store
         total = judge.stats()

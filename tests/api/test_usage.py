@@ -54,7 +54,8 @@ def test_each_key_sees_its_own_usage_only(make_app: Callable[..., FastAPI]) -> N
     # Two judge calls per item (coverage, defects), each one request of 100 + 20 tokens.
     assert (a["provider_requests"], a["prompt_tokens"], a["completion_tokens"]) == (6, 600, 120)
     assert (a["items"], a["scored"], a["cache_hits"]) == (3, 3, 0)
-    assert a["jobs"] == {"queued": 0, "running": 0, "done": 0, "cancelled": 0, "failed": 0}
+    assert a["jobs"] == {"queued": 0, "running": 0, "paused": 0, "done": 0, "cancelled": 0,
+                         "failed": 0}
     assert (b["provider_requests"], b["prompt_tokens"], b["items"]) == (2, 200, 1)
     assert b["jobs"]["done"] == 1 and sum(b["jobs"].values()) == 1
     assert len(provider.calls) == a["provider_requests"] + b["provider_requests"]

@@ -510,6 +510,28 @@ def test_wait_polls_until_done() -> None:
     assert rec.count == 3 and sleeps == [2.5, 2.5]
 
 
+def test_wait_returns_a_paused_job_instead_of_polling_forever() -> None:
+    # A job paused at a cost budget goes on, if ever, only once the budget opens again (the
+    # next UTC midnight for a key's day, never for its own max_cost): wait() hands it back.
+    detail = "paused: budget_exhausted: the job's judge calls reached its max_cost $0.01"
+    paused = {**job_json("paused", 1), "paused": True, "detail": detail}
+    states = [job_json("running", 1), paused, job_json("done", 3)]
+    client, rec, sleeps = make_client(lambda req, n: httpx.Response(200, json=states[n - 1]))
+    status = client.wait("job1", poll_interval=0.5, timeout=60)
+    assert (status.status, status.paused, status.done) == ("paused", True, 1)
+    assert status.detail is not None and "max_cost" in status.detail
+    assert rec.count == 2 and sleeps == [0.5]
+
+
+async def test_async_wait_returns_a_paused_job() -> None:
+    states = [job_json("queued"), {**job_json("paused", 2), "paused": True}]
+    client, rec, sleeps = make_async(lambda req, n: httpx.Response(200, json=states[n - 1]))
+    async with client:
+        status = await client.wait("job1", poll_interval=0.5, timeout=60)
+    assert (status.status, status.paused) == ("paused", True)
+    assert rec.count == 2 and sleeps == [0.5]
+
+
 def test_wait_times_out_on_the_clock() -> None:
     clock = [0.0]
     client, _, sleeps = make_client(lambda req, n: httpx.Response(200, json=job_json("running")))

@@ -115,6 +115,7 @@ _MODULES = {
     "SyncHTTPClient": "bonusjudge_client.sync",
     "TERMINAL_STATUSES": "bonusjudge_client.flows",
     "URL_ENV": "bonusjudge_client.calls",
+    "WAIT_STATUSES": "bonusjudge_client.flows",
     "parse_retry_after": "bonusjudge_client.retry",
 }
 
@@ -140,7 +141,7 @@ if TYPE_CHECKING:
         ClientTimeout,
         JudgeClientError,
     )
-    from bonusjudge_client.flows import TERMINAL_STATUSES
+    from bonusjudge_client.flows import TERMINAL_STATUSES, WAIT_STATUSES
     from bonusjudge_client.retry import RetryPolicy, parse_retry_after
     from bonusjudge_client.sync import JudgeClient, SyncHTTPClient
     from bonusjudge_client.wire.grading import (
@@ -196,6 +197,7 @@ __all__ = [
     "DEFAULT_URL",
     "TERMINAL_STATUSES",
     "URL_ENV",
+    "WAIT_STATUSES",
     "AsyncHTTPClient",
     "AsyncJudgeClient",
     "BatchEntry",

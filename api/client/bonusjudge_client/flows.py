@@ -68,6 +68,10 @@ _Status = TypeVar("_Status", JobStatus, CalibrationJob)
 TERMINAL_STATUSES = frozenset({"done", "cancelled", "failed"})
 """Job statuses after which nothing changes any more."""
 
+WAIT_STATUSES = TERMINAL_STATUSES | {"paused"}
+"""Job statuses at which ``wait`` returns: the terminal ones, and ``paused`` (a grading job at a
+cost budget, which does not go on by itself before the budget opens again, if ever)."""
+
 
 # -- steps ----------------------------------------------------------------------------------------
 
@@ -572,13 +576,14 @@ class FlowCore:
         timeout: float | None,
         late: Callable[[_Status], ClientTimeout],
         seen: Callable[[_Status], None] = lambda status: None,
+        until: frozenset[str] = TERMINAL_STATUSES,
     ) -> Flow[_Status]:
-        """Fetch a status until it is terminal; ``late(status)`` is raised after ``timeout``."""
+        """Fetch a status until it is one of ``until``; ``late(status)`` after ``timeout``."""
         deadline = None if timeout is None else self._clock() + timeout
         while True:
             status = yield from fetch()
             seen(status)
-            if status.status in TERMINAL_STATUSES:
+            if status.status in until:
                 return status
             now = self._clock()
             if deadline is not None and now >= deadline:

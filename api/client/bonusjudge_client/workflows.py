@@ -49,7 +49,14 @@ from bonusjudge_client.calls import (
     metrics_call,
 )
 from bonusjudge_client.errors import ClientInputError, ClientResponseError, ClientTimeout
-from bonusjudge_client.flows import Flow, FlowCore, StreamFlow, operation, streaming
+from bonusjudge_client.flows import (
+    WAIT_STATUSES,
+    Flow,
+    FlowCore,
+    StreamFlow,
+    operation,
+    streaming,
+)
 from bonusjudge_client.progress import progress_bar
 from bonusjudge_client.wire.grading import ExtractRequest, ExtractResult, GradeRequest, GradeResult
 from bonusjudge_client.wire.mcq import McqSummary
@@ -201,8 +208,8 @@ class JobFlows(FlowCore):
         ``file``, a JSONL path or its bytes, sent as an ``application/x-ndjson`` body (as a
         multipart upload when ``judge`` is given, since a raw body cannot carry it). Bad lines do
         not fail the job: they are counted in ``invalid`` and reported in ``results``.
-        ``max_cost``: USD the job's judge calls may cost; at it the job pauses (``paused``),
-        its items without a result pending.
+        ``max_cost``: USD the job's judge calls may cost; at it the job pauses (status
+        ``paused``), its items without a result pending.
 
         Never resent once the request may have reached the service (it would start a second
         job); only a failure to connect is retried.
@@ -241,9 +248,14 @@ class JobFlows(FlowCore):
         progress: bool = False,
         kind: JobKind = "grade",
     ) -> Flow[JobStatus]:
-        """Poll the job until it is done, cancelled or failed; returns the final status.
+        """Poll the job until it is done, cancelled, failed or paused; returns that status.
 
-        A failed or cancelled job is returned, not raised: check ``status``.
+        A failed, cancelled or paused job is returned, not raised: check ``status``. A paused
+        job (``status`` ``paused``) reached a cost budget, which its ``detail`` names with the
+        spend; its items without a result stay pending and nothing goes on before the budget
+        opens again: the key's day budget (``max_cost_per_key_usd``) at the next UTC midnight,
+        when the job is queued again (``wait`` for it again then), the job's own ``max_cost``
+        never (cancel it and submit its items without a result as a new job).
 
         Args:
             job_id: The job.
@@ -270,7 +282,8 @@ class JobFlows(FlowCore):
 
             return (
                 yield from self._poll(
-                    lambda: self._get(path, JobStatus), poll_interval, timeout, late, seen
+                    lambda: self._get(path, JobStatus), poll_interval, timeout, late, seen,
+                    until=WAIT_STATUSES,
                 )
             )
 

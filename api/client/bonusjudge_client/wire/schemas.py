@@ -217,8 +217,18 @@ class ExtractBody(ExtractRequest):
 JOB_EXAMPLE: dict[str, Any] = {"items": [_ITEM_EXAMPLE], "judge": _JUDGE_EXAMPLE}
 """Example JSON body of ``POST /v1/jobs``."""
 
-JobState = Literal["queued", "running", "done", "cancelled", "failed"]
-"""Life cycle of a job: queued -> running -> done | cancelled | failed."""
+JobState = Literal["queued", "running", "paused", "done", "cancelled", "failed"]
+"""Life cycle of a job: queued -> running -> done | cancelled | failed.
+
+A grading job whose judge calls reached a cost budget is ``paused`` (from queued or running):
+no item of it starts until the budget opens again (its key's day: the next UTC midnight, or a
+restart of the service), when it is queued again; at its own ``max_cost`` it stays paused until
+cancelled. A poller that waits for a job to end stops at ``paused`` too.
+"""
+
+CalibrationState = Literal["queued", "running", "done", "cancelled", "failed"]
+"""Life cycle of a calibration run: queued -> running -> done | cancelled | failed (a run has
+no cost budget, so it never pauses)."""
 
 JobKind = Literal["grade", "mcq", "calibrate"]
 """What a job does: grading (``/v1/jobs``), multiple-choice scoring (``/v1/mcq/jobs``), or a
@@ -245,10 +255,10 @@ class JobBody(WireModel):
     max_cost: float | None = Field(
         default=None, ge=0,
         description="USD the job's judge calls may cost (priced as litellm prices the judge "
-        "model). When the next call would pass it the job pauses (`paused`, its `detail` "
-        "says why): its items without a result stay pending, none fails, and it stays paused; "
-        "cancel it and submit those items again to go on. JSONL and multipart uploads pass it "
-        "as the `max_cost` query parameter.",
+        "model). When the next call would pass it the job pauses (status `paused`, its "
+        "`detail` says why): its items without a result stay pending, none fails, and it "
+        "stays paused; cancel it and submit those items again to go on. JSONL and multipart "
+        "uploads pass it as the `max_cost` query parameter.",
     )
 
 
@@ -282,7 +292,10 @@ class JobStatus(WireModel):
     kind: JobKind = Field(
         default="grade", description="grade (`/v1/jobs`) or mcq (`/v1/mcq/jobs`)."
     )
-    status: JobState = Field(description="queued, running, done, cancelled or failed.")
+    status: JobState = Field(
+        description="queued, running, paused (at a cost budget: `detail` names it; no item "
+        "starts until it opens again), done, cancelled or failed."
+    )
     total: int = Field(description="Valid items to grade (invalid lines are counted apart).")
     done: int = Field(description="Items graded so far (scored + unscored).")
     scored: int = Field(description="Graded items whose every judge task is scored.")
@@ -304,10 +317,10 @@ class JobStatus(WireModel):
     )
     paused: bool = Field(
         default=False,
-        description="Paused at a cost budget (`detail` names it and its spend): the key's day "
-        "(`max_cost_per_key_usd`; it runs again after the next UTC midnight, or once the "
-        "service restarts with a higher limit) or the job's own `max_cost` (it stays paused). "
-        "Its items without a result stay pending; none fails.",
+        description="True exactly when `status` is `paused`: paused at a cost budget (`detail` "
+        "names it and its spend): the key's day (`max_cost_per_key_usd`; it is queued again "
+        "after the next UTC midnight, or once the service restarts) or the job's own `max_cost` "
+        "(it stays paused). Its items without a result stay pending; none fails.",
     )
 
 
@@ -672,7 +685,7 @@ class CalibrationJob(WireModel):
     """Status of a calibration run (``POST /v1/calibrate``, ``GET /v1/calibrate/{id}``)."""
 
     id: str = Field(description="Job id; also the id of its report.")
-    status: JobState = Field(description="queued, running, done, cancelled or failed.")
+    status: CalibrationState = Field(description="queued, running, done, cancelled or failed.")
     set: str = Field(description="Name of the calibration set.")
     source: Literal["shared", "example", "upload"] = Field(
         description="Where the set comes from."

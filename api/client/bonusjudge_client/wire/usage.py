@@ -33,6 +33,6 @@ class UsageReport(WireModel):
     scored: int = Field(description="Items whose every requested judge task was scored.")
     unscored: int = Field(description="Items with at least one unscored judge task.")
     jobs: dict[str, int] = Field(
-        description="This key's jobs in the job store, by status (queued, running, done, "
-        "cancelled, failed)."
+        description="This key's jobs in the job store, by status (queued, running, paused, "
+        "done, cancelled, failed)."
     )
