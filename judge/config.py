@@ -446,7 +446,8 @@ class Settings(BaseSettings):
         "its unscored items); beyond them the route answers 409 naming this limit.",
     )
     max_cost_per_key_usd: float | None = Field(
-        default=None, ge=0,
+        # `inf` would be no budget at all, `nan` one no spend reaches: refused, naming it.
+        default=None, ge=0, allow_inf_nan=False,
         description="USD one API key's judge calls may cost per UTC day (priced as litellm's "
         "model cost map prices the judge model); over it, submissions are answered 429 "
         "`budget_exhausted` and the key's running jobs pause until the next UTC midnight. "

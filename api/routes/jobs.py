@@ -70,8 +70,9 @@ async def submit_job(
     query_judge: Annotated[JudgeQuery | None, Query()] = None,
     max_cost: Annotated[
         float | None,
-        Query(ge=0, description="The job's own cost cap in USD (JSONL and multipart uploads; "
-              "a JSON body has it as `max_cost`)."),
+        Query(ge=0, allow_inf_nan=False,
+              description="The job's own cost cap in USD (JSONL and multipart uploads; a JSON "
+              "body has it as `max_cost`); a finite number."),
     ] = None,
 ) -> JobStatus:
     """Submit items as JSON `{"items", "judge", "max_cost"}`, a JSONL body or a multipart `file`.

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from sqlalchemy import select, update
 
 from api.jobs.schema import jobs, key_spend
 from api.jobs.spend import next_midnight, utc_day
-from bonusjudge_client import JudgeClient
+from bonusjudge_client import ClientInputError, JudgeClient
 from core.errors import ConfigError
+from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
@@ -267,3 +269,63 @@ def test_a_key_budget_with_a_default_judge_without_a_price_stops_start_up(
         make_app(make_grader(), max_cost_per_key_usd=1.0)
     assert caught.value.field == "max_cost_per_key_usd"
     make_app(make_grader(model="embedded-matcher"), max_cost_per_key_usd=1.0)  # sends nothing
+
+
+NON_FINITE = ("1e999", "Infinity", "-Infinity", "NaN")
+"""How a JSON body can say infinity or NaN: an overflowing number, or the literals Python's
+parser (the service's) accepts though JSON has none."""
+
+
+def with_literal(body: dict[str, Any], field: str, literal: str) -> str:
+    """``body`` as JSON text with ``field`` set to ``literal``, written as it is."""
+    return json.dumps({**body, field: "LITERAL"}).replace('"LITERAL"', literal)
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_a_non_finite_max_cost_or_price_is_refused_naming_the_field(
+    make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], value: str
+) -> None:
+    # max_cost=inf was accepted as a job without a cap (NaN was refused only as "not >= 0").
+    app = make_app(priced(make_grader, FakeProvider(handler=answer)),
+                   api_keys=list(KEYS.values()))
+    lines = json.dumps(item(1)) + "\n"
+    with TestClient(app) as http:
+        body = with_literal({"items": [item(1)]}, "max_cost", value)
+        refused = [
+            ("max_cost", http.post("/v1/jobs", content=body, headers={
+                **auth("a"), "content-type": "application/json"})),
+            ("max_cost", http.post(f"/v1/jobs?max_cost={value}", content=lines, headers={
+                **auth("a"), "content-type": "application/x-ndjson"})),
+            ("max_cost", http.post(f"/v1/jobs?max_cost={value}", headers=auth("a"),
+                                   files={"file": ("items.jsonl", lines.encode())})),
+            ("max_cost", http.post("/v1/estimate", content=body, headers={
+                **auth("a"), "content-type": "application/json"})),
+        ]
+        for price in ("price_in", "price_out"):
+            priced_body = with_literal(
+                {"items": [item(1)], "price_in": 1, "price_out": 1}, price, value)
+            refused.append((price, http.post("/v1/estimate", content=priced_body, headers={
+                **auth("a"), "content-type": "application/json"})))
+        for field, reply in refused:
+            assert reply.status_code == 422, (field, reply.status_code, reply.text)
+            error = reply.json()["error"]
+            assert error["type"] == "invalid_input" and error["field"] == field, error
+            assert "finite number" in error["message"], error
+        # Nothing was stored.
+        assert http.get("/v1/jobs", headers=auth("a")).json()["jobs"] == []
+        # The client refuses it before sending anything.
+        with JudgeClient("http://testserver", api_key=KEYS["a"], http_client=http) as client:
+            for call in (lambda: client.submit_job([item(1)], max_cost=float(value)),
+                         lambda: client.submit_job(file=lines.encode(), max_cost=float(value)),
+                         lambda: client.estimate([item(1)], price_in=float(value), price_out=1)):
+                with pytest.raises(ClientInputError, match="finite number") as caught:
+                    call()
+                assert caught.value.field in ("max_cost", "price_in")
+        assert http.get("/v1/jobs", headers=auth("a")).json()["jobs"] == []
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e999"])
+def test_a_non_finite_key_budget_is_a_bad_setting(value: str) -> None:
+    with pytest.raises(ValidationError, match="finite number") as caught:
+        Settings(max_cost_per_key_usd=float(value))
+    assert caught.value.errors()[0]["loc"] == ("max_cost_per_key_usd",)

@@ -17,8 +17,9 @@ from api.auth import hash_key
 from api.jobs import JOBS_DB, JobStore
 from api.jobs.spend import utc_day
 from bonusjudge_client import JudgeClient
+from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from standins.processes import ServiceProcess, run_cli
 
 pytestmark = pytest.mark.process
 
@@ -114,3 +115,29 @@ def test_a_key_over_its_budget_is_refused_and_paused_across_a_restart(tmp_path: 
     assert spent <= LIMIT, spent
     priced = (total.prompt_tokens * 0.15 + total.completion_tokens * 0.6) / 1e6
     assert spent < priced
+
+
+def test_bonusjudge_serve_refuses_an_infinite_cost_cap(tmp_path: Path) -> None:
+    # A key budget of inf (or nan) was a budget that never stops anything: a bad setting now.
+    for value in ("inf", "nan"):
+        started = run_cli(["serve", "--port", str(free_port()),
+                           "--cache-dir", str(tmp_path / "cache")],
+                          env={"BONUSJUDGE_MAX_COST_PER_KEY_USD": value}, timeout=120)
+        assert started.returncode == 2, started.stderr[-2000:]
+        assert "invalid setting max_cost_per_key_usd: Input should be a finite number" in \
+            started.stderr, started.stderr[-2000:]
+    # A job's max_cost of inf was a job without a cap: 422 naming the field, nothing stored.
+    with ServiceProcess(["--cache-dir", str(tmp_path / "cache")], tmp_path, ready=False,
+                        env={"BONUSJUDGE_DATA_DIR": str(tmp_path / "data")}) as svc, \
+            httpx.Client(base_url=svc.url, timeout=60) as http:
+        body = json.dumps({"items": [item(1)], "max_cost": "X"}).replace('"X"', "1e999")
+        answers = [
+            http.post("/v1/jobs", content=body, headers={"content-type": "application/json"}),
+            http.post("/v1/jobs?max_cost=inf", content=json.dumps(item(1)) + "\n",
+                      headers={"content-type": "application/x-ndjson"}),
+        ]
+        for answer in answers:
+            assert answer.status_code == 422, answer.text
+            assert answer.json()["error"]["field"] == "max_cost", answer.text
+            assert "finite number" in answer.json()["error"]["message"], answer.text
+        assert http.get("/v1/jobs").json()["jobs"] == []

@@ -8,6 +8,7 @@ and holds the exact bytes every retried attempt resends.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -287,6 +288,12 @@ def check_many_args(batch_size: int, concurrency: int) -> None:
         raise ClientInputError("concurrency must be an integer >= 1", field="concurrency")
 
 
+def _finite_cost(value: object) -> bool:
+    """Whether ``value`` is a USD amount: a finite number >= 0 (infinity would be no cap)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
 def job_call(
     items: Iterable[ItemInput] | None, file: FileInput | None, judge: JudgeInput,
     max_cost: float | None = None,
@@ -298,8 +305,8 @@ def job_call(
     """
     if (items is None) == (file is None):
         raise ClientInputError("give exactly one of items or file", field="items")
-    if max_cost is not None and (not isinstance(max_cost, int | float) or max_cost < 0):
-        raise ClientInputError("max_cost must be a number >= 0", field="max_cost")
+    if max_cost is not None and not _finite_cost(max_cost):
+        raise ClientInputError("max_cost must be a finite number >= 0", field="max_cost")
     overrides = judge_payload(judge)
     if items is not None:
         given = [_as_given(item, i, GradeRequest, "a GradeRequest") for i, item in enumerate(items)]
@@ -334,8 +341,8 @@ def estimate_call(
     body = with_judge({"items": _non_empty(given, "items")}, judge)
     for name, price in (("price_in", price_in), ("price_out", price_out)):
         if price is not None:
-            if not isinstance(price, int | float) or price < 0:
-                raise ClientInputError(f"{name} must be a number >= 0", field=name)
+            if not _finite_cost(price):
+                raise ClientInputError(f"{name} must be a finite number >= 0", field=name)
             body[name] = price
     # Nothing is graded or stored: asking again is safe.
     return Call("POST", "/v1/estimate", dumps(body), JSON, spread=True)

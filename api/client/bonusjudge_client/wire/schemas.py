@@ -253,12 +253,15 @@ class JobBody(WireModel):
         default=None, description="Judge selection for the whole job (see `POST /v1/grade`)."
     )
     max_cost: float | None = Field(
-        default=None, ge=0,
+        # Infinity (`1e999`, or Python's `Infinity`) would be no cap at all, NaN one that no
+        # spend reaches: both are refused, naming the field.
+        default=None, ge=0, allow_inf_nan=False,
         description="USD the job's judge calls may cost (priced as litellm prices the judge "
         "model). When the next call would pass it the job pauses (status `paused`, its "
         "`detail` says why): its items without a result stay pending, none fails, and it "
-        "stays paused; cancel it and submit those items again to go on. JSONL and multipart "
-        "uploads pass it as the `max_cost` query parameter.",
+        "stays paused; cancel it and submit those items again to go on. A finite number: "
+        "infinity and NaN are refused (no cap is no `max_cost`). JSONL and multipart uploads "
+        "pass it as the `max_cost` query parameter.",
     )
 
 
@@ -751,11 +754,13 @@ class EstimateBody(JobBody):
     )
 
     price_in: float | None = Field(
-        default=None, ge=0, description="USD per million prompt tokens, for a model litellm's "
-        "cost map does not price (or to override its price); with `price_out`."
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per million prompt tokens, for a model litellm's cost map does not "
+        "price (or to override its price); with `price_out`.",
     )
     price_out: float | None = Field(
-        default=None, ge=0, description="USD per million completion tokens; with `price_in`."
+        default=None, ge=0, allow_inf_nan=False,
+        description="USD per million completion tokens; with `price_in`.",
     )
 
 
