@@ -220,7 +220,8 @@ def test_cli_grades_the_example_set_against_the_server(server, tmp_path):
     ):
         assert key in data
     assert set(data["by_dimension"]) == {"belief", "emotion", "intention", "desire"}
-    assert data["judge_calls"] == 20 and data["cache_hits"] == 0
+    # 10 items x (coverage, defects), and the preflight's probe: billed, so on the bill.
+    assert data["judge_calls"] == 21 and data["cache_hits"] == 0
     assert "overall" in done.stdout
     # Re-run with the same --out: nothing to grade, nothing graded twice.
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
