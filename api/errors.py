@@ -28,17 +28,20 @@ and CacheError are the service's (503); ProviderError and JudgeOutputError are t
 Job store errors (SQLAlchemy's ``DBAPIError`` and pool ``TimeoutError``, from SQLite or
 Postgres, and raw ``sqlite3`` errors) are answered 503 ``store_unavailable`` with
 ``Retry-After``: the request was not stored, and neither SQL nor a path nor a URL reaches the
-client. A value the store cannot keep (``DataError``, e.g. a NUL character in a text field on
-Postgres) is the caller's: 422 ``invalid_input``.
+client. The message says which cause it was (``store_cause``): the store locked by another
+process, busy, full, out of reach, or failing otherwise. A value the store cannot keep
+(``DataError``, e.g. a NUL character in a text field on Postgres) is the caller's: 422
+``invalid_input``.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import sqlite3
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -293,6 +296,93 @@ STORE_RETRY_AFTER = 10
 """Seconds a caller is told to wait when the job store cannot be written (``Retry-After``)."""
 
 
+StoreCause = Literal["locked", "busy", "full", "io", "unreachable", "failing"]
+"""Why the job store failed: its lock held elsewhere, no connection or row lock free in time, no
+room to write, a read or write its disk refused, the database out of reach, or another failure
+of the driver."""
+
+_SQLITE_CAUSES: dict[int, StoreCause] = {
+    5: "locked",  # SQLITE_BUSY: another connection (process) holds the write lock
+    6: "locked",  # SQLITE_LOCKED: a table locked by this process's other connection
+    10: "io",  # SQLITE_IOERR: a write past the file-size limit (EFBIG) ends here, for one
+    13: "full",  # SQLITE_FULL: no space left on its disk
+    14: "unreachable",  # SQLITE_CANTOPEN: the file or its folder cannot be opened
+}
+"""SQLite's primary result codes (``sqlite_errorcode & 0xff``) and what they mean here."""
+
+_POSTGRES_CAUSES: dict[str, StoreCause] = {
+    "53100": "full",  # disk_full
+    "53300": "busy",  # too_many_connections
+    "55P03": "busy",  # lock_not_available
+    "57014": "busy",  # query_canceled (a statement or lock timeout)
+    "40001": "busy",  # serialization_failure
+    "40P01": "busy",  # deadlock_detected
+    "57P01": "unreachable",  # admin_shutdown
+    "57P02": "unreachable",  # crash_shutdown
+    "57P03": "unreachable",  # cannot_connect_now (starting up or shutting down)
+}
+"""Postgres SQLSTATEs and what they mean here (class 08, a connection exception, is out of
+reach too, as is an error without a SQLSTATE: the connection failed before the server spoke)."""
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def store_cause(exc: BaseException) -> tuple[StoreCause, str]:
+    """Why the job store failed, from the driver's error: the cause, and a sentence naming it.
+
+    The sentence says which store (``sqlite`` or ``postgres``, from the driver) and what went
+    wrong, never the database's path or URL, the SQL, or the driver's text (which names the
+    host): it goes to callers who need no key (``/readyz``).
+    """
+    original: BaseException = getattr(exc, "orig", None) or exc
+    module = type(original).__module__
+    kind = "postgres" if module.startswith("psycopg") else "sqlite" if (
+        isinstance(original, sqlite3.Error)) else ""
+    store = f"the {kind} job store" if kind else "the job store"
+    cause = _cause(exc, original, kind)
+    sentence = {
+        "locked": f"{store} is locked: another process or connection has held its write lock "
+        "longer than a write waits for it (a backup, a second program, a long transaction)",
+        "busy": f"{store} is busy: no connection or lock on its rows was free in time",
+        "full": f"{store} is full: its disk (or the database's file-size limit) has no room to "
+        "write",
+        "io": f"{store} could not write its file (disk I/O error): its disk is full, at this "
+        "process's file-size limit, or failing",
+        "unreachable": f"{store} cannot be reached: its database refused or lost the connection, "
+        "or is not running" if kind != "sqlite" else f"{store} cannot be opened",
+        "failing": f"{store} cannot be written right now ({type(original).__name__})",
+    }[cause]
+    return cause, sentence
+
+
+def _cause(exc: BaseException, original: BaseException, kind: str) -> StoreCause:
+    """The cause of ``store_cause``: by error code, then by the driver's class and text."""
+    if isinstance(exc, PoolTimeout):
+        return "busy"  # every pooled connection in use for the pool's whole timeout
+    code = getattr(original, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _SQLITE_CAUSES:
+        return _SQLITE_CAUSES[code & 0xFF]
+    sqlstate = getattr(original, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        if sqlstate in _POSTGRES_CAUSES:
+            return _POSTGRES_CAUSES[sqlstate]
+        if sqlstate.startswith("08"):
+            return "unreachable"
+    chain: BaseException | None = original
+    while chain is not None:
+        if isinstance(chain, OSError) and chain.errno in _FULL_ERRNOS:
+            return "full"
+        chain = chain.__cause__ or chain.__context__
+    text = str(original).lower()
+    if "disk is full" in text or "no space left" in text:
+        return "full"
+    if "locked" in text or "busy" in text:
+        return "locked"
+    if kind == "postgres" and sqlstate is None and "OperationalError" in type(original).__name__:
+        return "unreachable"  # no SQLSTATE: the server never answered (refused, lost, timed out)
+    return "failing"
+
+
 def _store_reason(exc: Exception) -> str:
     # The driver's own error, first line: SQLAlchemy's text would add the statement.
     original = getattr(exc, "orig", None) or exc
@@ -302,12 +392,13 @@ def _store_reason(exc: Exception) -> str:
 
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     # A full disk, a long lock, an unreachable or exhausted database: temporary, and the
-    # caller's request was not stored. The database's path or URL and its text stay in the log.
-    log.error("job store error on %s %s: %s", request.method, request.url.path,
+    # caller's request was not stored. The message says which (the code stays
+    # store_unavailable); the database's path or URL and the driver's text stay in the log.
+    cause, sentence = store_cause(exc)
+    log.error("job store error (%s) on %s %s: %s", cause, request.method, request.url.path,
               _store_reason(exc))
     return error_response(
-        503, "store_unavailable",
-        "the job store cannot be written right now (e.g. its disk is full); try again later",
+        503, "store_unavailable", f"{sentence}; try again later",
         headers={"Retry-After": str(STORE_RETRY_AFTER)},
     )
 

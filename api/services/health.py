@@ -30,6 +30,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from api.errors import store_cause
 from api.jobs import JobStore
 from api.observability import EncoderWarmup
 from api.services.judges import LLM_METRICS
@@ -91,8 +92,11 @@ async def store_check(store: JobStore) -> ReadyCheck:
     try:
         answer = await asyncio.wait_for(asyncio.shield(probe.running), STORE_TIMEOUT)
     except TimeoutError:
+        # A SQLite write waits for a lock held elsewhere; a Postgres one for its server.
+        why = ("its write lock is held elsewhere, or its disk stalls" if store.path is not None
+               else "its database is slow or out of reach")
         answer = ReadyCheck(
-            ok=False, detail=f"store_unavailable: no answer within {STORE_TIMEOUT:g} s"
+            ok=False, detail=f"store_unavailable: no answer within {STORE_TIMEOUT:g} s ({why})"
         )
     probe.answer, probe.checked_at = answer, time.monotonic()
     return answer
@@ -105,10 +109,10 @@ def _probe_store(store: JobStore) -> ReadyCheck:
         with store.db.tx() as conn:  # SQLite: takes the write lock, as a job write would
             conn.execute(text("SELECT 1"))
     except Exception as exc:
-        return ReadyCheck(
-            ok=False, detail=f"store_unavailable: the {kind} job store cannot be reached or "
-            f"written ({type(exc).__name__})",
-        )
+        # Which cause, as a job route's 503 says it: locked elsewhere, out of reach, full.
+        cause, sentence = store_cause(exc)
+        code = "store_full" if cause == "full" else "store_unavailable"
+        return ReadyCheck(ok=False, detail=f"{code}: {sentence}")
     if store.path is not None:
         room = _room(store.path)
         if room < STORE_MIN_ROOM:

@@ -76,6 +76,13 @@ def test_a_full_store_answers_503_and_the_service_stays_up(tmp_path: Path) -> No
         assert set(statuses[:-1]) == {202}
         assert int(answer.headers["retry-after"]) >= 1
         assert answer.json()["error"]["type"] == "store_unavailable"
+        # The message names the disk (SQLite reports a write past the file-size limit as an
+        # I/O error, a full volume as full); the same 503 says "locked" or "cannot be reached"
+        # for the other causes (tests/api/test_store_causes.py).
+        message = answer.json()["error"]["message"]
+        assert message.startswith("the sqlite job store could not write its file (disk I/O "
+                                  "error): its disk is full, at this process's file-size limit"), \
+            message
         assert str(tmp_path) not in answer.text
         assert httpx.get(url + "/healthz", timeout=5).status_code == 200
         # /readyz says so (issue 31.5; it said ready before), naming the store, not its path.

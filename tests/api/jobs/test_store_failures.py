@@ -7,14 +7,18 @@ runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import psycopg
+import psycopg.errors
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -22,6 +26,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 import api.jobs.worker
+from api.errors import store_cause
 from api.jobs import JobStore
 from api.jobs.schema import GRADE
 from api.services import grade_jobs
@@ -128,8 +133,82 @@ def test_submitting_to_a_failing_store_is_503_with_retry_after(
     assert answer.headers["retry-after"] == "10"
     error = answer.json()["error"]
     assert error["type"] == "store_unavailable"
+    # The message names the cause (it said "e.g. its disk is full" for every failure).
+    says = {"driver": "the sqlite job store is full: its disk",
+            "pool": "the job store is busy: no connection"}[failure]
+    assert error["message"].startswith(says), error
     # No SQL, no path, no database URL (with its password) reaches the client.
     assert where not in answer.text and "INSERT" not in answer.text
+
+
+def sqlite_lock_error(tmp_path: Path) -> sqlite3.OperationalError:
+    """What SQLite raises for a write while another connection holds the write lock."""
+    holder = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    writer = sqlite3.connect(tmp_path / "locked.db", isolation_level=None, timeout=0)
+    try:
+        writer.execute("INSERT INTO t VALUES (1)")
+    except sqlite3.OperationalError as exc:
+        return exc
+    finally:
+        writer.close()
+        holder.close()
+    raise AssertionError("the write was not refused")
+
+
+def sqlite_open_error(tmp_path: Path) -> sqlite3.OperationalError:
+    """What SQLite raises for a file it cannot open (its folder is missing)."""
+    try:
+        sqlite3.connect(tmp_path / "missing" / "jobs.sqlite3").execute("SELECT 1")
+    except sqlite3.OperationalError as exc:
+        return exc
+    raise AssertionError("the file was opened")
+
+
+def sqlite_io_error() -> sqlite3.OperationalError:
+    """What SQLite raises for a write past the process's file-size limit (EFBIG).
+
+    Its code as ``bonusjudge serve`` under ``RLIMIT_FSIZE`` got it (``test_rel_full_store``).
+    """
+    error = sqlite3.OperationalError("disk I/O error")
+    error.sqlite_errorcode = 778  # SQLITE_IOERR_WRITE
+    return error
+
+
+def wrapped(error: BaseException) -> OperationalError:
+    """``error`` as SQLAlchemy raises it (the driver's error in ``orig``)."""
+    return OperationalError("INSERT INTO jobs ...", None, error)  # type: ignore[arg-type]
+
+
+def test_each_cause_of_a_store_failure_is_named(tmp_path: Path) -> None:
+    cases: list[tuple[BaseException, str, str]] = [
+        (wrapped(sqlite_lock_error(tmp_path)), "locked", "the sqlite job store is locked"),
+        (wrapped(sqlite3.OperationalError("database is locked")), "locked",
+         "the sqlite job store is locked"),
+        (disk_full(), "full", "the sqlite job store is full"),
+        (wrapped(OSError(errno.ENOSPC, "No space left on device")), "full",
+         "the job store is full"),
+        (wrapped(sqlite_open_error(tmp_path)), "unreachable",
+         "the sqlite job store cannot be opened"),
+        (PoolTimeout("QueuePool limit reached"), "busy", "the job store is busy"),
+        (wrapped(psycopg.OperationalError("connection failed: Connection refused")),
+         "unreachable", "the postgres job store cannot be reached"),
+        (wrapped(psycopg.errors.AdminShutdown("terminating connection")), "unreachable",
+         "the postgres job store cannot be reached"),
+        (wrapped(psycopg.errors.DiskFull("could not extend file")), "full",
+         "the postgres job store is full"),
+        (wrapped(psycopg.errors.LockNotAvailable("could not obtain lock")), "busy",
+         "the postgres job store is busy"),
+        (wrapped(sqlite_io_error()), "io",
+         "the sqlite job store could not write its file (disk I/O error)"),
+        (wrapped(sqlite3.OperationalError("no such table: jobs")), "failing",
+         "the sqlite job store cannot be written right now"),
+    ]
+    for error, cause, says in cases:
+        got, sentence = store_cause(error)
+        assert (got, sentence.startswith(says)) == (cause, True), (error, got, sentence)
+        assert "disk" not in sentence or cause in ("full", "io"), sentence
 
 
 def test_a_value_the_store_cannot_keep_is_the_callers_error(make_client, jobs_url) -> None:
