@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from standins.engine import levin_request
 from standins.openai_server import OpenAIStandIn
 from standins.processes import ServiceProcess, run_cli
 
@@ -31,13 +32,7 @@ pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"
-LEVIN = {
-    "question": "How does Levin feel right after Kitty refuses him?",
-    "reference": "He feels humiliated and wants to go back to his estate.",
-    "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
-    "response": "He is ashamed and longs to flee to the countryside.",
-    "tom_dimension": "emotion",
-}
+LEVIN = levin_request().model_dump(mode="json", exclude_none=True)
 
 
 def _no_temperature(body: dict[str, Any]) -> None:
