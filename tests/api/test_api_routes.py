@@ -184,7 +184,7 @@ def test_prometheus_exposes_engine_and_request_metrics(client: TestClient) -> No
 def test_prometheus_counts_the_stores_jobs_at_each_scrape(client: TestClient) -> None:
     def jobs(text: str) -> float:
         lines = [line for line in text.splitlines() if line.startswith("bonusjudge_jobs{")]
-        assert len(lines) == 5, lines  # one series per status
+        assert len(lines) == 6, lines  # one series per status, paused included
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
     assert jobs(client.get("/metrics").text) == 0
