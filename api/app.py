@@ -7,9 +7,10 @@ the lifespan), one private Prometheus registry, and an encoder warm-up thread fo
 check.
 
 Middleware, outermost first: CORS (only when ``settings.cors_origins`` is set), request metrics,
-body-size limit, synchronous bodies in flight (``api.limits``). Both limits are checked from
-``Content-Length`` before anything is read, and again while the body streams in (chunked
-uploads have no length).
+body-size limit, synchronous bodies in flight (``api.limits``), the ledger of a request's graded
+items (counted as graded once it is answered with success, else as refused). Both limits are
+checked from ``Content-Length`` before anything is read, and again while the body streams in
+(chunked uploads have no length).
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from api.jobs import JobManager, WorkerSettings, open_store
 from api.jobs.budgets import require_price
 from api.jobs.schema import GRADE
 from api.limits import Allowance, SyncBodyLimit, content_length
-from api.observability import EncoderWarmup, MetricsMiddleware, Observability
+from api.observability import (
+    EncoderWarmup,
+    ItemLedgerMiddleware,
+    MetricsMiddleware,
+    Observability,
+)
 from api.openapi import install_openapi
 from api.routes import (
     calibration,
@@ -356,7 +362,9 @@ def create_app(
     app.state.sync_items = Allowance.items(settings)
     app.state.sync_bytes = Allowance.body_bytes(settings)
     # add_middleware prepends: the last added is the outermost. A body over max_body_bytes is
-    # refused (413) before it is held against the synchronous-work limits.
+    # refused (413) before it is held against the synchronous-work limits. Innermost, a
+    # request's graded items are counted once its answer's status is known.
+    app.add_middleware(ItemLedgerMiddleware)
     app.add_middleware(SyncBodyLimit, settings=settings, allowance=app.state.sync_bytes)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, observability=observability)

@@ -29,6 +29,7 @@ from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.loading import needs_encoder, warm_up
 from judge.metrics import DEFAULT_ENCODER
+from judge.stats import ITEM_LEDGER, ItemLedger
 
 log = logging.getLogger("bonusjudge.api")
 
@@ -88,6 +89,12 @@ class _EngineCollector(Collector):
         items.add_metric(["scored"], stats.scored)
         items.add_metric(["unscored"], stats.unscored)
         yield items
+        yield CounterMetricFamily(
+            "bonusjudge_items_refused",
+            "Items graded for a request then answered with an error (no grade given; not in "
+            "bonusjudge_items_graded).",
+            value=stats.refused,
+        )
         unscored = CounterMetricFamily(
             "bonusjudge_unscored", "Unscored judge tasks, by task and reason.",
             labels=["task", "reason"],
@@ -197,6 +204,48 @@ class MetricsMiddleware:
                 method_label(scope.get("method", "GET")), template, status,
                 time.perf_counter() - started,
             )
+
+
+class ItemLedgerMiddleware:
+    """ASGI middleware counting a request's graded items once it is answered (``ITEM_LEDGER``).
+
+    A request answered with a success status counts them as graded (scored or unscored); one
+    answered with an error (a 429 when the key's budget ran out midway, a 503 when the judge's
+    breaker opened, a 500) gave its caller no grade, so they are counted as refused: in
+    ``/v1/usage`` and the engine's counters alike.
+
+    Args:
+        app: The wrapped app.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI connection."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        ledger = ItemLedger()
+        status = 500  # no answer started: the request failed
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # Counted before the caller has the whole answer, so its next request (a
+                # /v1/usage) sees them.
+                ledger.settle(answered=status < 400)
+            await send(message)
+
+        token = ITEM_LEDGER.set(ledger)
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            ITEM_LEDGER.reset(token)
+            if not ledger.settled:  # no whole answer was sent: an error, a broken connection
+                ledger.settle(answered=False)
 
 
 def freeze_heap() -> None:

@@ -7,11 +7,18 @@ re-asks, failed requests, probes), with the tokens and cost the provider reporte
 whenever it reported any, failed and unusable answers included: the totals add up to what the
 provider saw. What was spent for each caller (an API key of the service) is kept apart as well
 (:class:`Usage`), so the service can tell each key its own usage and no other's.
+
+An item is counted as graded once its grade is given to the caller. The CLI and the service's
+jobs count it as it is graded; the service's requests count their items once they are answered
+(an :class:`ItemLedger` per request, in :data:`ITEM_LEDGER`): a request answered with an error
+after its items were graded (its key's budget reached midway, the judge's breaker opening) gave
+no grade, so its items are counted as ``refused``, not as graded, scored or unscored.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +38,8 @@ class Usage:
         items: Items graded.
         scored: Items whose every requested judge task was scored.
         unscored: Items with an unscored judge task.
+        refused: Items graded for a request that was then answered with an error, not a
+            grade (in none of ``items``, ``scored`` and ``unscored``).
     """
 
     provider_requests: int = 0
@@ -42,10 +51,39 @@ class Usage:
     items: int = 0
     scored: int = 0
     unscored: int = 0
+    refused: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot (cost rounded to the micro-dollar)."""
         return {**asdict(self), "cost_usd": round(self.cost_usd, 6)}
+
+
+@dataclass
+class ItemLedger:
+    """The items graded for one request, counted once the request is answered.
+
+    Attributes:
+        entries: ``(stats, unscored task reasons, caller)`` of each item graded so far.
+        settled: The request was answered: items graded from now on are counted at once (a
+            task started during the request, such as a job's, may outlive it).
+    """
+
+    entries: list[tuple[EngineStats, list[str], str | None]] = field(default_factory=list)
+    settled: bool = False
+
+    def settle(self, answered: bool) -> None:
+        """Count the items: as graded when the request was ``answered``, else as refused."""
+        self.settled = True
+        entries, self.entries = self.entries, []
+        for stats, unscored, caller in entries:
+            if answered:
+                stats.count_item(unscored, caller)
+            else:
+                stats.refuse_item(caller)
+
+
+ITEM_LEDGER: ContextVar[ItemLedger | None] = ContextVar("bonusjudge_item_ledger", default=None)
+"""The ledger of the request being answered (None: count items as they are graded)."""
 
 
 @dataclass
@@ -124,7 +162,15 @@ class EngineStats(Usage):
             usage.cache_hits += 1
 
     def count_item(self, unscored: list[str], caller: str | None) -> None:
-        """Count one graded item for ``caller``, with its unscored ``task: reason`` entries."""
+        """Count one graded item for ``caller``, with its unscored ``task: reason`` entries.
+
+        Within a request's :data:`ITEM_LEDGER` the item is counted once the request is
+        answered (``ItemLedger.settle``).
+        """
+        ledger = ITEM_LEDGER.get()
+        if ledger is not None and not ledger.settled:
+            ledger.entries.append((self, list(unscored), caller))
+            return
         for usage in self._counted(caller):
             usage.items += 1
             if unscored:
@@ -132,6 +178,11 @@ class EngineStats(Usage):
             else:
                 usage.scored += 1
         self.unscored_by_reason.update(unscored)
+
+    def refuse_item(self, caller: str | None) -> None:
+        """Count one item graded for ``caller``'s request that was answered with an error."""
+        for usage in self._counted(caller):
+            usage.refused += 1
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready snapshot of the totals."""

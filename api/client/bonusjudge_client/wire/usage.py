@@ -29,9 +29,21 @@ class UsageReport(WireModel):
         "at its cache-read price in `cost_usd`).",
     )
     cache_hits: int = Field(description="Judge calls answered from the cache (no request).")
-    items: int = Field(description="Items graded (synchronous routes and jobs).")
+    items: int = Field(
+        description="Items graded (synchronous routes and jobs): `scored` + `unscored`. Items of "
+        "a request answered with an error are not among them (see `refused`)."
+    )
     scored: int = Field(description="Items whose every requested judge task was scored.")
     unscored: int = Field(description="Items with at least one unscored judge task.")
+    refused: int = Field(
+        default=0,
+        description="Items the judge started on for a request that was then answered with an "
+        "error, not a grade: a 429 `budget_exhausted` when the key's budget ran out midway, a "
+        "503 `provider_outage` when the judge's breaker opened. They are counted in none of "
+        "`items`, `scored` and `unscored`; their requests and tokens are in the figures above, "
+        "and the calls they finished are cached, so resending them costs only the rest. A "
+        "request refused before grading (a 422, a 413, a 429 over a quota) counts nowhere.",
+    )
     jobs: dict[str, int] = Field(
         description="This key's jobs in the job store, by status (queued, running, paused, "
         "done, cancelled, failed)."
