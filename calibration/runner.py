@@ -34,6 +34,7 @@ from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
 from core.errors import InputError, first_error
 from judge.aggregate import summarize
+from judge.budget import BUDGET, Budget
 from judge.cache import Cache, JudgeCache, open_cache
 from judge.config import EMBEDDED_JUDGE, JudgeConfig, Settings
 from judge.engine import Grader
@@ -171,20 +172,28 @@ async def _paced(
 
     The width is read again whenever a slot frees up, so a service run keeps to its current
     share of the grader. When ``pace.stop()`` turns true no item is started any more; those in
-    flight finish (and are yielded), then :class:`Halted` is raised. Leaving early (the run's
-    task cancelled: ``DELETE /v1/calibrate/{id}``) cancels the items in flight, and with them
-    their provider requests.
+    flight finish (and are yielded), then :class:`Halted` is raised. So it is when the budget in
+    force (``judge.budget.BUDGET``) refuses a request, and :class:`BudgetStopped` is raised.
+    Leaving early (the run's task cancelled: ``DELETE /v1/calibrate/{id}``) cancels the items in
+    flight, and with them their provider requests.
 
     Raises:
+        BudgetStopped: a cost cap refused a judge call of the pass.
         Halted: ``pace.stop()`` turned true before every item was started.
     """
     pending: set[asyncio.Task[GradeResult]] = set()
     position = 0
+    graded = 0
+    budget = BUDGET.get()
+
+    def spent() -> bool:
+        return budget is not None and budget.exhausted
+
     try:
         while True:
             while (
                 position < len(todo) and len(pending) < max(1, pace.width())
-                and not pace.stop()
+                and not pace.stop() and not spent()
             ):
                 item_id, request = todo[position]
                 position += 1
@@ -195,12 +204,22 @@ async def _paced(
                 break
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                yield task.result()
+                result = task.result()
+                graded += not _refused(result)
+                yield result
     finally:
         for task in pending:
             task.cancel()
+    if spent():
+        # Checked after the last item too: a pass whose last calls were refused is not whole.
+        raise BudgetStopped(graded, len(todo))
     if position < len(todo):
         raise Halted(f"stopped with {len(todo) - position} of {len(todo)} item(s) not started")
+
+
+def _refused(result: GradeResult) -> bool:
+    """Whether a cost cap kept one of the item's judge calls from being sent."""
+    return any(reason.endswith(": budget_exhausted") for reason in result.unscored_reasons)
 
 
 def _say_not_reused(grades: Path, config: JudgeConfig) -> None:
@@ -279,6 +298,10 @@ def _never() -> bool:
     return False
 
 
+def _no_budget(config: JudgeConfig) -> Budget | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Pace:
     """How a run feeds the engine: how many items it may have in flight, and when to stop.
@@ -291,10 +314,15 @@ class Pace:
         width: Items this run may have in flight now (at least 1 is used).
         stop: Whether to stop feeding items: those in flight finish and are kept, then the
             run raises :class:`Halted`.
+        budget: The budget a pass with this judge configuration spends against (set in
+            ``judge.budget.BUDGET`` for the pass; the service's key day), or None to leave the
+            one in force. When it refuses a request the pass stops feeding items and the run
+            raises :class:`BudgetStopped`.
     """
 
     width: Callable[[], int]
     stop: Callable[[], bool] = _never
+    budget: Callable[[JudgeConfig], Budget | None] = _no_budget
 
     @classmethod
     def fixed(cls, width: int) -> Pace:
@@ -307,6 +335,25 @@ class Halted(Exception):
 
     What was graded is in the run's grade files, so the next run resumes from there.
     """
+
+
+class BudgetStopped(Exception):
+    """A cost cap refused a judge call of a pass: the run stopped sending (``judge.budget``).
+
+    The items graded before it are in the run's grade file and their judge calls in the cache;
+    those whose calls were refused are graded again by the next run (``judge.resume``).
+
+    Attributes:
+        graded: Items of the pass graded in full before it stopped.
+        total: Items the pass had to grade.
+        label: The pass (``metrics`` or the judge's model), set by ``grade_passes``.
+    """
+
+    def __init__(self, graded: int, total: int, label: str = "") -> None:
+        super().__init__(f"{graded} of {total} item(s) graded before a cost cap was reached")
+        self.graded = graded
+        self.total = total
+        self.label = label
 
 
 @dataclass(frozen=True)
@@ -422,6 +469,7 @@ async def grade_passes(
     the cache off: it doubles a judge's calls and nothing more.
 
     Raises:
+        BudgetStopped: the budget of a pass (``pace.budget``) refused a judge call.
         Halted: ``pace.stop`` said to stop before the passes ended.
     """
     items = subset.items
@@ -431,6 +479,8 @@ async def grade_passes(
         own = grader is None
         engine = Grader(cfg, cache=cache) if grader is None else grader
         run_pace = pace or Pace.fixed(cfg.concurrency)
+        budget = run_pace.budget(cfg)
+        spending = None if budget is None else BUDGET.set(budget)
         try:
             # The metrics are part of the name: a metrics-only plan and a judge plan may share
             # a config hash (it leaves metrics out), and must not read each other's results.
@@ -459,7 +509,12 @@ async def grade_passes(
                         await retester.aclose()
                 s2, _, _, _ = _metric_scores(again, names, label)
                 graded.retests.update(s2)
+        except BudgetStopped as exc:
+            exc.label = label
+            raise
         finally:
+            if spending is not None:
+                BUDGET.reset(spending)
             if own:
                 await engine.aclose()
     return graded

@@ -548,7 +548,7 @@ class Caller:
                 reported as a non-retryable one.
             JudgeOutputError: the judge answered, but not usably (after re-asks).
         """
-        spec, config, tenant = state.spec, state.spec.config, state.tenant
+        config, tenant = state.spec.config, state.tenant
         breaker = self.breaker_for(config)
         while True:
             if not breaker.allow(tenant) and not await self._await_breaker(
@@ -560,10 +560,8 @@ class Caller:
                     "again later"
                 )
             held = await self._reserve(state)
-            state.attempts += 1
-            self.stats.add_requests(1, tenant)
             try:
-                completion = await self._send(spec, held)
+                completion = await self._send(state, held)
             except ProviderError as exc:
                 self._spent(state, exc)
                 if not exc.retryable:
@@ -615,15 +613,28 @@ class Caller:
         return budget, budget.reserve(cost)
 
     async def _send(
-        self, spec: CallSpec, held: tuple[Budget, Reservation] | None
+        self, state: _CallState, held: tuple[Budget, Reservation] | None
     ) -> Completion:
-        """One ``provider.complete`` of ``spec``, settling its reservation with what it cost.
+        """One ``provider.complete`` of the call, settling its reservation with what it cost.
 
         Holds one of the provider's connections (:meth:`connection`) while it is in flight;
-        the transport's re-asks go one after another inside it.
+        the transport's re-asks go one after another inside it. The request is counted (the
+        call's attempts, the totals and its tenant's usage) once it holds the connection, as
+        it is sent: one cancelled while it waited for it was never sent, so it is not counted
+        and its reservation is given back, while one cancelled in flight counts (the provider
+        may bill it), so the usage equals what the provider received.
         """
-        async with self.connection(spec.config):
-            return await self._send_now(spec, held)
+        spec, sent = state.spec, False
+        try:
+            async with self.connection(spec.config):
+                sent = True  # from here on, _send_now settles the reservation
+                state.attempts += 1
+                self.stats.add_requests(1, state.tenant)
+                return await self._send_now(spec, held)
+        finally:
+            if not sent and held is not None:  # cancelled before it was sent: nothing spent
+                budget, reservation = held
+                budget.settle(reservation, 0, answered=False)
 
     async def _send_now(
         self, spec: CallSpec, held: tuple[Budget, Reservation] | None

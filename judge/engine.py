@@ -277,7 +277,8 @@ class Grader:
         For judge tasks outside grading (e.g. reading a multiple-choice answer).
 
         Raises:
-            JudgeOutputError: the judge's answer stayed unusable (its ``reason`` says why).
+            JudgeOutputError: the judge's answer stayed unusable (its ``reason`` says why), or
+                a cost cap kept the request back (``budget_exhausted``, named in the message).
             ProviderError: the provider failed beyond the retries.
         """
         rubric = self.library.get(rubric_id)
@@ -294,7 +295,12 @@ class Grader:
         if outcome.reason is not None:
             if outcome.reason in PROVIDER_REASONS:
                 raise ProviderError(outcome.detail or outcome.reason, reason=outcome.reason)
-            raise JudgeOutputError(outcome.detail or outcome.reason, reason=outcome.reason)
+            detail = outcome.detail or outcome.reason
+            if outcome.reason == "budget_exhausted":
+                # Named in the message: a caller that reports only the text (a multiple-choice
+                # reading) must still tell a request the cap kept back from a bad answer.
+                detail = f"budget_exhausted: {detail}"
+            raise JudgeOutputError(detail, reason=outcome.reason)
         return response_model.model_validate(outcome.value), outcome.record
 
     async def aclose(self) -> None:

@@ -22,8 +22,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from functools import partial
 
@@ -32,7 +32,7 @@ from api.jobs.database import STORE_ERRORS
 from api.jobs.spend import next_midnight, utc_day
 from api.jobs.store import JobStore
 from core.errors import ConfigError, InputError
-from judge.budget import Budget, Cap
+from judge.budget import BUDGET, Budget, Cap
 from judge.config import JudgeConfig
 
 log = logging.getLogger("bonusjudge.jobs")
@@ -139,13 +139,20 @@ class KeyBudgets:
         raise OverBudget(self.over_key(cap), retry_after=self.until_next_day())
 
     async def budget(
-        self, owner: str, config: JudgeConfig, job: Cap | None = None
+        self, owner: str, config: JudgeConfig, job: Cap | None = None, *,
+        field: str = "judge.model",
     ) -> Budget | None:
         """The budget of a request or job run of ``owner`` with ``config`` (None: no cap).
 
+        Args:
+            owner: The key whose day the requests are counted against.
+            config: The judge the requests go to (its model is priced).
+            job: The job's own cap, if it has one.
+            field: The request field that chose the model, for the error.
+
         Raises:
-            InputError: (``judge.model``) a cap is in force and litellm has no price for the
-                model, so its spend could not be counted.
+            InputError: (``field``) a cap is in force and litellm has no price for the model,
+                so its spend could not be counted.
         """
         if config.is_embedded:  # nothing is sent to a provider
             return None
@@ -157,12 +164,37 @@ class KeyBudgets:
         prices = prices_for(config.model, None, None)
         if prices is None:
             raise InputError(
-                f"judge.model: a cost budget is in force and there is no price for "
+                f"{field}: a cost budget is in force and there is no price for "
                 f"{config.model} in litellm's model cost map, so its spend cannot be counted; "
                 "select a priced model",
-                field="judge.model",
+                field=field,
             )
         return Budget(caps, request_cost(prices), prices)
+
+    @asynccontextmanager
+    async def charged(self, owner: str, config: JudgeConfig) -> AsyncIterator[Budget | None]:
+        """Run the block under ``owner``'s day cap (set in ``BUDGET``); refuse a key over it.
+
+        For the routes a caller waits on: every provider request made in the block reserves
+        against the key's day before it is sent. Yields the budget (None: no cap).
+
+        Raises:
+            OverBudget: the key's day budget is used up (the block does not run).
+            InputError: a budget is in force and the judge model has no price.
+        """
+        await self.check(owner)
+        budget = await self.budget(owner, config)
+        token = BUDGET.set(budget)
+        try:
+            yield budget
+        finally:
+            BUDGET.reset(token)
+
+    async def refusal(self, owner: str) -> OverBudget:
+        """The 429 of a request that ``owner``'s day cap stopped midway (limit and spend)."""
+        cap = await self.key_cap(owner)
+        message = self.over_key(cap) if cap is not None else "budget_exhausted"
+        return OverBudget(message, retry_after=self.until_next_day())
 
     def over_key(self, cap: Cap) -> str:
         """The message of a key over its day's budget: the limit and the spend today."""

@@ -57,6 +57,9 @@ async def calibrate(
 
     The report (`GET /v1/reports/{id}`) has agreement statistics with bootstrap intervals,
     inter-annotator ceilings, calibrated mappings and plots. Poll `GET /v1/calibrate/{id}`.
+    A run that calls a judge spends the key's day budget (`max_cost_per_key_usd`): while it is
+    spent the run is answered 429 `budget_exhausted`, and a run that reaches it ends `failed`
+    with a `detail` saying so.
     """
     job = await service.start_calibration(body, context)
     response.headers["Location"] = f"/v1/calibrate/{job.id}"

@@ -58,10 +58,15 @@ async def grade_batch(
 
 @router.post(
     "/bonus-points", operation_id="extractBonusPoints",
-    summary="Extract bonus points from a reference",
+    summary="Extract bonus points from a reference", responses=error_responses(429),
 )
 async def extract_points(
-    body: ExtractBody, grader: GraderDep, settings: SettingsDep
+    body: ExtractBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep, jobs: JobsDep
 ) -> ExtractResult:
-    """Split a reference answer into bonus points with the extraction rubric (needs an LLM)."""
-    return await grading.extract_points(body, grader=grader, settings=settings)
+    """Split a reference answer into bonus points with the extraction rubric (needs an LLM).
+
+    A key over its day's budget is answered 429 `budget_exhausted`, as `POST /v1/grade` is.
+    """
+    return await grading.extract_points(
+        body, grader=grader, settings=settings, owner=owner, budgets=jobs.budgets
+    )

@@ -63,16 +63,21 @@ def options_query(
 
 @router.post(
     "", operation_id="scoreMcq", summary="Score multiple-choice answers",
-    dependencies=[Depends(bind_tenant)],
+    dependencies=[Depends(bind_tenant)], responses=error_responses(429),
 )
-async def score_mcq(body: McqBody, grader: GraderDep, settings: SettingsDep) -> McqResponse:
+async def score_mcq(
+    body: McqBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep, jobs: JobsDep
+) -> McqResponse:
     """Extract the chosen option of each item's response, score it, and summarise.
 
     Up to `max_job_items` items in one call (no judge call unless `llm_extract`). A bad item
     gets an error entry (and is listed in the summary's `bad_lines` by 1-based position); the
-    others are scored.
+    others are scored. With `llm_extract`, a key over its day's budget is answered 429
+    `budget_exhausted`, as `POST /v1/grade` is.
     """
-    return await service.score_mcq(body, grader=grader, settings=settings)
+    return await service.score_mcq(
+        body, grader=grader, settings=settings, owner=owner, budgets=jobs.budgets
+    )
 
 
 @router.post(

@@ -19,10 +19,16 @@ folder keeps two runs of one report apart.
 
 A run grades on the service's event loop with the service's grader (its concurrency, cache and
 breakers), at most a job's share in flight, so ``DELETE /v1/calibrate/{id}`` stops it at once
-(``cancel_calibration``). Building the report (bootstraps, plots) executes in a daemon thread
-rather than ``asyncio.to_thread``: the default executor's threads are joined at interpreter
-exit, so a long report would hold a shutting-down service hostage; a daemon thread is simply
-dropped, and the next process resumes the work.
+(``cancel_calibration``). Its judge requests reserve against its key's day budget
+(``max_cost_per_key_usd``), as grading's do: a run that would call a judge is refused 429
+``budget_exhausted`` while the key's day is spent, and a run that reaches the budget stops
+sending and fails, saying so (``budget_exhausted: ...``, with how many items it graded; their
+judge calls are cached, so the same run submitted again sends only the rest).
+
+Building the report (bootstraps, plots) executes in a daemon thread rather than
+``asyncio.to_thread``: the default executor's threads are joined at interpreter exit, so a long
+report would hold a shutting-down service hostage; a daemon thread is simply dropped, and the
+next process resumes the work.
 
 Sets are chosen by name only (shared or bundled): a request can never make the service read an
 arbitrary path. An uploaded set is written to the scratch folder (``input.jsonl``), kept in the
@@ -44,17 +50,18 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from api.deps import JobContext
-from api.errors import JudgeNotConfigured
+from api.errors import JudgeNotConfigured, OverBudget
 from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
 from api.jobs.files import MAX_FILE_BYTES
 from api.services.calibration_runs import in_daemon_thread, scratch_folder, try_lock
-from api.services.judges import allowed_models
+from api.services.judges import LLM_METRICS, allowed_models
 from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, SetProblem
 from core.errors import ConfigError, InputError, JudgeError
-from judge.config import Settings
+from judge.budget import Budget
+from judge.config import JudgeConfig, Settings
 
 if TYPE_CHECKING:
-    from calibration.runner import GradedSet
+    from calibration.runner import BudgetStopped, GradedSet
     from calibration.sets import LoadedSet
 
 log = logging.getLogger("bonusjudge.calibration")
@@ -313,6 +320,31 @@ def _check_judges(body: CalibrateBody, default: str, settings: Settings) -> list
     return judges
 
 
+def _calls_judge(config: JudgeConfig) -> bool:
+    """Whether a pass with ``config`` sends requests to a provider (an LLM judge's metrics)."""
+    return not config.is_embedded and bool(LLM_METRICS.intersection(config.metrics))
+
+
+async def _check_budget(body: CalibrateBody, judges: list[str], context: JobContext) -> None:
+    """Refuse a run that would call a judge while the caller's day budget is used up.
+
+    Runs of ROUGE-L and BERTScore alone, or of the embedded matcher, send nothing and pass.
+
+    Raises:
+        OverBudget: a judge of the run is an LLM and the key's day budget is used up.
+        InputError: (``judges.N``) a budget is in force and litellm has no price for a judge.
+    """
+    base = context.grader.config.model_copy(update={"metrics": ("coverage",)})
+    budgets = context.jobs.budgets
+    for index, model in enumerate(judges):
+        config = base.model_copy(update={"model": model})
+        if not _calls_judge(config):
+            continue
+        await budgets.check(context.owner)
+        field = f"judges.{index}" if body.judges else "judges"
+        await budgets.budget(context.owner, config, field=field)
+
+
 async def start_calibration(body: CalibrateBody, context: JobContext) -> CalibrationJob:
     """Check a calibration request, prepare its report folder and store it as a job of the caller.
 
@@ -322,9 +354,10 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 
     Raises:
         InputError: an unknown set, both or neither of a set and items, options that do not
-            apply, judges not allowed, no usable line, or an upload larger than the job store
-            keeps.
+            apply, judges not allowed, no usable line, an upload larger than the job store
+            keeps, or a judge without a price under a budget.
         JudgeNotConfigured: the coverage metric without a judge model.
+        OverBudget: the run would call a judge and the caller's day budget is used up.
         QuotaExceeded: the job would take ``owner`` over a quota.
     """
     if (body.dataset is None) == (body.items is None):
@@ -338,6 +371,7 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
     )
     settings = context.settings
     judges = _check_judges(body, context.grader.config.model, settings)
+    await _check_budget(body, judges, context)
     metrics = list(dict.fromkeys(body.metrics))
     job_id = uuid.uuid4().hex
     folder = reports_dir(settings) / job_id
@@ -435,12 +469,18 @@ def make_runner(settings: Settings) -> JobRunner:
             # Imported in a thread: the calibration package pulls in scipy and matplotlib
             # (seconds), which must not stall the event loop everyone's requests share.
             await asyncio.to_thread(importlib.import_module, "calibration.runner")
-            from calibration.runner import Halted, write_calibration
+            from calibration.runner import BudgetStopped, Halted, write_calibration
 
             if not await asyncio.to_thread(manager.store.start_run, job_id, manager.token):
                 return
             try:
-                graded = await _grade(manager, job_id, options, folder)
+                graded = await _grade(manager, job_id, str(row["owner"]), options, folder)
+            except OverBudget as exc:  # the key's day was spent while the run was queued
+                await _over_budget(manager, job_id, folder, f"{exc}; nothing was sent")
+                return
+            except BudgetStopped as exc:
+                await _over_budget(manager, job_id, folder, await _stopped(manager, row, exc))
+                return
             except Halted:
                 # Shutting down or making room: what was graded is in the grade files, and
                 # the next run of the job resumes from them.
@@ -493,9 +533,16 @@ def make_runner(settings: Settings) -> JobRunner:
             await asyncio.to_thread(shutil.rmtree, folder, True)
 
     async def _grade(
-        manager: JobManager, job_id: str, options: dict[str, Any], folder: Path
+        manager: JobManager, job_id: str, owner: str, options: dict[str, Any], folder: Path
     ) -> GradedSet:
-        """Load the run's set and grade it with the service's grader, paced as a job."""
+        """Load the run's set and grade it with the service's grader, paced as a job.
+
+        Each judge pass spends against ``owner``'s day budget.
+
+        Raises:
+            OverBudget: a pass would call a judge and the key's day budget is used up.
+            BudgetStopped: the budget refused a request midway.
+        """
         from calibration.runner import Pace, calibration_subset, grade_passes, plan_passes
 
         dataset = await asyncio.to_thread(load_dataset, options, folder, settings)
@@ -506,16 +553,43 @@ def make_runner(settings: Settings) -> JobRunner:
             grader.config, judges=options["judges"], metrics=options["metrics"],
             items=subset.items,
         )
+        budgets: dict[str, Budget | None] = {}
         for grading in passes:
             await grader.prepare(grading.config)
+            if _calls_judge(grading.config):
+                await manager.budgets.check(owner)
+                budgets[grading.config.model] = await manager.budgets.budget(
+                    owner, grading.config, field="judges"
+                )
         width = grader.config.concurrency
-        pace = Pace(width=lambda: manager.share(width), stop=lambda: manager.halted(job_id))
+        pace = Pace(
+            width=lambda: manager.share(width), stop=lambda: manager.halted(job_id),
+            budget=lambda config: budgets.get(config.model) if _calls_judge(config) else None,
+        )
         return await grade_passes(
             subset, passes, folder=folder, grader=grader,
             retest=bool(options.get("retest")), pace=pace,
         )
 
     return run
+
+
+async def _stopped(manager: JobManager, row: JobRow, exc: BudgetStopped) -> str:
+    """The detail of a run its key's day budget stopped: the limit, the spend, what was graded."""
+    budgets = manager.budgets
+    cap = await budgets.key_cap(str(row["owner"]))
+    over = budgets.over_key(cap) if cap is not None else "budget_exhausted"
+    return (
+        f"{over}; {exc.label}: {exc} (their judge calls are cached: the same run submitted "
+        "again then sends only the rest)"
+    )
+
+
+async def _over_budget(manager: JobManager, job_id: str, folder: Path, detail: str) -> None:
+    """End a run the key's day budget stopped: failed, ``detail`` saying so; no report."""
+    log.info("calibration %s: %s", job_id, detail)
+    await asyncio.to_thread(manager.store.fail, job_id, manager.token, detail)
+    await asyncio.to_thread(shutil.rmtree, folder, True)
 
 
 async def _failed(manager: JobManager, job_id: str, folder: Path, exc: Exception) -> None:

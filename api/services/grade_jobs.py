@@ -58,7 +58,7 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     # otherwise make its first heavy imports while the start-up thread is making them.
     await manager.grader.prepare(config)
     budget = await _job_budget(manager, row, config)
-    if budget is not None and await _paused(manager, job_id, budget):
+    if budget is not None and await pause_if_spent(manager, job_id, budget):
         return  # over a cap already: nothing is sent
     if not await asyncio.to_thread(store.start_run, job_id, token):
         return
@@ -66,7 +66,7 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
         await store_retry(store.spend.unpause, job_id)
     BUDGET.set(budget)  # this runner's task only (the worker runs each chunk in its own)
     await grade_items(manager, chunk, config)
-    if budget is not None and await _paused(manager, job_id, budget):
+    if budget is not None and await pause_if_spent(manager, job_id, budget):
         return  # its refused items stay pending
     # The job first: finishing the chunk gives up its lease, and only a holder completes it.
     if not await store_retry(store.complete_if_finished, job_id, token):
@@ -83,10 +83,11 @@ async def _job_budget(manager: JobManager, row: JobRow, config: JudgeConfig) -> 
     return await budgets.budget(str(row["owner"]), config, job)
 
 
-async def _paused(manager: JobManager, job_id: str, budget: Budget) -> bool:
+async def pause_if_spent(manager: JobManager, job_id: str, budget: Budget) -> bool:
     """Pause the job if a cap of ``budget`` is used up; whether it did.
 
-    A cap is used up once it refused a request, or when its spend reached its limit.
+    A cap is used up once it refused a request, or when its spend reached its limit. Grading
+    and multiple-choice jobs (``llm_extract``) pause alike.
     """
     over = next((cap for cap in budget.caps if _used_up(cap)), None)
     if over is None:

@@ -7,8 +7,8 @@ caller's retry costs nothing.
 
 Under a cost budget (``max_cost_per_key_usd``) a request runs with its key's day cap in force
 (``judge.budget.BUDGET``): a key over it is answered 429 ``budget_exhausted`` before anything is
-graded, and a request that reaches it midway is answered the same, its finished calls kept in
-the cache for the retry.
+graded or extracted, and a request that reaches it midway is answered the same, its finished
+calls kept in the cache for the retry.
 
 The items a key has in flight here are limited (``api.limits.Allowance.items``, 429 beyond
 ``max_sync_items_per_key``), and the grader hands its slots out fairly between keys, so one key's
@@ -18,14 +18,12 @@ batches cannot hold back another key's item.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from pydantic import ValidationError
 
 from api.deps import ReadyGate
-from api.errors import OverBudget, ProviderOutage, classify
+from api.errors import ProviderOutage, classify
 from api.jobs import check_request
 from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
@@ -40,7 +38,6 @@ from bonusjudge_client.wire.schemas import (
     ItemError,
 )
 from core.errors import InputError, JudgeError, first_error
-from judge.budget import BUDGET
 from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
 
@@ -61,7 +58,7 @@ async def grade_one(
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
     request = check_request(body.to_request(), settings)
-    async with _budgeted(budgets, owner, config):
+    async with budgets.charged(owner, config):
         with items.holding(owner, 1):
             # An item without an id is item "1", as the first item of a batch is.
             result = await grader.grade(request, config=config, item_id="1")
@@ -93,7 +90,7 @@ async def grade_batch(
         )
     config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
     ready.require(config)
-    async with _budgeted(budgets, owner, config):
+    async with budgets.charged(owner, config):
         with items.holding(owner, len(body.items)):
             entries = await asyncio.gather(
                 *(_entry(grader, config, settings, index, item)
@@ -105,36 +102,27 @@ async def grade_batch(
     return BatchResponse(results=list(entries))
 
 
-async def extract_points(body: ExtractBody, *, grader: Grader, settings: Settings) -> ExtractResult:
+async def extract_points(
+    body: ExtractBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM).
+
+    Its requests reserve against ``owner``'s day budget, as grading's do.
 
     Raises:
         JudgeNotConfigured: no judge model is configured.
+        OverBudget: ``owner``'s judge calls reached its day's budget (before or during).
         ProviderOutage: the judge's circuit breaker is open.
     """
     config = select_judge(grader=grader, settings=settings, overrides=body.judge, needs_llm=True)
     config = _sync(grader, config)
-    result = await grader.extract_points(body.to_request(), config=config)
+    async with budgets.charged(owner, config):
+        result = await grader.extract_points(body.to_request(), config=config)
     if result.reason == "circuit_open":
         _raise_if_outage(grader, config, [], force=True)
+    if result.reason == "budget_exhausted":
+        raise await budgets.refusal(owner)
     return result
-
-
-@asynccontextmanager
-async def _budgeted(budgets: KeyBudgets, owner: str, config: JudgeConfig) -> AsyncIterator[None]:
-    """Run the block under ``owner``'s day cap (``BUDGET``); refuse a key already over it.
-
-    Raises:
-        OverBudget: the key's day budget is used up (nothing is graded).
-        InputError: a budget is in force and the judge model has no price.
-    """
-    await budgets.check(owner)
-    budget = await budgets.budget(owner, config)
-    token = BUDGET.set(budget)
-    try:
-        yield
-    finally:
-        BUDGET.reset(token)
 
 
 async def _raise_if_over_budget(
@@ -145,13 +133,10 @@ async def _raise_if_over_budget(
     Raises:
         OverBudget: a call of ``results`` ended ``budget_exhausted``.
     """
-    if not any(
+    if any(
         reason.endswith(": budget_exhausted") for r in results for reason in r.unscored_reasons
     ):
-        return
-    cap = await budgets.key_cap(owner)
-    message = budgets.over_key(cap) if cap is not None else "budget_exhausted"
-    raise OverBudget(message, retry_after=budgets.until_next_day())
+        raise await budgets.refusal(owner)
 
 
 def _sync(grader: Grader, config: JudgeConfig) -> JudgeConfig:

@@ -10,6 +10,11 @@ the same numbers for the same file.
 Jobs reuse the grading jobs' store (kind ``mcq``): same leases, restart safety, result stream and
 owner check. In a job's status, ``scored`` counts parsed answers and ``unscored`` unparseable ones;
 ``judge`` is ``rules`` unless ``llm_extract`` is on.
+
+With ``llm_extract`` the judge's requests reserve against the key's day budget
+(``max_cost_per_key_usd``) as grading's do: a key over it is answered 429 ``budget_exhausted``
+(the call, or the job's submission), a call that reaches it midway is answered the same, and a
+job that reaches it pauses with the answers the judge was kept from reading still pending.
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from pydantic import ValidationError
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import JobItem, JobManager, JobRow, JobStore, Quota, RawItem, Upload, with_line
+from api.jobs.budgets import KeyBudgets
 from api.jobs.uploads import storable_id
+from api.jobs.worker import store_retry
+from api.services.grade_jobs import pause_if_spent
 from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError, first_error
+from judge.budget import BUDGET, Budget
 from judge.config import Settings
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
@@ -44,6 +53,8 @@ RULES = "rules"
 
 _PAGE = 256
 _LLM_FAILED = "llm extractor failed"
+_LLM_REFUSED = f"{_LLM_FAILED}: JudgeOutputError: budget_exhausted:"
+"""What a result's detail says when the key's budget kept its reading from being asked."""
 
 
 # -- options -------------------------------------------------------------------------------------
@@ -235,21 +246,46 @@ def _bad_line(index: int, line: int | None, error: ItemError) -> SkippedLine:
     return SkippedLine(line=line if line is not None else index + 1, error=error.message)
 
 
+def _refused(result: McqResult, budget: Budget | None) -> bool:
+    """Whether ``budget`` kept the judge from reading this answer (its request was not sent).
+
+    Only once the budget has refused a request: a detail alone (which quotes the rules'
+    reading) cannot make an answer look refused.
+    """
+    return (
+        budget is not None and budget.exhausted
+        and result.detail is not None and _LLM_REFUSED in result.detail
+    )
+
+
 # -- one call ------------------------------------------------------------------------------------
 
 
-async def score_mcq(body: McqBody, *, grader: Grader, settings: Settings) -> McqResponse:
+async def score_mcq(
+    body: McqBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+) -> McqResponse:
     """Score a body's items and summarise them; bad items get error entries (and bad lines).
+
+    With ``llm_extract`` the judge's requests reserve against ``owner``'s day budget.
 
     Raises:
         InputError: invalid options, no items or too many.
         JudgeNotConfigured: ``llm_extract`` with no judge model configured.
+        OverBudget: ``llm_extract`` and ``owner``'s judge calls reached its day's budget
+            (before or during; the readings it paid for are cached for the retry).
     """
     options = McqOptions.from_body(body)
     check_options(options, grader)
     items = build_mcq_items([(None, obj, None) for obj in body.items], settings)
     valid = [(item.index, item.request) for item in items if isinstance(item.request, McqItem)]
-    scored = await score_batch([request for _, request in valid], options, grader)
+    requests = [request for _, request in valid]
+    if options.llm_extract:
+        async with budgets.charged(owner, grader.config) as budget:
+            scored = await score_batch(requests, options, grader)
+        if any(_refused(result, budget) for result in scored):
+            raise await budgets.refusal(owner)
+    else:
+        scored = await score_batch(requests, options, grader)
     by_index = {index: result for (index, _), result in zip(valid, scored, strict=True)}
     entries: list[McqEntry] = []
     bad: list[SkippedLine] = []
@@ -282,6 +318,7 @@ async def submit_mcq_job(
         InputError: options in both the body and the query, invalid options, no items or too
             many.
         JudgeNotConfigured: ``llm_extract`` with no judge model configured.
+        OverBudget: ``llm_extract`` and the caller's day budget is used up.
         QuotaExceeded: the job would take ``owner`` over a quota.
     """
     body_options = McqOptions.from_body(upload.body) if upload.body is not None else None
@@ -292,6 +329,9 @@ async def submit_mcq_job(
         )
     options = body_options or query_options or McqOptions()
     model, config_hash = check_options(options, context.grader)
+    if options.llm_extract:  # the rules alone cost nothing: only the judge is held to the budget
+        await context.jobs.budgets.check(context.owner)
+        await context.jobs.budgets.budget(context.owner, context.grader.config)
     items = build_mcq_items(upload.raw, context.settings)
     return await context.jobs.submit(
         owner=context.owner, items=items, overrides=None, config=None, kind=MCQ,
@@ -326,7 +366,9 @@ async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
 
     Each page's results are stored in one transaction, so a restart resumes after the last
     stored page. With ``llm_extract`` the job fails, rather than mixing two judges, when the
-    service's judge settings changed since it was submitted.
+    service's judge settings changed since it was submitted, and runs under its key's day
+    budget: when the budget refuses a reading, the page's other results are stored, the items
+    whose reading was refused stay pending and the job pauses (as a grading job does).
     """
     store = manager.store
     options = McqOptions.from_stored(json.loads(row["options"]))
@@ -337,8 +379,16 @@ async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
             f"{row['config_hash']} -> {manager.grader.config.config_hash()}); submit it again",
         )
         return
+    budget = None
+    if options.llm_extract:
+        budget = await manager.budgets.budget(str(row["owner"]), manager.grader.config)
+        if budget is not None and await pause_if_spent(manager, job_id, budget):
+            return  # over its key's day already: nothing is sent
     if not await asyncio.to_thread(store.start_run, job_id, manager.token):
         return
+    if budget is not None and row["paused_until"] is not None:
+        await store_retry(store.spend.unpause, job_id)
+    BUDGET.set(budget)  # this runner's task only
     after = -1
     while not manager.stopping.is_set():
         page = await asyncio.to_thread(store.pending, job_id, after, _PAGE)
@@ -349,7 +399,10 @@ async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
         rows = [
             (index, result.model_dump_json(), result.outcome, result.outcome != "unparseable")
             for (index, _, _), result in zip(page, results, strict=True)
+            if not _refused(result, budget)  # its reading was never asked: it stays pending
         ]
         await asyncio.to_thread(store.save_results, job_id, rows)
+        if budget is not None and await pause_if_spent(manager, job_id, budget):
+            return
         after = page[-1][0]
     await asyncio.to_thread(store.complete_if_finished, job_id, manager.token)

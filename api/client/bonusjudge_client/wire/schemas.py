@@ -227,8 +227,8 @@ cancelled. A poller that waits for a job to end stops at ``paused`` too.
 """
 
 CalibrationState = Literal["queued", "running", "done", "cancelled", "failed"]
-"""Life cycle of a calibration run: queued -> running -> done | cancelled | failed (a run has
-no cost budget, so it never pauses)."""
+"""Life cycle of a calibration run: queued -> running -> done | cancelled | failed (it never
+pauses: a run its key's day budget stops ends failed, its detail saying ``budget_exhausted``)."""
 
 JobKind = Literal["grade", "mcq", "calibrate"]
 """What a job does: grading (``/v1/jobs``), multiple-choice scoring (``/v1/mcq/jobs``), or a
