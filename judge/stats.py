@@ -8,11 +8,13 @@ whenever it reported any, failed and unusable answers included: the totals add u
 provider saw. What was spent for each caller (an API key of the service) is kept apart as well
 (:class:`Usage`), so the service can tell each key its own usage and no other's.
 
-An item is counted as graded once its grade is given to the caller. The CLI and the service's
-jobs count it as it is graded; the service's requests count their items once they are answered
-(an :class:`ItemLedger` per request, in :data:`ITEM_LEDGER`): a request answered with an error
-after its items were graded (its key's budget reached midway, the judge's breaker opening) gave
-no grade, so its items are counted as ``refused``, not as graded, scored or unscored.
+An item is counted as graded once its grade is given to the caller. The CLI counts it as it is
+graded; the service counts a request's items once the request is answered, and a job's item
+once its result is to be stored (an :class:`ItemLedger` per request or item, in
+:data:`ITEM_LEDGER`): a request answered with an error after its items were graded (its key's
+budget reached midway, the judge's breaker opening) gave no grade, and a job's item a cost cap
+refused stays pending to be graded again, so they are counted as ``refused``, not as graded,
+scored or unscored.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from api.jobs.worker import current_chunk, store_retry
 from bonusjudge_client.wire.grading import GradeRequest, GradeResult
 from judge.budget import BUDGET, Budget, Cap
 from judge.config import JudgeConfig, JudgeOverrides
+from judge.stats import ITEM_LEDGER, ItemLedger
 
 _PAGE = 256
 """Pending items read from the store at a time."""
@@ -145,9 +146,7 @@ async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) ->
             index, item_id, payload = page.pop()
             after = index
             request = GradeRequest.model_validate_json(payload)
-            task = asyncio.ensure_future(
-                manager.grader.grade(request, config=config, item_id=item_id)
-            )
+            task = asyncio.ensure_future(_graded(manager, request, config, item_id))
             pending[task] = index
 
     try:
@@ -176,6 +175,25 @@ async def grade_items(manager: JobManager, chunk: Chunk, config: JudgeConfig) ->
     finally:
         for task in pending:
             task.cancel()
+
+
+async def _graded(
+    manager: JobManager, request: GradeRequest, config: JudgeConfig, item_id: str
+) -> GradeResult:
+    """Grade one item, counted as graded in the usage only when its result will be stored.
+
+    An item a cap refused stays pending and is graded again when the job goes on: counted
+    now, it would be counted twice, so it is counted as refused (``judge.stats.ItemLedger``).
+    """
+    ledger = ItemLedger()
+    token = ITEM_LEDGER.set(ledger)  # this item's task only
+    result: GradeResult | None = None
+    try:
+        result = await manager.grader.grade(request, config=config, item_id=item_id)
+    finally:
+        ITEM_LEDGER.reset(token)
+        ledger.settle(answered=result is not None and not _refused(result))
+    return result
 
 
 def _refused(result: GradeResult) -> bool:

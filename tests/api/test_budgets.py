@@ -209,6 +209,11 @@ def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
         status = http.get(f"/v1/jobs/{job.json()['id']}", headers=auth("a")).json()
         assert status["paused"] and 0 < status["done"] < 40 and status["unscored"] == 0
         assert "max_cost $" in status["detail"] and "stays paused" in status["detail"]
+        # Only its stored results count as graded in the key's usage: the items its cap
+        # refused stay pending (graded again when it goes on) and count as refused.
+        usage = http.get("/v1/usage", headers=auth("a")).json()
+        assert (usage["items"], usage["unscored"]) == (status["done"], 0), usage
+        assert usage["refused"] > 0, usage
         # Its status says so (it read "queued", and a poller for done or failed waited forever),
         # wherever a status is shown: the job, the list and its filter, the key's usage.
         assert status["status"] == "paused"

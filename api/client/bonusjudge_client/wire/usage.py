@@ -39,7 +39,9 @@ class UsageReport(WireModel):
         default=0,
         description="Items the judge started on for a request that was then answered with an "
         "error, not a grade: a 429 `budget_exhausted` when the key's budget ran out midway, a "
-        "503 `provider_outage` when the judge's breaker opened. They are counted in none of "
+        "503 `provider_outage` when the judge's breaker opened; and a job's items a cost cap "
+        "refused (they stay pending, and count as graded once graded again). They are counted "
+        "in none of "
         "`items`, `scored` and `unscored`; their requests and tokens are in the figures above, "
         "and the calls they finished are cached, so resending them costs only the rest. A "
         "request refused before grading (a 422, a 413, a 429 over a quota) counts nowhere.",
