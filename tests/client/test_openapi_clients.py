@@ -161,3 +161,33 @@ def grades_of(entries: Any, *, flat: bool = False) -> Grades:
         result = entry.get("result") or {}
         grades[entry["id"]] = (result.get("status"), (result.get("coverage") or {}).get("coverage"))
     return grades
+
+
+def test_openapi_python_client_warns_only_of_a_missing_ruff(
+    harness: Callable[..., Path], tmp_path: Path
+) -> None:
+    """What docs/service.md says of the generator, both ways (issue 40: "without a warning" did
+    not hold when ruff was not on the PATH): with the ruff it installs on the PATH, one line;
+    without, its formatting hooks are skipped with "ruff is not in PATH", and nothing else."""
+    generator = harness("openapi", "bin", "openapi-python-client")
+    argv = [str(generator), "generate", "--path", str(CONTRACT), "--config",
+            str(ROOT / "docs" / "openapi-python-client.yaml")]
+    with_ruff = tmp_path / "with"
+    without = tmp_path / "without"
+    with_ruff.mkdir()
+    without.mkdir()
+    quiet = run(argv, cwd=with_ruff, env={**os.environ, "PATH": f"{generator.parent}{os.pathsep}"
+                                           f"{os.environ['PATH']}"})
+    assert quiet.strip().splitlines() == [f"Generating {with_ruff / 'bonusjudge-openapi-client'}"]
+    bare = [p for p in os.environ["PATH"].split(os.pathsep)
+            if p and not (Path(p) / "ruff").exists()]
+    noisy = run(argv, cwd=without, env={**os.environ, "PATH": os.pathsep.join(bare)})
+    lines = {line.strip() for line in noisy.splitlines() if line.strip()}
+    assert "ruff is not in PATH" in lines
+    assert lines - {"ruff is not in PATH", "Skipping Integration",
+                    f"Generating {without / 'bonusjudge-openapi-client'}",
+                    "Warning(s) encountered while generating. Client was generated, but some "
+                    "pieces may be missing"} <= {
+        line for line in lines if line.startswith("If you believe this was a mistake")}
+    assert (without / "bonusjudge-openapi-client" / "bonusjudge_openapi_client" / "client.py"
+            ).exists()
