@@ -184,7 +184,7 @@ def build_grader(settings: Settings) -> Grader:
         ConfigError: ``cache_url`` is not a Redis URL redis-py can read.
     """
     return Grader(
-        settings.judge, cache=open_cache(settings), cache_scope=settings.cache_scope
+        settings.judge, cache=open_cache(settings), cache_scope=settings.resolved_cache_scope()
     )
 
 

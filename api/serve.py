@@ -217,6 +217,10 @@ def serve(
     check_bind(settings, host)
     if not settings.api_keys:
         log.warning("no API key configured: serving on loopback only")
+    elif settings.resolved_cache_scope() == "shared":
+        # The operator chose it; say once what it gives away (docs/service.md, the cache).
+        log.warning("cache_scope shared with API keys: a key can tell which items another key "
+                    "graded (its answers come faster, without tokens or cost)")
     children: list[LocalLLM] = []
     try:
         if local_llm:

@@ -268,9 +268,11 @@ class Caller:
         sleep: The sleep used between retries (tests inject a fast one).
         backoff: The delay before each retry (``backoff_delay``; tests wrap it).
         cache_scope: ``shared``: one cache for every caller (:data:`TENANT`), a hit on an entry
-            another caller paid for reported as a fresh call; ``per_key``: each caller's judge
-            calls are cached apart (no caller ever sees another's entries, at the cost of
-            paying again).
+            another caller paid for reported as a fresh call (which hides only its ``cached``
+            flag: its missing usage and its speed still show); ``per_key``: each caller's
+            judge calls are cached apart (no caller ever sees another's entries, at the cost of
+            paying again), and the grader keeps its metric values and matcher verdicts apart
+            alike (:meth:`partition`). The service's default is ``per_key`` with API keys.
     """
 
     def __init__(
@@ -302,6 +304,17 @@ class Caller:
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._backoff = backoff
+
+    def partition(self) -> str | None:
+        """The caller whose entries this task's cache look-ups read and write (:data:`TENANT`).
+
+        None (one shared partition) under the ``shared`` scope or for a task made for nobody;
+        the metric values and matcher verdicts of a grader are kept in the same partition as
+        its judge calls, so a per-key scope leaves no cached result of another key to time.
+        """
+        if self.cache_scope != "per_key":
+            return None
+        return TENANT.get() or None  # "" is the one caller of a service without keys
 
     # -- breakers ------------------------------------------------------------------------------
 
@@ -396,7 +409,7 @@ class Caller:
             Exception: only an error the provider marks ``fatal``.
         """
         tenant = TENANT.get() or None  # "" is the one caller of a service without keys
-        key = spec.cache_key(tenant if self.cache_scope == "per_key" else None)
+        key = spec.cache_key(self.partition())
         ref = rubric_ref(spec.rubric, spec.language)
         started = time.monotonic()
         if not spec.config.cache:
@@ -463,7 +476,8 @@ class Caller:
             return None
         self.stats.add_cache_hit(tenant)
         # An entry another caller paid for is reported as a fresh call: "cached" would tell this
-        # caller that someone else graded the same item (a cross-key oracle).
+        # caller that someone else graded the same item (a cross-key oracle). Only the flag is
+        # hidden: no usage and a millisecond latency still tell, hence per_key for keyed services.
         own = tenant is None or cached.get("tenant") == tenant
         return CallOutcome(
             value=cached["value"],

@@ -420,11 +420,13 @@ class Settings(BaseSettings):
     max_bonus_points: int = Field(default=32, ge=1, le=32, description="Points per item.")
     cors_origins: list[str] = Field(default_factory=list, description="CORS origins (off).")
     calibration_dir: Path | None = Field(default=None, description="Human-rating sets folder.")
-    cache_scope: Literal["shared", "per_key"] = Field(
-        default="shared",
-        description="How API keys share the judge-call cache: `shared` (a hit on an entry "
-        "another key paid for is reported to this key as a fresh call, so no key learns what "
-        "another graded) or `per_key` (each key's calls are cached apart, paid again per key).",
+    cache_scope: Literal["shared", "per_key"] | None = Field(
+        default=None,
+        description="How API keys share the judge-call cache: `per_key` (each key's calls are "
+        "cached apart and paid again per key: no key can tell what another graded) or `shared` "
+        "(a key is served the entries another key paid for, and can tell that it was: the "
+        "answer is faster and has no token counts or cost, and its usage counts cache hits). "
+        "Default: `per_key` with API keys configured, `shared` without (one caller).",
     )
 
     max_jobs_per_key: int = Field(
@@ -539,6 +541,17 @@ class Settings(BaseSettings):
     def resolved_data_dir(self) -> Path:
         """The service data folder (jobs database, stored reports)."""
         return self.data_dir or (self.cache_dir / "service")
+
+    def resolved_cache_scope(self) -> Literal["shared", "per_key"]:
+        """The cache scope in force: the setting, else ``per_key`` when API keys are configured.
+
+        Sharing lets a key learn which items another key graded (a cross-key cache oracle), so
+        a service with keys shares only when its operator says so; a service without keys has
+        one caller, who gains nothing from being kept apart from itself.
+        """
+        if self.cache_scope is not None:
+            return self.cache_scope
+        return "per_key" if self.api_keys else "shared"
 
 
 def load_settings(settings_file: str | Path | None = None, **overrides: Any) -> Settings:

@@ -132,8 +132,13 @@ class Grader:
         # What a configuration loads (encoders, the matcher) is loaded on its first cache miss,
         # so a re-run answered from the cache loads nothing (warm runs were 2-3x slower).
         self._loaded: set[tuple[Any, ...]] = set()
-        self.metrics = MetricsRunner(self.caller.cache, self.stats, load=self._ensure_loaded)
-        self._matcher = SharedMatcher(self.caller.cache, self.stats, load=self._ensure_loaded)
+        partition = self.caller.partition  # one cache scope for every kind of entry
+        self.metrics = MetricsRunner(
+            self.caller.cache, self.stats, load=self._ensure_loaded, partition=partition
+        )
+        self._matcher = SharedMatcher(
+            self.caller.cache, self.stats, load=self._ensure_loaded, partition=partition
+        )
         # One slot per item in flight, shared fairly between the callers (TENANT) the grader
         # grades for, so one caller's queue cannot hold back another's single item.
         self.slots = FairLimiter(self.config.concurrency)

@@ -509,6 +509,9 @@ class SharedMatcher:
         stats: The grader's counters (a hit counts in ``cache_hits``).
         load: Loads what a configuration needs (``Grader``'s serialized loader), awaited before
             the first verdict computed rather than read from the cache.
+        partition: The caller the verdicts are cached for, read per item
+            (``Caller.partition``: the per-key cache scope keeps each key's verdicts apart);
+            None: shared.
     """
 
     def __init__(
@@ -517,11 +520,13 @@ class SharedMatcher:
         stats: EngineStats | None = None,
         *,
         load: Callable[[JudgeConfig], Awaitable[None]] | None = None,
+        partition: Callable[[], str | None] | None = None,
     ) -> None:
         self._batcher: AsyncBatcher[MatchInput, list[PointMatch]] | None = None
         self._cache = cache
         self._stats = stats
         self._load = load
+        self._partition = partition
 
     async def match(self, item: MatchInput, config: JudgeConfig) -> list[PointMatch]:
         """The matcher's verdict on each of ``item``'s points (cached; batched on a miss).
@@ -533,7 +538,8 @@ class SharedMatcher:
         from judge.matcher import PointMatch
 
         store = self._cache if config.cache and self._cache is not None else None
-        key = matcher_key(dataclasses.asdict(item)) if store is not None else ""
+        tenant = self._partition() if self._partition is not None else None
+        key = matcher_key(dataclasses.asdict(item), tenant) if store is not None else ""
         if store is not None:
             hit = await store.aget(key)
             if isinstance(hit, list):

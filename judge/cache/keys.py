@@ -68,35 +68,51 @@ def judge_call_key(
     return stable_hash(payload)
 
 
-def metric_key(metric: str, params: dict[str, Any], response: str, reference: str) -> str:
-    """The cache key of one metric value (e.g. BERTScore with its encoder and layer)."""
-    return stable_hash(
-        {
-            "kind": "metric",
-            "format": CACHE_FORMAT_VERSION,
-            "metric": metric,
-            "params": params,
-            "response": response,
-            "reference": reference,
-        }
-    )
+def metric_key(
+    metric: str, params: dict[str, Any], response: str, reference: str,
+    tenant: str | None = None,
+) -> str:
+    """The cache key of one metric value (e.g. BERTScore with its encoder and layer).
+
+    Args:
+        metric: The metric's name.
+        params: What else changes its value (the encoder and layer, the segmenter).
+        response: The text scored.
+        reference: The text it is scored against.
+        tenant: The caller the entry is kept for, when the cache is partitioned by caller
+            (None: shared, and the key is the same as without it).
+    """
+    payload: dict[str, Any] = {
+        "kind": "metric",
+        "format": CACHE_FORMAT_VERSION,
+        "metric": metric,
+        "params": params,
+        "response": response,
+        "reference": reference,
+    }
+    if tenant is not None:
+        payload["tenant"] = tenant
+    return stable_hash(payload)
 
 
 
 
-def matcher_key(item: Mapping[str, Any]) -> str:
+def matcher_key(item: Mapping[str, Any], tenant: str | None = None) -> str:
     """The cache key of the embedded matcher's verdicts on one input.
 
     It covers the matcher's identity (version and digest of its parameters, lexicons and
     encoders) and every field of the input (``judge.matcher.MatchInput`` as a mapping: question,
     reference, points, response, language), so a new matcher or an edited point never reads an
     old verdict. A mapping, not the dataclass, so the cache never imports the matcher.
+    ``tenant``: the caller the entry is kept for when the cache is partitioned by caller (None:
+    shared, and the key is the same as without it).
     """
-    return stable_hash(
-        {
-            "kind": "matcher",
-            "format": CACHE_FORMAT_VERSION,
-            "judge": dict(matcher_identity()),
-            "input": dict(item),
-        }
-    )
+    payload: dict[str, Any] = {
+        "kind": "matcher",
+        "format": CACHE_FORMAT_VERSION,
+        "judge": dict(matcher_identity()),
+        "input": dict(item),
+    }
+    if tenant is not None:
+        payload["tenant"] = tenant
+    return stable_hash(payload)

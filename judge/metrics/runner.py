@@ -1,9 +1,9 @@
 """Reference-based metrics for the engine: ROUGE-L and BERTScore, cached, BERTScore batched.
 
-Each value is cached under ``metric_key`` (metric, its parameters, response, reference), so a
-re-run computes nothing it has computed before. BERTScore goes through one ``AsyncBatcher`` per
-(encoder, layer): concurrently graded items share encoder batches. With several references an
-item gets the score of the best-matching one.
+Each value is cached under ``metric_key`` (metric, its parameters, response, reference, and the
+caller under a per-key cache scope), so a re-run computes nothing it has computed before.
+BERTScore goes through one ``AsyncBatcher`` per (encoder, layer): concurrently graded items
+share encoder batches. With several references an item gets the score of the best-matching one.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ class MetricsRunner:
         stats: The grader's counters (``metric_cache_hits``).
         load: Loads what a configuration needs (``Grader``'s serialized loader), awaited before
             the first value computed rather than read from the cache.
+        partition: The caller the values are cached for, read per value (``Caller.partition``:
+            the per-key cache scope keeps each key's values apart, as its judge calls, since a
+            value another key had computed answers measurably faster); None: shared.
     """
 
     def __init__(
@@ -36,10 +39,12 @@ class MetricsRunner:
         stats: EngineStats,
         *,
         load: Callable[[JudgeConfig], Awaitable[None]] | None = None,
+        partition: Callable[[], str | None] | None = None,
     ) -> None:
         self.cache = cache
         self.stats = stats
         self._load = load
+        self._partition = partition or _shared
         self._bert_batchers: dict[tuple[str | None, int | None], AsyncBatcher[Any, BertScore]] = {}
 
     async def best_rouge(
@@ -66,7 +71,8 @@ class MetricsRunner:
         Async for the cache alone (a shared cache is a network call); the score itself is
         computed in the loop, as it always was.
         """
-        key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference)
+        key = metric_key("rouge_l", {"segmenter": config.rouge_segmenter}, response, reference,
+                         self._partition())
         cached = await self.cache.aget(key) if config.cache else None
         if cached is not None:
             self.stats.metric_cache_hits += 1
@@ -83,7 +89,7 @@ class MetricsRunner:
     ) -> BertScore:
         """BERTScore of ``response`` against one reference (cached when the encoder answered)."""
         params = {"encoder": config.encoder, "layer": config.encoder_layer}
-        key = metric_key("bertscore", params, response, reference)
+        key = metric_key("bertscore", params, response, reference, self._partition())
         cached = await self.cache.aget(key) if config.cache else None
         if cached is not None:
             self.stats.metric_cache_hits += 1
@@ -118,3 +124,7 @@ class MetricsRunner:
         """Stop the batch workers."""
         for batcher in self._bert_batchers.values():
             await batcher.aclose()
+
+
+def _shared() -> str | None:
+    return None
