@@ -262,7 +262,7 @@ def _serve_here(
     def build() -> ASGIApp:
         from api.app import create_app
 
-        return create_app(settings, drain_timeout=grace)  # type: ignore[return-value]
+        return create_app(settings, drain_timeout=grace)
 
     def preload() -> None:
         from judge.loading import warm_up
@@ -315,7 +315,7 @@ def _supervise(
                "parent": os.getpid(), "root_level": logging.getLogger().getEffectiveLevel()}
 
     def start_worker() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_worker_main, args=(sock, options),  # type: ignore[attr-defined]
+        process = context.Process(target=_worker_main, args=(sock, options),
                                   name="bonusjudge-worker")
         process.start()
         return process
@@ -404,7 +404,7 @@ def _worker_main(sock: socket.socket, options: dict[str, Any]) -> None:
         from api.app import create_app
         from judge.config import load_settings
 
-        return create_app(load_settings(), drain_timeout=options["grace"])  # type: ignore[return-value]
+        return create_app(load_settings(), drain_timeout=options["grace"])
 
     def preload() -> None:
         from judge.config import load_settings

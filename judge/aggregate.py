@@ -217,7 +217,7 @@ class Aggregator:
             respondents = sorted({*self._groups["by_respondent"], *self._invalid})
             invalid = {name: self._invalid[name] for name in respondents}
         summary = Summary(
-            **self._all._fields(), **groups, judge=self.judge,  # type: ignore[arg-type]
+            **self._all._fields(), **groups, judge=self.judge,
             calibrated_metric=",".join(metrics) or None, invalid_lines_by_respondent=invalid,
             **extra,
         )

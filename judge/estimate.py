@@ -118,7 +118,7 @@ def model_prices(model: str) -> Prices | None:
     given = info.get("input_cost_per_token"), info.get("output_cost_per_token")
     if not all(isinstance(price, int | float) for price in given):
         return None
-    return Prices(float(given[0]) * 1e6, float(given[1]) * 1e6, "litellm")  # type: ignore[arg-type]
+    return Prices(float(given[0]) * 1e6, float(given[1]) * 1e6, "litellm")
 
 
 def check_prices(price_in: float | None, price_out: float | None) -> None:

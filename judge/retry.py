@@ -149,7 +149,7 @@ class CircuitBreaker(_Breaker):
 
     # -- admission -----------------------------------------------------------------------------
 
-    def admit(self, source: str | None = None) -> Admission | None:  # type: ignore[override]
+    def admit(self, source: str | None = None) -> Admission | None:
         """Why a call of ``source`` may go ahead now, or None while it is held back.
 
         Held while the shared breaker is open (but for its probe) and while ``source`` is
@@ -200,7 +200,7 @@ class CircuitBreaker(_Breaker):
         own = self._sources.get(source)
         return self.state == "open" and not self._probing and not (own and own.failing)
 
-    def allow(self, source: str | None = None) -> bool:  # type: ignore[override]
+    def allow(self, source: str | None = None) -> bool:
         """Whether a call of ``source`` may go ahead now (see ``admit``)."""
         return self.admit(source) is not None
 
@@ -210,7 +210,7 @@ class CircuitBreaker(_Breaker):
             own = self._sources.get(source)
             return self.state != "closed" or (own is not None and own.isolated is not None)
 
-    def retry_in(self, source: str | None = None) -> float:  # type: ignore[override]
+    def retry_in(self, source: str | None = None) -> float:
         """Seconds until a call of ``source`` may be tried again (0: now, or once a probe ends)."""
         shared = super().retry_in()
         with self._lock:
@@ -220,7 +220,7 @@ class CircuitBreaker(_Breaker):
             isolated = own.isolated if own is not None else None
         return max(shared, isolated.retry_in()) if isolated is not None else shared
 
-    def open_for(self, source: str | None = None) -> float:  # type: ignore[override]
+    def open_for(self, source: str | None = None) -> float:
         """Seconds since calls of ``source`` were first held back (0 while they are not)."""
         shared = super().open_for()
         with self._lock:
@@ -254,7 +254,7 @@ class CircuitBreaker(_Breaker):
                 return True
             return False
 
-    def release_probe(self, source: str | None = None) -> None:  # type: ignore[override]
+    def release_probe(self, source: str | None = None) -> None:
         """A probe ended without an answer (cancelled): let another call probe."""
         with self._lock:
             if self._fresh_probe and self.state == "half_open":
@@ -268,7 +268,7 @@ class CircuitBreaker(_Breaker):
 
     # -- outcomes ------------------------------------------------------------------------------
 
-    def record_success(self, source: str | None = None) -> None:  # type: ignore[override]
+    def record_success(self, source: str | None = None) -> None:
         """A call of ``source`` was answered: close the breaker, end the outage and a refusal."""
         with self._lock:
             self._answered_by(source)
@@ -285,7 +285,7 @@ class CircuitBreaker(_Breaker):
             self.refused_status = status
             self._refused_at = time.monotonic()
 
-    def record_failure(self, source: str | None = None) -> None:  # type: ignore[override]
+    def record_failure(self, source: str | None = None) -> None:
         """A call of ``source`` failed: an outage, or a failure that follows its own items.
 
         Counted towards the shared breaker (which opens at the threshold, or re-opens after a

@@ -79,7 +79,7 @@ def coverage_model(n_points: int) -> type[CoverageJudgementBase]:
         "CoverageJudgement",
         __base__=CoverageJudgementBase,
         points=(
-            list[point],  # type: ignore[valid-type]
+            list[point],
             Field(
                 min_length=n_points,
                 max_length=n_points,

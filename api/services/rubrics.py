@@ -26,7 +26,7 @@ def rubric_detail(library: RubricLibrary, rubric_id: str) -> RubricDetail:
         # Here the rubric is the resource itself, so a miss is a 404 rather than bad input.
         raise NotFound(str(exc)) from exc
     return RubricDetail(
-        **rubric.summary(),  # type: ignore[arg-type]
+        **rubric.summary(),
         source=rubric.source,
         fallback_language=rubric.fallback_language,
         prompts={

@@ -32,7 +32,7 @@ def reading_model(labels: tuple[str, ...], multi_select: bool) -> type[McqReadin
         "McqReading",
         __base__=McqReadingBase,
         chosen=(
-            list[label_type],  # type: ignore[valid-type]
+            list[label_type],
             Field(
                 max_length=len(labels) if multi_select else 1,
                 description="The label(s) the answer chose; empty if it hedges or chose none.",

@@ -307,7 +307,7 @@ def _field_getter(name: str) -> Callable[[McqResult], str | None]:
         raise ValueError(
             f"cannot group by {name!r}: use one of {', '.join(_GROUPABLE)} or tags.<key>"
         )
-    return lambda result: getattr(result, name)  # type: ignore[no-any-return]
+    return lambda result: getattr(result, name)
 
 
 def check_group_fields(fields: Iterable[str]) -> None:

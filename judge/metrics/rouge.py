@@ -101,7 +101,7 @@ def _check_segmenter(segmenter: object) -> Segmenter:
             f"segmenter must be one of {sorted(TOKENIZER_NAMES)}, got {segmenter!r}",
             field="segmenter",
         )
-    return segmenter  # type: ignore[return-value]
+    return segmenter
 
 
 def tokenize(text: str, *, segmenter: Segmenter = "char") -> list[str]:

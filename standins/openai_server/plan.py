@@ -156,7 +156,7 @@ class FaultPlan:
                     f"fault spec {spec!r}: unknown kind; expected one of {', '.join(FAULT_KINDS)}",
                     field="fault",
                 )
-            probabilities[name] = probabilities.get(name, 0.0) + probability  # type: ignore[index]
+            probabilities[name] = probabilities.get(name, 0.0) + probability
         return cls(probabilities=probabilities, **options)
 
 

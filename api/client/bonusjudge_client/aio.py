@@ -187,7 +187,7 @@ class AsyncJudgeClient(Workflows, AsyncRunner):
         async with aclosing(self.grade_stream(items, **options)) as stream:
             async for position, outcome in stream:
                 gathered.add(position, outcome)
-        return gathered.results()  # type: ignore[return-value]
+        return gathered.results()
 
     async def grade_stream(
         self,

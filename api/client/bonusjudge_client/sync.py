@@ -215,7 +215,7 @@ class JudgeClient(Workflows, SyncRunner):
         with closing(self.grade_stream(items, **options)) as stream:
             for position, outcome in stream:
                 gathered.add(position, outcome)
-        return gathered.results()  # type: ignore[return-value]
+        return gathered.results()
 
     def grade_stream(
         self,
