@@ -47,6 +47,20 @@ connection was free in time. A caller that cannot store answers 503 (``api.error
 TRANSIENT_STORE_ERRORS: tuple[type[Exception], ...] = (OperationalError, PoolTimeout)
 """Store failures worth retrying: a full disk, a long lock, a lost or exhausted connection."""
 
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a store failure is worth retrying on a new connection.
+
+    One of ``TRANSIENT_STORE_ERRORS`` (a lock or statement timeout on Postgres is one), or any
+    failure that cost the connection: the server ended the session (its
+    ``idle_in_transaction_session_timeout`` after a pause of this process, a restart) or the
+    watchdog cut it. Postgres reports an ended idle session as an ``InternalError``.
+    """
+    return isinstance(exc, TRANSIENT_STORE_ERRORS) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    )
+
+
 Insert = sqlite.Insert | postgresql.Insert
 """An ``INSERT`` of either dialect (both have ``on_conflict_do_nothing``)."""
 

@@ -16,8 +16,10 @@ retention period are deleted here too (with their files, by the kind's purger).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -26,9 +28,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
 from api.jobs import policy
 from api.jobs.claims import Chunk
-from api.jobs.database import STORE_ERRORS, TRANSIENT_STORE_ERRORS
+from api.jobs.database import STORE_ERRORS, is_transient
 from api.jobs.schema import JobRow
 from api.jobs.store import JobStore
 from core.errors import JudgeError
@@ -39,7 +43,8 @@ log = logging.getLogger("bonusjudge.jobs")
 _T = TypeVar("_T")
 
 STORE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
-"""Waits between attempts of a store write that failed (a full disk, a long lock)."""
+"""Longest waits between attempts of a store write that failed (a full disk, a lock held too
+long, a connection cut); each wait is drawn between half of its value and all of it."""
 
 Run = Callable[[str, JobRow], Awaitable[None]]
 """Runs one claimed chunk of a job: ``run(job_id, row)`` (see ``api.jobs.manager.JobRunner``);
@@ -57,21 +62,45 @@ def current_chunk() -> Chunk | None:
     return _CHUNK.get()
 
 
+def _store_wait(state: RetryCallState) -> float:
+    """The wait before retry number ``attempt_number`` of a store call (``STORE_RETRY_DELAYS``).
+
+    Drawn at random between half the listed delay and all of it, so replicas whose statements
+    failed together (a lock timeout behind one stopped replica) do not all come back at once.
+    """
+    # tenacity asks for the wait before it checks the stop: past the last delay, no retry comes.
+    delay = STORE_RETRY_DELAYS[min(state.attempt_number, len(STORE_RETRY_DELAYS)) - 1]
+    return delay * random.uniform(0.5, 1.0)
+
+
+def _log_store_retry(state: RetryCallState) -> None:
+    fn = state.args[0] if state.args else None
+    wait = state.next_action.sleep if state.next_action is not None else 0.0
+    failure = state.outcome.exception() if state.outcome is not None else None
+    log.warning("job store: %s failed (%s); retrying in %.1f s",
+                getattr(fn, "__name__", "a call"), type(failure).__name__, wait)
+
+
 async def store_retry(fn: Callable[..., _T], *args: Any) -> _T:
     """Run a store call in a thread, retrying it when the database fails for a while.
+
+    The one retry policy of the job store's writes, on tenacity as the judge calls' is: a
+    transient failure (``is_transient``: a full disk, a lock or statement timeout, a connection
+    the server or the watchdog cut) is tried again after ``STORE_RETRY_DELAYS``, each attempt
+    on a connection of its own, so a call whose transaction was cut starts afresh.
 
     Raises:
         Exception: the last failure (one of ``STORE_ERRORS``), once the retries are spent.
     """
-    for delay in (*STORE_RETRY_DELAYS, None):
-        try:
-            return await asyncio.to_thread(fn, *args)
-        except TRANSIENT_STORE_ERRORS:
-            if delay is None:
-                raise
-            log.warning("job store: %s failed; retrying in %.1f s", fn.__name__, delay)
-            await asyncio.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        wait=_store_wait,
+        stop=stop_after_attempt(len(STORE_RETRY_DELAYS) + 1),
+        before_sleep=_log_store_retry,
+        reraise=True,
+    )
+    result: _T = await retrying(asyncio.to_thread, fn, *args)
+    return result
 
 
 @dataclass(frozen=True)
@@ -367,9 +396,32 @@ class Worker:
                 del self._tasks[chunk]
                 self._running.pop(chunk, None)
                 self._yielding.discard(chunk)
-            try:
-                # Synchronous on purpose: it must run even while this task is being cancelled.
-                self.store.release(job_id, self.token, chunk.lo)
-            except STORE_ERRORS:
-                log.exception("job %s: could not release its lease", job_id)
+            await self._release(chunk)
             self._wake.set()  # a slot is free: claim the next chunk now, not at the next poll
+
+    async def _release(self, chunk: Chunk) -> None:
+        """Give up the lease of a chunk that ended here, in a thread, even while cancelled.
+
+        Never on the event loop: the release waits on the database (a lock another replica
+        holds, a server that does not answer), and every request of this process would wait
+        with it. Shielded: a second cancellation (a shutdown's) stops the wait, not the release,
+        which its thread completes; a failure is logged (a lease not released lapses, and this
+        process takes it up again: ``stale_own``).
+        """
+        release = asyncio.ensure_future(
+            asyncio.to_thread(self.store.release, chunk.job_id, self.token, chunk.lo)
+        )
+        release.add_done_callback(functools.partial(_released, chunk.job_id))
+        with suppress(Exception):  # logged by ``_released``
+            await asyncio.shield(release)
+
+
+def _released(job_id: str, release: asyncio.Future[None]) -> None:
+    """Log a release that failed (whoever was waiting for it)."""
+    if release.cancelled():
+        return
+    failure = release.exception()
+    if isinstance(failure, STORE_ERRORS):
+        log.error("job %s: could not release its lease: %s", job_id, failure)
+    elif failure is not None:
+        log.error("job %s: could not release its lease", job_id, exc_info=failure)
