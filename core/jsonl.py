@@ -11,11 +11,12 @@ MCQ item, a rated answer) themselves.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from core.errors import InputError
 
@@ -67,15 +68,16 @@ def parse_line(raw: str | bytes) -> Any:
 
 
 def read_jsonl(
-    source: str | Path | bytes, *, objects: bool = True, field: str = "input"
+    source: str | Path | bytes | IO[bytes], *, objects: bool = True, field: str = "input"
 ) -> Iterator[tuple[int, Any] | BadLine]:
     """Stream a JSONL file or upload: ``(line, value)`` per usable line, ``BadLine`` per bad one.
 
-    Blank lines are skipped. A file is read lazily, one line at a time, so a large input is never
-    held whole.
+    Blank lines are skipped. The input is read lazily, one line at a time, so a large input is
+    never held whole (nor split into a list of its lines).
 
     Args:
-        source: A path to read, or the bytes of an upload.
+        source: A path to read, the bytes of an upload, or a binary file open for reading
+            (read from where it stands; the caller closes it).
         objects: Require each line to be a JSON object (every input bonusjudge reads is one
             object a line); a list or a number is then a bad line.
         field: The input's name in the error raised when the file cannot be opened.
@@ -84,7 +86,11 @@ def read_jsonl(
         InputError: (``field``) the file cannot be opened; bad lines never raise.
     """
     if isinstance(source, bytes):
-        yield from _read_lines(source.split(b"\n"), objects)
+        # A view of the bytes, not a copy: iterating it splits on b"\n" as a file does.
+        yield from _read_lines(io.BytesIO(source), objects)
+        return
+    if not isinstance(source, str | Path):
+        yield from _read_lines(source, objects)
         return
     try:
         handle = open(source, "rb")  # noqa: SIM115 - closed by the with below

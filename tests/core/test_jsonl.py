@@ -12,12 +12,14 @@ from core.jsonl import BadLine, read_jsonl
 
 
 def _read(data: bytes, tmp_path: Path, **kwargs: object) -> list[object]:
-    """Read the same bytes as an upload and as a file; both must agree."""
+    """Read the same bytes as an upload, a file and an open file (a spooled upload); all agree."""
     path = tmp_path / "in.jsonl"
     path.write_bytes(data)
     from_bytes = list(read_jsonl(data, **kwargs))  # type: ignore[arg-type]
     from_file = list(read_jsonl(path, **kwargs))  # type: ignore[arg-type]
-    assert from_bytes == from_file
+    with path.open("rb") as handle:
+        from_handle = list(read_jsonl(handle, **kwargs))  # type: ignore[arg-type]
+    assert from_bytes == from_file == from_handle
     return from_bytes
 
 
