@@ -38,7 +38,7 @@ from api.errors import Conflict
 from api.jobs.claims import Chunk, Claims, chunk_bounds
 from api.jobs.database import STORE_ERRORS, Database, open_database
 from api.jobs.files import StoredFiles
-from api.jobs.items import ItemRows, JobItem
+from api.jobs.items import EncodedItems, ItemRows, JobItem
 from api.jobs.migrate import upgrade
 from api.jobs.policy import Quota, RetryPolicy, Usage
 from api.jobs.schema import (
@@ -153,7 +153,7 @@ class JobStore:
         *,
         job_id: str,
         owner: str,
-        items: Sequence[JobItem],
+        items: Sequence[JobItem] | EncodedItems,
         overrides: JudgeOverrides | None,
         config: JudgeConfig | None,
         lease_owner: str | None,
@@ -170,7 +170,8 @@ class JobStore:
         Args:
             job_id: The new job's id.
             owner: The API-key digest that owns it.
-            items: Its items (none for a ``calibrate`` job).
+            items: Its items (none for a ``calibrate`` job), or the rows of an upload encoded
+                as it was read (``api.jobs.staging``), inserted batch by batch.
             overrides: The judge selection of a grading job (stored to rebuild its config).
             config: The judge configuration; gives ``model`` and ``config_hash`` unless those are
                 given.
@@ -187,7 +188,8 @@ class JobStore:
         Raises:
             QuotaExceeded: the job would take the owner over a limit of ``quota``.
         """
-        valid = sum(1 for item in items if item.request is not None)
+        encoded = items if isinstance(items, EncodedItems) else ItemRows.encode(job_id, items)
+        valid = encoded.valid
         if total is not None:
             valid = total
         shown_model = model if model is not None else (config.model if config else "")
@@ -196,7 +198,10 @@ class JobStore:
         )
         status: JobState = "queued" if valid else "done"
         holder = lease_owner if valid else None
-        encoded = ItemRows.encode(job_id, items)
+        # Chunks up to the last valid item: the invalid ones after it have nothing to grade.
+        bounds = chunk_bounds(kind, encoded.span, self.chunk_items)
+        # What is written, rows and index entries included, not the compressed values alone.
+        stored = encoded.stored(self.items.costs, len(bounds))
         overrides_json = overrides.model_dump_json(exclude_none=True) if overrides else "{}"
         now = self.db.now()
         with self.db.tx() as conn:
@@ -204,19 +209,19 @@ class JobStore:
                 # One owner's submissions take turns, on every replica: the usage read here
                 # cannot change before this job is stored (SQLite's write lock does the same).
                 self.db.lock(conn, f"quota:{owner}")
-                quota.check(self._usage(conn, owner), valid, encoded.stored)
+                quota.check(self._usage(conn, owner), valid, stored)
             conn.execute(
                 insert(jobs).values(
                     id=job_id, kind=kind, options=json.dumps(dict(options or {})), owner=owner,
-                    status=status, total=valid, invalid=len(items) - valid,
+                    status=status, total=valid, invalid=encoded.submitted - valid,
                     next_seq=encoded.finished, overrides=overrides_json, model=shown_model,
-                    config_hash=shown_hash, created_at=now, updated_at=now, bytes=encoded.stored,
+                    config_hash=shown_hash, created_at=now, updated_at=now, bytes=stored,
                     request_dict=encoded.request_dict,
                 )
             )
             ItemRows.insert(conn, encoded)
             self.claims.insert_chunks(
-                conn, job_id, chunk_bounds(kind, len(items), self.chunk_items),
+                conn, job_id, bounds,
                 lease_owner=holder, lease_seconds=lease_seconds, done=not valid,
             )
 
