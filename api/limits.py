@@ -2,16 +2,18 @@
 
 A job's size is checked against the key's quotas when it is stored (``api.jobs.policy``); a
 synchronous request is held in memory and in the grader's queue while its caller waits, so it is
-limited while it is in flight instead:
+limited while it is in flight instead; so is a job's upload while it is read and stored (issue
+41.3: eight 16 MB uploads at once took a service to 1.39 GB):
 
 * items: the items a key has in flight or waiting on ``/v1/grade`` and ``/v1/grade/batch``
   (``max_sync_items_per_key``); beyond it 429. The fair limiter (``judge.fairness``) decides whose
   item runs next; this decides how long one key's line may grow.
-* bytes: the request bodies of the synchronous routes in flight, per key
+* bytes: the request bodies of the synchronous routes and the job uploads in flight, per key
   (``max_sync_bytes_per_key``, 429) and in all (``max_sync_bytes``, 503). A parsed body costs
   about twice its size in memory (12 batches of 18.9 MB took the service from 125 to 607 MB),
   so it is refused before it is read: from ``Content-Length``, or, for a chunked body, as it
-  streams in.
+  streams in. An upload is kept on disk and read a batch at a time (``api.jobs.staging``), yet
+  its disk, its threads and the store's write lock are shared, so it counts the same.
 
 Both answer with ``Retry-After`` and the error shape, naming the limit and its setting.
 """
@@ -35,7 +37,14 @@ from api.errors import (
 )
 from judge.config import Settings
 
-__all__ = ["SYNC_BODY_PATHS", "SYNC_RETRY_AFTER", "Allowance", "SyncBodyLimit"]
+__all__ = [
+    "HELD_BODY_PATHS",
+    "SYNC_BODY_PATHS",
+    "SYNC_RETRY_AFTER",
+    "UPLOAD_PATHS",
+    "Allowance",
+    "SyncBodyLimit",
+]
 
 SYNC_RETRY_AFTER = 2
 """Seconds a caller over a synchronous-work limit is told to wait: about one judge round trip
@@ -44,8 +53,17 @@ frees a batch's worth of slots."""
 SYNC_BODY_PATHS = frozenset(
     {"/v1/grade", "/v1/grade/batch", "/v1/bonus-points", "/v1/metrics", "/v1/mcq"}
 )
-"""The routes that work on their body while the caller waits (job uploads are stored instead,
-and limited by the quotas)."""
+"""The routes that work on their body while the caller waits."""
+
+UPLOAD_PATHS = frozenset({"/v1/jobs", "/v1/mcq/jobs"})
+"""The job submissions: their body is read, validated and stored while the caller waits (and
+the job is held to the quotas once stored)."""
+
+HELD_BODY_PATHS = SYNC_BODY_PATHS | UPLOAD_PATHS
+"""The routes whose bodies are held in flight (``SyncBodyLimit``)."""
+
+_SYNC_ADVICE = "retry when its earlier requests are answered, or submit a job (POST /v1/jobs)"
+_UPLOAD_ADVICE = "retry when its earlier requests are answered"
 
 UNAUTHENTICATED = "(unauthenticated)"
 """The one key every request without a valid API key is counted under (it gets a 401 later)."""
@@ -92,8 +110,10 @@ class Allowance:
         """Units ``key`` holds now, or all keys together when ``key`` is None."""
         return self._all if key is None else self._held.get(key, 0)
 
-    def take(self, key: str, amount: int) -> None:
+    def take(self, key: str, amount: int, *, advice: str = _SYNC_ADVICE) -> None:
         """Hold ``amount`` more units for ``key``, or refuse without holding any.
+
+        ``advice`` ends the 429's message: what the caller can do.
 
         Raises:
             QuotaExceeded: (429) the key would hold more than ``per_key``.
@@ -104,8 +124,7 @@ class Allowance:
             raise QuotaExceeded(
                 f"too much synchronous work in flight: at most {self.per_key} {self.unit} per "
                 f"API key (setting {self.key_setting}, BONUSJUDGE_{self.key_setting.upper()}); "
-                f"this key has {held} in flight and the request adds {amount}; retry when its "
-                "earlier requests are answered, or submit a job (POST /v1/jobs)",
+                f"this key has {held} in flight and the request adds {amount}; {advice}",
                 retry_after=self.retry_after,
             )
         if self.total is not None and self._all + amount > self.total:
@@ -138,11 +157,11 @@ class Allowance:
 
 
 class SyncBodyLimit:
-    """Holds the bodies of synchronous requests against :meth:`Allowance.body_bytes`.
+    """Holds the bodies of synchronous requests and job uploads against the byte allowance.
 
     The caller is the key the request presents (as ``api.auth.authenticate`` reads it; without a
     valid one, all such requests share one key). A body is held from the start of the request to
-    the end of its answer, since the parsed request lives that long.
+    the end of its answer, since the parsed request (an upload's files) lives that long.
 
     Args:
         app: The wrapped app.
@@ -156,7 +175,7 @@ class SyncBodyLimit:
         app: ASGIApp,
         settings: Settings,
         allowance: Allowance,
-        paths: frozenset[str] = SYNC_BODY_PATHS,
+        paths: frozenset[str] = HELD_BODY_PATHS,
     ) -> None:
         self.app = app
         self.settings = settings
@@ -165,20 +184,19 @@ class SyncBodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection."""
-        if (
-            scope["type"] != "http" or scope["method"] != "POST"
-            or _route_path(scope) not in self.paths
-        ):
+        path = _route_path(scope)
+        if scope["type"] != "http" or scope["method"] != "POST" or path not in self.paths:
             await self.app(scope, receive, send)
             return
         key = self._caller(scope)
+        advice = _UPLOAD_ADVICE if path in UPLOAD_PATHS else _SYNC_ADVICE
         declared = content_length(scope)
         held = 0
         try:
             if declared is not None:
                 # Before a byte of the body is read: a refused body never costs memory.
                 try:
-                    self.allowance.take(key, declared)
+                    self.allowance.take(key, declared, advice=advice)
                 except (QuotaExceeded, Unavailable) as exc:
                     await judge_error_response(exc)(scope, receive, send)
                     return
@@ -192,7 +210,7 @@ class SyncBodyLimit:
                 size = len(message.get("body", b"")) if message["type"] == "http.request" else 0
                 if size:
                     try:
-                        self.allowance.take(key, size)
+                        self.allowance.take(key, size, advice=advice)
                     except (QuotaExceeded, Unavailable) as exc:
                         raise RefusedWhileReading(exc) from exc
                     held += size

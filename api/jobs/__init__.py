@@ -19,7 +19,9 @@ The package, by responsibility:
                (its ``WorkerSettings``).
 ``manager``    ``JobManager``: submit, watch, stream, summarise, cancel (what services call).
 ``grading``    the runner of grading jobs.
-``uploads``    reading a submission (JSON, JSONL, multipart) and validating grading items.
+``uploads``    reading a submission (JSON, JSONL, multipart) and validating grading items;
+               over ``spool`` (the upload on disk, read one item at a time) and ``staging``
+               (items validated and encoded in batches, off the event loop).
 ``status``     a job's public status and a grading job's aggregates.
 """
 
@@ -30,21 +32,24 @@ from api.jobs.items import JobItem
 from api.jobs.manager import JobManager, JobRunner
 from api.jobs.policy import FINAL_REASONS, Quota, RetryPolicy, Usage, check_request
 from api.jobs.schema import GRADE, SCHEMA_REVISION, JobRow
+from api.jobs.spool import RawItem
+from api.jobs.staging import ItemLimit, StagedItems, in_upload_thread, stage_items
 from api.jobs.status import grading_summary, job_status
 from api.jobs.store import JOBS_DB, JobStore, open_store
 from api.jobs.uploads import (
     JSONL_MEDIA_TYPE,
     JSONL_TYPES,
+    GradeItems,
     JobUpload,
-    RawItem,
     Upload,
     UploadDoc,
     build_items,
+    grade_limit,
     jsonl_items,
     jsonl_schema,
     media_type,
-    read_job_upload,
-    read_upload,
+    receive_job_upload,
+    receive_upload,
     with_line,
 )
 from api.jobs.worker import Worker, WorkerSettings, current_chunk
@@ -58,6 +63,8 @@ __all__ = [
     "SCHEMA_REVISION",
     "STORE_ERRORS",
     "Chunk",
+    "GradeItems",
+    "ItemLimit",
     "JobItem",
     "JobManager",
     "JobRow",
@@ -67,6 +74,7 @@ __all__ = [
     "Quota",
     "RawItem",
     "RetryPolicy",
+    "StagedItems",
     "Upload",
     "UploadDoc",
     "Usage",
@@ -75,15 +83,18 @@ __all__ = [
     "build_items",
     "check_request",
     "current_chunk",
+    "grade_limit",
     "grading_summary",
+    "in_upload_thread",
     "job_status",
     "jsonl_items",
     "jsonl_schema",
     "media_type",
     "open_store",
     "pack",
-    "read_job_upload",
-    "read_upload",
+    "receive_job_upload",
+    "receive_upload",
+    "stage_items",
     "unpack",
     "with_line",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 
 from api.errors import NotFound
 from api.jobs.budgets import KeyBudgets
-from api.jobs.items import JobItem
+from api.jobs.items import EncodedItems, JobItem
 from api.jobs.policy import Quota, RetryPolicy
 from api.jobs.schema import GRADE, JobRow
 from api.jobs.status import grading_summary, job_status
@@ -137,7 +137,7 @@ class JobManager:
         self,
         *,
         owner: str,
-        items: Sequence[JobItem],
+        items: Sequence[JobItem] | EncodedItems,
         overrides: JudgeOverrides | None,
         config: JudgeConfig | None,
         kind: str = GRADE,

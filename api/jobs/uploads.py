@@ -3,15 +3,23 @@
 Every job kind with items (grading, multiple choice) reads its uploads here, so they accept the
 same formats and report bad lines alike: a JSONL line that cannot be read (invalid UTF-8, not
 JSON, nested too deeply) is kept as that line's error, by number, and the rest go on. The
-grading kind's items are validated here too (``build_items``); other kinds validate theirs in
+grading kind's items are validated here too (``GradeItems``); other kinds validate theirs in
 their service.
+
+A submission is never held whole in memory nor parsed on the event loop: its body goes to a
+temporary file as it arrives (``api.jobs.spool``), a JSON body is split into its items and its
+other members in an upload thread (``api.jobs.staging.in_upload_thread``), and the items are read
+from the file one at a time when the job is staged. ``receive_upload`` is an async context
+manager: the files are deleted when its block ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import io
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import IO, Any, Generic, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -20,10 +28,11 @@ from starlette.datastructures import FormData
 from api.errors import UnsupportedMediaType
 from api.jobs.items import JobItem
 from api.jobs.policy import check_request
+from api.jobs.spool import RawItem, SpooledLines, split_json_body, spooled
+from api.jobs.staging import ItemLimit, in_upload_thread
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.schemas import ItemError, JobBody
 from core.errors import InputError, first_error
-from core.jsonl import BadLine, read_jsonl
 from judge.config import JudgeOverrides, Settings
 from judge.io import chartom_to_request
 
@@ -37,32 +46,32 @@ JSONL_TYPES = frozenset(
 )
 """Content types read as one JSON item per line."""
 
-RawItem = tuple[int | None, Any, str | None]
-"""One submitted item before validation: ``(line or None, parsed JSON or None, error or None)``."""
-
-
-class _ItemsBody(Protocol):
-    @property
-    def items(self) -> Sequence[Any]: ...
-
-
 BodyT = TypeVar("BodyT", bound=BaseModel)
 """The JSON body model of a job kind (it carries the items in ``items``)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Upload(Generic[BodyT]):
     """A submission as read from the request, before its items are validated.
 
     Attributes:
-        raw: Every non-blank item (``RawItem``), in order.
-        body: The parsed JSON body (for a JSON submission), else None.
+        raw: Every non-blank item (``RawItem``), in order: read from the upload's file each
+            time it is iterated (``SpooledLines``), or a list.
+        body: The JSON body's members other than its items, validated by its model (whose
+            ``items`` is then empty), for a JSON submission; else None.
         form: The multipart form (for a multipart upload), else None.
     """
 
-    raw: list[RawItem]
+    raw: Iterable[RawItem]
     body: BodyT | None
     form: FormData | None
+
+    async def aclose(self) -> None:
+        """Delete the upload's files."""
+        if isinstance(self.raw, SpooledLines):
+            self.raw.close()
+        if self.form is not None:
+            await self.form.close()
 
 
 @dataclass(frozen=True)
@@ -70,12 +79,13 @@ class JobUpload:
     """A grading-job submission as read from the request body, before the judge is resolved.
 
     Attributes:
-        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per non-blank item.
+        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per non-blank item
+            (``Upload.raw``).
         judge: Judge selection carried in the body (JSON ``judge`` or multipart ``judge`` field).
         max_cost: The JSON body's ``max_cost`` (the job's own cost cap, USD), if any.
     """
 
-    raw: list[RawItem]
+    raw: Iterable[RawItem]
     judge: JudgeOverrides | None
     max_cost: float | None = None
 
@@ -87,42 +97,89 @@ def media_type(request: Request) -> str:
 
 def jsonl_items(data: bytes) -> list[RawItem]:
     """The lines of a JSONL upload as raw items; a line that cannot be read keeps its error."""
-    # objects=False: whether an item must be an object is each kind's rule (and message).
-    return [
-        (entry.line, None, str(entry)) if isinstance(entry, BadLine) else (entry[0], entry[1], None)
-        for entry in read_jsonl(data, objects=False)
-    ]
+    return list(SpooledLines(io.BytesIO(data), numbered=True))
 
 
-async def read_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT]:
-    """Read a submission: a JSON ``body_model`` with ``items``, a JSONL body, or a ``file``.
+async def _spool(request: Request) -> IO[bytes]:
+    """The request's body in a temporary file, written as it arrives (rewound)."""
+    file = spooled()
+    try:
+        async for chunk in request.stream():
+            file.write(chunk)  # a page-cache write of one chunk: no longer than reading it
+    except BaseException:
+        file.close()
+        raise
+    file.seek(0)
+    return file
+
+
+def _read_json(body: IO[bytes], lines: IO[bytes], body_model: type[BodyT]) -> BodyT:
+    """Split a JSON submission's items to ``lines``; its other members, validated.
+
+    Blocking (an upload thread): the items are parsed one by one, and the members validated
+    with a stand-in for the items (read later, one at a time), so a bad member, and an empty or
+    missing ``items``, is answered as before.
+    """
+    members, count = split_json_body(body, lines)
+    probe = members if count is None else {**members, "items": [None] * min(count, 1)}
+    try:
+        model = body_model.model_validate(probe)
+    except ValidationError as exc:
+        field_name, message = first_error(exc)
+        raise InputError(message, field=field_name) from None
+    return model.model_copy(update={"items": []})
+
+
+async def _json_upload(request: Request, body_model: type[BodyT]) -> Upload[BodyT]:
+    """A JSON submission: its items split to a file of lines, its other members validated."""
+    body = await _spool(request)
+    lines = spooled()
+    try:
+        model = await in_upload_thread(_read_json, body, lines, body_model)
+    except BaseException:
+        lines.close()
+        raise
+    finally:
+        body.close()
+    return Upload(SpooledLines(lines, numbered=False), model, None)
+
+
+@asynccontextmanager
+async def receive_upload(request: Request, body_model: type[BodyT]) -> AsyncIterator[Upload[BodyT]]:
+    """Receive a submission: a JSON ``body_model`` with ``items``, a JSONL body, or a ``file``.
+
+    The body is kept in a temporary file, deleted when the block ends; its items are read from
+    it one at a time (``Upload.raw``).
 
     Raises:
         InputError: unreadable or invalid JSON body, a missing ``file`` (field named).
         UnsupportedMediaType: another content type.
     """
     media = media_type(request)
+    upload: Upload[BodyT]
     if media == "application/json" or media.endswith("+json"):
-        try:
-            body = body_model.model_validate_json(await request.body())
-        except ValidationError as exc:
-            field, message = first_error(exc)
-            raise InputError(message, field=field) from None
-        # Every kind's body model carries its items in ``items``.
-        return Upload([(None, item, None) for item in cast("_ItemsBody", body).items], body, None)
-    if media in JSONL_TYPES:
-        return Upload(jsonl_items(await request.body()), None, None)
-    if media == "multipart/form-data":
+        upload = await _json_upload(request, body_model)
+    elif media in JSONL_TYPES:
+        upload = Upload(SpooledLines(await _spool(request), numbered=True), None, None)
+    elif media == "multipart/form-data":
+        # Starlette writes the file to a temporary file of its own (on disk past 1 MB).
         form = await request.form()
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
+        file = form.get("file")
+        if file is None or isinstance(file, str):
+            await form.close()
             raise InputError("file: upload the JSONL file in the form field `file`", field="file")
-        return Upload(jsonl_items(await upload.read()), None, form)
-    raise UnsupportedMediaType(
-        f"content type {media or '(none)'!r} is not accepted: send application/json, "
-        "application/x-ndjson (one item per line) or multipart/form-data with a `file` field",
-        field="content-type",
-    )
+        upload = Upload(SpooledLines(file.file, numbered=True), None, form)
+    else:
+        raise UnsupportedMediaType(
+            f"content type {media or '(none)'!r} is not accepted: send application/json, "
+            "application/x-ndjson (one item per line) or multipart/form-data with a `file` "
+            "field",
+            field="content-type",
+        )
+    try:
+        yield upload
+    finally:
+        await upload.aclose()
 
 
 JSONL_MEDIA_TYPE = "application/x-ndjson"
@@ -158,7 +215,7 @@ def jsonl_schema(lines: dict[str, Any], description: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class UploadDoc:
-    """The OpenAPI description of a route that reads its submission with :func:`read_upload`.
+    """The OpenAPI description of a route that reads its submission with :func:`receive_upload`.
 
     FastAPI cannot see the formats such a route accepts (it reads the raw request), so the route
     passes :attr:`operation` as ``openapi_extra``, and the app adds :meth:`schemas` to the
@@ -239,18 +296,22 @@ def _judge_field(value: Any) -> JudgeOverrides | None:
         raise InputError(f"judge.{message}", field=f"judge.{field}") from None
 
 
-async def read_job_upload(request: Request) -> JobUpload:
-    """Read a grading-job submission: JSON ``{"items", "judge"}``, JSONL, or a multipart ``file``.
+@asynccontextmanager
+async def receive_job_upload(request: Request) -> AsyncIterator[JobUpload]:
+    """Receive a grading-job submission: JSON ``{"items", "judge"}``, JSONL, or a ``file``.
+
+    As ``receive_upload``: the upload's files are deleted when the block ends.
 
     Raises:
         InputError: unreadable JSON, a bad ``judge``, a missing ``file`` (field named).
         UnsupportedMediaType: another content type.
     """
-    upload = await read_upload(request, JobBody)
-    if upload.body is not None:
-        return JobUpload(upload.raw, upload.body.judge, upload.body.max_cost)
-    judge = _judge_field(upload.form.get("judge")) if upload.form is not None else None
-    return JobUpload(upload.raw, judge)
+    async with receive_upload(request, JobBody) as upload:
+        if upload.body is not None:
+            yield JobUpload(upload.raw, upload.body.judge, upload.body.max_cost)
+        else:
+            form = upload.form
+            yield JobUpload(upload.raw, _judge_field(form.get("judge")) if form else None)
 
 
 def storable_id(declared: object) -> str | None:
@@ -265,24 +326,33 @@ def storable_id(declared: object) -> str | None:
     return str(declared).replace("\x00", "\ufffd")
 
 
-def build_items(
-    upload: JobUpload, *, context_window: int | None, settings: Settings
-) -> list[JobItem]:
-    """Validate every item of an upload; bad ones become error entries, the rest requests.
+def grade_limit(settings: Settings) -> ItemLimit:
+    """How many items a grading job may have (``max_job_items``), and the messages beyond."""
+    return ItemLimit(
+        settings.max_job_items, "items: the job has no items",
+        "items: {count} items exceed the limit of {most} per job",
+    )
 
-    Raises:
-        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+
+class GradeItems:
+    """Validates a grading job's items one at a time (an ``api.jobs.staging.ItemCheck``).
+
+    A bad item becomes an error entry (its line, for uploads), the others grading requests; an
+    id already taken by a valid item is refused as a duplicate.
+
+    Args:
+        context_window: The judge's context window (which CharToM context a line grades with).
+        settings: The service's limits on one request.
     """
-    if not upload.raw:
-        raise InputError("items: the job has no items", field="items")
-    if len(upload.raw) > settings.max_job_items:
-        raise InputError(
-            f"items: {len(upload.raw)} items exceed the limit of {settings.max_job_items} per job",
-            field="items",
-        )
-    seen: set[str] = set()
-    out: list[JobItem] = []
-    for index, (line, obj, problem) in enumerate(upload.raw):
+
+    def __init__(self, *, context_window: int | None, settings: Settings) -> None:
+        self.context_window = context_window
+        self.settings = settings
+        self.seen: set[str] = set()
+
+    def __call__(self, index: int, raw: RawItem) -> JobItem:
+        """The ``index``-th item (0-based, in input order) validated."""
+        line, obj, problem = raw
         position = line if line is not None else index + 1
         declared_id = storable_id(obj.get("id") if isinstance(obj, dict) else None)
         error: ItemError | None = None
@@ -292,7 +362,7 @@ def build_items(
         else:
             try:
                 request = check_request(
-                    chartom_to_request(obj, context_window, line=line), settings
+                    chartom_to_request(obj, self.context_window, line=line), self.settings
                 )
             except InputError as exc:
                 error = ItemError(
@@ -301,15 +371,27 @@ def build_items(
                 )
         item_id = (request.id if request is not None else declared_id) or str(position)
         if request is not None:
-            if item_id in seen:
+            if item_id in self.seen:
                 request = None
                 error = ItemError(
                     type="invalid_input", message=with_line(f"id: duplicate id {item_id!r}", line),
                     field="id", line=line,
                 )
-            seen.add(item_id)
-        out.append(JobItem(index, item_id, line, request, error))
-    return out
+            self.seen.add(item_id)
+        return JobItem(index, item_id, line, request, error)
+
+
+def build_items(
+    upload: JobUpload, *, context_window: int | None, settings: Settings
+) -> list[JobItem]:
+    """Validate every item of an upload at once (``GradeItems``), for a caller that needs them all.
+
+    Raises:
+        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+    """
+    check = GradeItems(context_window=context_window, settings=settings)
+    return [check(index, raw)
+            for index, raw in enumerate(grade_limit(settings).counted(upload.raw))]
 
 
 def with_line(message: str, line: int | None) -> str:

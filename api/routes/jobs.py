@@ -9,7 +9,7 @@ from pydantic import ConfigDict, field_validator
 
 from api.deps import JobContextDep, JobsDep, OwnerDep
 from api.errors import ERROR_RESPONSES, error_responses
-from api.jobs import GRADE, UploadDoc, read_job_upload
+from api.jobs import GRADE, UploadDoc, receive_job_upload
 from api.routes.common import add_results_route
 from api.services.jobs import list_grading_jobs, retry_unscored_items, submit_grading_job
 from bonusjudge_client.wire.options import comma_list
@@ -77,17 +77,20 @@ async def submit_job(
 ) -> JobStatus:
     """Submit items as JSON `{"items", "judge", "max_cost"}`, a JSONL body or a multipart `file`.
 
-    Items may be grading requests or CharToM-QA lines. Bad lines are recorded per line (see the
-    `invalid` count and the error entries of the results); the rest are graded in the background,
-    and survive a restart of the service. For JSONL and multipart uploads, the judge is selected
-    with query parameters (or a multipart `judge` field), never both.
+    Items may be grading requests or CharToM-QA lines. Bad lines are recorded per line (the
+    `invalid` count; the first 1,000 are error entries of the results); the rest are graded in
+    the background, and survive a restart of the service. For JSONL and multipart uploads, the
+    judge is selected with query parameters (or a multipart `judge` field), never both.
 
-    A key over its quota (queued or running jobs, unfinished items, stored bytes) is answered
-    429 naming the limit and its current use; a key whose judge calls reached its day's budget
+    The body counts against the bytes in flight of the synchronous routes while it is read and
+    stored: over the key's `max_sync_bytes_per_key` it is answered 429, over the service's
+    `max_sync_bytes` 503, both with `Retry-After`, before it is read. A key over its quota
+    (queued or running jobs, unfinished items, stored bytes) is answered 429 naming the limit
+    and its current use; a key whose judge calls reached its day's budget
     (`max_cost_per_key_usd`), 429 `budget_exhausted` with `Retry-After` (the next UTC midnight).
     """
-    upload = await read_job_upload(request)
-    status = await submit_grading_job(upload, query_judge, context, max_cost)
+    async with receive_job_upload(request) as upload:
+        status = await submit_grading_job(upload, query_judge, context, max_cost)
     response.headers["Location"] = f"/v1/jobs/{status.id}"
     return status
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from api.deps import GraderDep, JobContextDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
 from api.errors import ERROR_RESPONSES, error_responses
-from api.jobs import UploadDoc, read_upload
+from api.jobs import UploadDoc, receive_upload
 from api.routes.common import add_results_route
 from api.services import mcq as service
 from api.services.mcq import MCQ, McqOptions
@@ -95,11 +95,12 @@ async def submit_mcq_job(
 
     For JSONL and multipart uploads, options are query parameters (`aggregate`, `group_by`,
     `llm_extract`, `fuzzy_threshold`). Bad lines are recorded with their line numbers (the
-    `invalid` count, error entries in the results, `bad_lines` in the summary); the rest are
-    scored in the background and survive a restart.
+    `invalid` count; the first 1,000 as error entries in the results and `bad_lines` in the
+    summary); the rest are scored in the background and survive a restart. The body is held
+    to the in-flight byte limits as `POST /v1/jobs`'s is (429 per key, 503 in all).
     """
-    upload = await read_upload(request, McqBody)
-    status = await service.submit_mcq_job(upload, query_options, context)
+    async with receive_upload(request, McqBody) as upload:
+        status = await service.submit_mcq_job(upload, query_options, context)
     response.headers["Location"] = f"/v1/mcq/jobs/{status.id}"
     return status
 

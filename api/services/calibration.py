@@ -528,9 +528,11 @@ def make_runner(settings: Settings) -> JobRunner:
         await asyncio.to_thread(
             manager.store.set_progress, job_id, manager.token, total, min(graded_items, total)
         )
-        if await asyncio.to_thread(manager.store.complete_if_finished, job_id, manager.token):
-            # The report is in the store: the scratch folder has served its purpose.
-            await asyncio.to_thread(shutil.rmtree, folder, True)
+        # The report is in the store: the scratch folder has served its purpose. Removed before
+        # the run is marked done, so a caller who sees "done" never finds it still on disk (a
+        # run this replica loses now is resumed from the judge's cache, scratch or not).
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        await asyncio.to_thread(manager.store.complete_if_finished, job_id, manager.token)
 
     async def _grade(
         manager: JobManager, job_id: str, owner: str, options: dict[str, Any], folder: Path

@@ -8,9 +8,21 @@ Watching, streaming, summarising and cancelling a job are the job manager's own 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 from api.deps import JobContext
-from api.jobs import GRADE, JobManager, JobUpload, Quota, RetryPolicy, build_items, job_status
+from api.jobs import (
+    GRADE,
+    GradeItems,
+    JobManager,
+    JobUpload,
+    Quota,
+    RetryPolicy,
+    grade_limit,
+    in_upload_thread,
+    job_status,
+    stage_items,
+)
 from api.jobs.budgets import JOB_LIMIT
 from api.services.judges import select_judge
 from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus, RetryUnscoredBody
@@ -24,6 +36,10 @@ async def submit_grading_job(
     query_max_cost: float | None = None,
 ) -> JobStatus:
     """Validate an upload's items and store them as a grading job of the caller.
+
+    The items are read, validated and encoded in batches in an upload thread
+    (``api.jobs.staging``), then stored in one transaction: never all in memory, never on the
+    event loop.
 
     Args:
         upload: The submission as read from the request.
@@ -52,12 +68,17 @@ async def submit_grading_job(
     # A cap on a model without a price could not count its spend: refused before storing.
     job_cap = None if max_cost is None else Cap(JOB_LIMIT, max_cost=max_cost)
     await budgets.budget(context.owner, config, job_cap)
-    items = build_items(upload, context_window=config.context_window, settings=settings)
-    return await context.jobs.submit(
-        owner=context.owner, items=items, overrides=overrides, config=config,
-        options={} if max_cost is None else {JOB_LIMIT: max_cost},
-        quota=Quota.from_settings(settings),
-    )
+    job_id = uuid.uuid4().hex
+    check = GradeItems(context_window=config.context_window, settings=settings)
+    staged = await in_upload_thread(stage_items, job_id, upload.raw, check, grade_limit(settings))
+    try:
+        return await context.jobs.submit(
+            owner=context.owner, items=staged.encoded, overrides=overrides, config=config,
+            options={} if max_cost is None else {JOB_LIMIT: max_cost},
+            quota=Quota.from_settings(settings), job_id=job_id,
+        )
+    finally:
+        staged.close()
 
 
 async def retry_unscored_items(

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -29,7 +30,19 @@ from pydantic import ValidationError
 
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
-from api.jobs import JobItem, JobManager, JobRow, JobStore, Quota, RawItem, Upload, with_line
+from api.jobs import (
+    ItemLimit,
+    JobItem,
+    JobManager,
+    JobRow,
+    JobStore,
+    Quota,
+    RawItem,
+    Upload,
+    in_upload_thread,
+    stage_items,
+    with_line,
+)
 from api.jobs.budgets import KeyBudgets
 from api.jobs.uploads import storable_id
 from api.jobs.worker import store_retry
@@ -137,27 +150,26 @@ def check_options(options: McqOptions, grader: Grader) -> tuple[str, str]:
 # -- items ---------------------------------------------------------------------------------------
 
 
-def build_mcq_items(raw: Sequence[RawItem], settings: Settings) -> list[JobItem]:
-    """Validate items one by one: bad ones (and duplicates) become error entries.
+def mcq_limit(settings: Settings) -> ItemLimit:
+    """How many items a multiple-choice call or job may have, and the messages beyond."""
+    return ItemLimit(settings.max_job_items, "items: no items to score",
+                     "items: {count} items exceed the limit of {most}")
 
-    Args:
-        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per item.
-        settings: For ``max_job_items``.
 
-    Raises:
-        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+class McqItems:
+    """Validates multiple-choice items one at a time (an ``api.jobs.staging.ItemCheck``).
+
+    A bad item, or a duplicate of (id, language, permutation run) as the CLI counts them,
+    becomes an error entry; the others are ``McqItem``.
     """
-    if not raw:
-        raise InputError("items: no items to score", field="items")
-    if len(raw) > settings.max_job_items:
-        raise InputError(
-            f"items: {len(raw)} items exceed the limit of {settings.max_job_items}",
-            field="items",
-        )
-    # The CLI's rule: one result per (id, language, permutation run), so both count alike.
-    seen: dict[tuple[str, str, int | None], int] = {}
-    out: list[JobItem] = []
-    for index, (line, obj, problem) in enumerate(raw):
+
+    def __init__(self) -> None:
+        # The CLI's rule: one result per (id, language, permutation run), so both count alike.
+        self.seen: dict[tuple[str, str, int | None], int] = {}
+
+    def __call__(self, index: int, raw: RawItem) -> JobItem:
+        """The ``index``-th item (0-based, in input order) validated."""
+        line, obj, problem = raw
         position = line if line is not None else index + 1
         item_id = (storable_id(obj.get("id") if isinstance(obj, dict) else None) or "").strip()
         error: ItemError | None = None
@@ -181,9 +193,9 @@ def build_mcq_items(raw: Sequence[RawItem], settings: Settings) -> list[JobItem]
         if item is not None:
             run = item.permutation.run if item.permutation is not None else None
             key = (item.id, item.language or "", run)
-            if key in seen:
+            if key in self.seen:
                 message = (
-                    f"id: duplicate of item {seen[key]} (id {item.id!r}, language "
+                    f"id: duplicate of item {self.seen[key]} (id {item.id!r}, language "
                     f"{item.language!r}, permutation run {run})"
                 )
                 error = ItemError(
@@ -191,10 +203,22 @@ def build_mcq_items(raw: Sequence[RawItem], settings: Settings) -> list[JobItem]
                 )
                 item = None
             else:
-                seen[key] = position
-        out.append(JobItem(index, item.id if item else (item_id or str(position)), line, item,
-                           error))
-    return out
+                self.seen[key] = position
+        return JobItem(index, item.id if item else (item_id or str(position)), line, item, error)
+
+
+def build_mcq_items(raw: Iterable[RawItem], settings: Settings) -> list[JobItem]:
+    """Validate items at once (``McqItems``): bad ones (and duplicates) become error entries.
+
+    Args:
+        raw: ``(line or None, parsed JSON or None, JSON error or None)`` per item.
+        settings: For ``max_job_items``.
+
+    Raises:
+        InputError: (field ``items``) no items, or more than ``settings.max_job_items``.
+    """
+    check = McqItems()
+    return [check(index, entry) for index, entry in enumerate(mcq_limit(settings).counted(raw))]
 
 
 def _score_by_rules(items: Sequence[McqItem], fuzzy_threshold: float) -> list[McqResult]:
@@ -308,6 +332,9 @@ async def submit_mcq_job(
 ) -> JobStatus:
     """Store an upload's items as a multiple-choice job of the caller.
 
+    The items are read, validated and encoded in batches in an upload thread, as a grading
+    job's are (``api.jobs.staging``).
+
     Args:
         upload: The submission; a JSON body carries its options.
         query_options: Options from query parameters (JSONL and multipart uploads).
@@ -332,12 +359,18 @@ async def submit_mcq_job(
     if options.llm_extract:  # the rules alone cost nothing: only the judge is held to the budget
         await context.jobs.budgets.check(context.owner)
         await context.jobs.budgets.budget(context.owner, context.grader.config)
-    items = build_mcq_items(upload.raw, context.settings)
-    return await context.jobs.submit(
-        owner=context.owner, items=items, overrides=None, config=None, kind=MCQ,
-        options=options.as_stored(), model=model, config_hash=config_hash,
-        quota=Quota.from_settings(context.settings),
+    job_id = uuid.uuid4().hex
+    staged = await in_upload_thread(
+        stage_items, job_id, upload.raw, McqItems(), mcq_limit(context.settings)
     )
+    try:
+        return await context.jobs.submit(
+            owner=context.owner, items=staged.encoded, overrides=None, config=None, kind=MCQ,
+            options=options.as_stored(), model=model, config_hash=config_hash,
+            quota=Quota.from_settings(context.settings), job_id=job_id,
+        )
+    finally:
+        staged.close()
 
 
 async def mcq_job_summary(jobs: JobManager, job_id: str, owner: str) -> McqSummary:

@@ -493,7 +493,9 @@ class McqSummary(McqMetrics):
         default=None, description="Cross-lingual consistency, when ids repeat across languages."
     )
     bad_lines: list[SkippedLine] = Field(
-        default_factory=list, description="Input lines skipped as invalid, with line numbers."
+        default_factory=list,
+        description="Input lines skipped as invalid, with line numbers (a service job's: the "
+        "first 1,000; its status's `invalid` counts them all).",
     )
 
 

@@ -303,7 +303,11 @@ class JobStatus(WireModel):
     done: int = Field(description="Items graded so far (scored + unscored).")
     scored: int = Field(description="Graded items whose every judge task is scored.")
     unscored: int = Field(description="Graded items with at least one unscored judge task.")
-    invalid: int = Field(description="Input items rejected at submission (see the results).")
+    invalid: int = Field(
+        description="Input items rejected at submission. The results list the first 1,000 of "
+        "them (in input order), each an error entry with its line and a short message; the "
+        "others are counted here only."
+    )
     rate_per_s: float | None = Field(
         default=None, description="Items graded per second in the current run; null if idle."
     )
