@@ -478,6 +478,24 @@ class Settings(BaseSettings):
         description="Length of a job lease: a job whose process stopped renewing it (killed, "
         "lost its host) is taken up by another replica this long after the last renewal.",
     )
+    jobs_lock_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=3600,
+        description="Postgres job store: how long a statement waits for a row lock held by "
+        "another connection (`lock_timeout`) before it fails and is retried, so a replica that "
+        "stopped mid-transaction (a pause, a partition) holds no other replica up for long.",
+    )
+    jobs_statement_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="Postgres job store: how long one statement may run (`statement_timeout`); "
+        "a server that does not answer for this long (and 2 s more) has its connection cut, "
+        "and the request that needed it is answered 503 `store_unavailable`.",
+    )
+    jobs_idle_in_transaction_seconds: float = Field(
+        default=60.0, gt=0, le=86_400,
+        description="Postgres job store: the server ends the session of a replica that sent "
+        "nothing for this long inside a transaction "
+        "(`idle_in_transaction_session_timeout`), releasing its locks.",
+    )
     retention_days: float = Field(
         default=30.0, ge=0,
         description="Days a finished job (its items and results, and a calibration run's "

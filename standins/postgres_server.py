@@ -19,6 +19,7 @@ account, which then owns its data folder. Of bonusjudge it imports only ``standi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -169,6 +170,43 @@ class LocalPostgres:
             )
         finally:
             log.close()  # the child has its own descriptor
+
+    def _processes(self) -> list[int]:
+        """The server's processes: the postmaster, then every process it started (Linux)."""
+        if self.process is None or self.process.poll() is not None:
+            return []
+        postmaster = self.process.pid
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                # "pid (comm) state ppid ...": the command may hold spaces, not a ")".
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # gone meanwhile
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP to the postmaster and every backend): a host paused.
+
+        Connections stay open and nothing answers, new ones included. Each backend leads a
+        process group of its own, so the signal goes to each process; the postmaster first, so
+        that it starts no other meanwhile.
+        """
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGSTOP)
+        for pid in self._processes()[1:]:  # read once the postmaster can fork no more
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server go on (SIGCONT to the same processes)."""
+        for pid in self._processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def log(self) -> str:
         """What the server wrote to its log so far (the last 4000 characters)."""

@@ -37,7 +37,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
-from api.jobs.postgres import lock_key, postgres_engine
+from api.jobs.postgres import UNBOUNDED, RoundTripWatchdog, Timeouts, lock_key, postgres_engine
 from api.jobs.sqlite import BEGIN_OPTION, sqlite_engine
 
 STORE_ERRORS: tuple[type[Exception], ...] = (DBAPIError, PoolTimeout)
@@ -72,11 +72,16 @@ class Database:
         engine: A SQLite (``api.jobs.sqlite.sqlite_engine``) or Postgres
             (``api.jobs.postgres.postgres_engine``) engine.
         path: The SQLite file, or None on Postgres.
+        watchdog: The Postgres engine's round-trip watchdog (stopped on ``close``).
     """
 
-    def __init__(self, engine: Engine, *, path: Path | None = None) -> None:
+    def __init__(
+        self, engine: Engine, *, path: Path | None = None,
+        watchdog: RoundTripWatchdog | None = None,
+    ) -> None:
         self.engine = engine
         self.path = path
+        self.watchdog = watchdog
         self.postgres = engine.dialect.name == "postgresql"
         # SQLite: write transactions begin IMMEDIATE (they take the write lock at once).
         self._writer = engine if self.postgres else engine.execution_options(
@@ -99,6 +104,18 @@ class Database:
         """
         with self._writer.begin() as conn:
             yield conn
+
+    def unbounded(self, conn: Connection) -> None:
+        """Lift the timeouts for the rest of ``conn``'s transaction (a migration, on Postgres).
+
+        A migration may wait for another replica's (the advisory lock) and rewrite big tables:
+        neither the server's timeouts nor the watchdog apply to it.
+        """
+        if self.postgres:
+            conn.execution_options(**{UNBOUNDED: True})
+            for setting in ("lock_timeout", "statement_timeout",
+                            "idle_in_transaction_session_timeout"):
+                conn.exec_driver_sql(f"SET LOCAL {setting} = 0")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -132,12 +149,15 @@ class Database:
     def close(self) -> None:
         """Close every pooled connection (connections checked out close when returned)."""
         self.engine.dispose()
+        if self.watchdog is not None:
+            self.watchdog.close()
 
 
-def open_database(target: str | Path) -> Database:
+def open_database(target: str | Path, timeouts: Timeouts | None = None) -> Database:
     """The database of ``target``: a ``postgresql://`` URL, or the path of a SQLite file.
 
-    Nothing is connected yet (``api.jobs.migrate.upgrade`` connects first).
+    Nothing is connected yet (``api.jobs.migrate.upgrade`` connects first). ``timeouts`` apply
+    to a Postgres database (the defaults when None); a SQLite file has its busy timeout.
 
     Raises:
         ConfigError: (``jobs_url``) an invalid Postgres URL.
@@ -146,7 +166,8 @@ def open_database(target: str | Path) -> Database:
     if isinstance(target, str) and target.split("://", 1)[0].split("+", 1)[0] in (
         "postgres", "postgresql"
     ):
-        return Database(postgres_engine(target))
+        engine, watchdog = postgres_engine(target, timeouts)
+        return Database(engine, watchdog=watchdog)
     path = Path(target)
     return Database(sqlite_engine(path), path=path)
 

@@ -51,6 +51,8 @@ def upgrade(db: Database) -> None:
         if _revision(conn) == SCHEMA_REVISION:
             return
     with db.tx() as conn:
+        # Replicas starting together wait for the first one's migration, however long it takes.
+        db.unbounded(conn)
         db.lock(conn, _LOCK)
         current = _revision(conn)  # again, under the lock: another process may have migrated
         if current == SCHEMA_REVISION:

@@ -41,6 +41,7 @@ from api.jobs.files import StoredFiles
 from api.jobs.items import EncodedItems, ItemRows, JobItem
 from api.jobs.migrate import upgrade
 from api.jobs.policy import Quota, RetryPolicy, Usage
+from api.jobs.postgres import Timeouts
 from api.jobs.schema import (
     ACTIVE,
     CHUNK_ITEMS,
@@ -74,10 +75,17 @@ _GET_OWNED = _GET.where(jobs.c.owner == bindparam("owned_by", type_=String))
 def open_store(settings: Settings) -> JobStore:
     """The service's job store: Postgres at ``settings.jobs_url``, else ``<data dir>/jobs.sqlite3``.
 
+    A Postgres store has the settings' ``jobs_*`` timeouts.
+
     Raises:
         ConfigError: the store cannot be opened or migrated (``jobs_url`` or ``data_dir``).
     """
-    return JobStore(settings.jobs_url or settings.resolved_data_dir() / JOBS_DB)
+    timeouts = Timeouts(
+        lock=settings.jobs_lock_timeout_seconds,
+        statement=settings.jobs_statement_timeout_seconds,
+        idle_in_transaction=settings.jobs_idle_in_transaction_seconds,
+    )
+    return JobStore(settings.jobs_url or settings.resolved_data_dir() / JOBS_DB, timeouts=timeouts)
 
 
 def _findable(key: str) -> bool:
@@ -102,19 +110,24 @@ class JobStore:
     Args:
         target: The SQLite file (its folder is created), or a ``postgresql://`` URL.
         chunk_items: Most items in a chunk of a new grading job (the unit a process leases).
+        timeouts: A Postgres store's lock, statement and idle-in-transaction timeouts (the
+            defaults when None).
 
     Raises:
         ConfigError: the database cannot be reached, opened or migrated; ``jobs_url`` (a URL)
             or ``data_dir`` (a file) is named, and no password is shown.
     """
 
-    def __init__(self, target: str | Path, *, chunk_items: int = CHUNK_ITEMS) -> None:
+    def __init__(
+        self, target: str | Path, *, chunk_items: int = CHUNK_ITEMS,
+        timeouts: Timeouts | None = None,
+    ) -> None:
         if chunk_items < 1:
             raise ValueError("chunk_items must be at least 1")
         self.chunk_items = chunk_items
         field = "jobs_url" if isinstance(target, str) and "://" in target else "data_dir"
         try:
-            self.db: Database = open_database(target)
+            self.db: Database = open_database(target, timeouts)
         except RuntimeError as exc:
             raise ConfigError(f"the job store cannot be opened: {exc}", field=field) from exc
         try:

@@ -4,6 +4,9 @@
 URL of a fresh database on the session's PostgreSQL (``postgres_database``, tests/conftest.py).
 A test taking it, ``store_target`` or ``open_store`` runs once per engine; an app built with
 ``make_app(..., jobs_url=jobs_url)`` uses the same store.
+
+``replica`` builds ``bonusjudge serve`` replicas on one job store, as users start them, with a
+short lease (``LEASE_SECONDS``) so that a replica's chunks are taken over soon.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from typing import Any
 import pytest
 
 from api.jobs import JOBS_DB, JobStore
+from standins.processes import ServiceProcess
+
+LEASE_SECONDS = 3
+"""The job lease of the replicas ``replica`` builds (30 s by default)."""
 
 
 # The Postgres case starts the session's PostgreSQL server: the fast loop leaves it out.
@@ -45,3 +52,27 @@ def open_store(store_target: str | Path) -> Iterator[Callable[..., JobStore]]:
     yield open_
     for store in opened:
         store.close()
+
+
+@pytest.fixture
+def replica(tmp_path: Path) -> Callable[..., ServiceProcess]:
+    """Build (not start) a ``bonusjudge serve`` replica: ``replica(name, jobs_url, judge_url)``.
+
+    It grades coverage and defects with the stand-in judge at ``judge_url`` (``--model
+    openai/standin``), keeps its jobs at ``jobs_url`` and its cache in ``tmp_path/name``, and
+    leases chunks for ``LEASE_SECONDS``; ``env`` adds ``BONUSJUDGE_*`` settings.
+    """
+
+    def build(
+        name: str, jobs_url: str, judge_url: str, env: dict[str, str] | None = None
+    ) -> ServiceProcess:
+        folder = tmp_path / name
+        folder.mkdir()
+        return ServiceProcess(
+            ["--jobs-url", jobs_url, "--model", "openai/standin", "--api-base", judge_url,
+             "--metrics", "coverage,defects", "--cache-dir", str(folder / "cache")],
+            folder,
+            env={"BONUSJUDGE_JOB_LEASE_SECONDS": str(LEASE_SECONDS), **(env or {})},
+        )
+
+    return build

@@ -8,7 +8,7 @@ import json
 import signal
 import time
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -19,22 +19,11 @@ from standins.processes import ServiceProcess
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process
 
-LEASE_SECONDS = 3
-
-
-def replica(name: str, jobs_url: str, judge_url: str, workdir: Path) -> ServiceProcess:
-    folder = workdir / name
-    folder.mkdir()
-    return ServiceProcess(
-        ["--jobs-url", jobs_url, "--model", "openai/standin", "--api-base", judge_url,
-         "--metrics", "coverage,defects", "--cache-dir", str(folder / "cache")],
-        folder,
-        env={"BONUSJUDGE_JOB_LEASE_SECONDS": str(LEASE_SECONDS)},
-    )
+LEASE_SECONDS = 3  # conftest.py's: the replicas' job lease
 
 
 def test_a_killed_replica_s_job_is_finished_by_another(
-    tmp_path: Path, postgres_database: str
+    postgres_database: str, replica: Callable[..., ServiceProcess]
 ) -> None:
     n = 24
     items = [
@@ -43,8 +32,8 @@ def test_a_killed_replica_s_job_is_finished_by_another(
         for i in range(n)
     ]
     with OpenAIStandIn(latency=0.3, record_requests=5000) as judge:
-        first = replica("a", postgres_database, judge.base_url, tmp_path).start()
-        second = replica("b", postgres_database, judge.base_url, tmp_path).start()
+        first = replica("a", postgres_database, judge.base_url).start()
+        second = replica("b", postgres_database, judge.base_url).start()
         try:
             with JudgeClient(first.url) as client:
                 job = client.submit_job(items)  # replica a has room: it runs the job
