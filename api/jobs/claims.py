@@ -9,12 +9,16 @@ only its chunks. Every state change of a running job (start, finish, fail) names
 is made only while the token holds a chunk of the job, so a process that lost its leases changes
 nothing; a result is written once per item whoever grades it (``ItemRows.save_results``).
 
-Claiming is one short transaction per chunk. On Postgres the candidate chunk is locked with
-``SELECT ... FOR UPDATE OF chunks SKIP LOCKED``: replicas claiming at the same moment never wait
-on each other and never take the same chunk (a row another claimer holds is skipped, and a row it
-just took is re-checked against the lease condition before it is locked). On SQLite the
-transaction holds the file's write lock. Expiries are compared with the database's "now"
-(``Database.now``).
+Claiming is one statement per chunk. On Postgres the candidate chunk is locked with
+``SELECT ... FOR UPDATE OF chunks SKIP LOCKED`` inside the ``UPDATE`` that takes it: replicas
+claiming at the same moment never wait on each other and never take the same chunk (a row another
+claimer holds is skipped, and a row it just took is re-checked against the lease condition before
+it is locked). On SQLite the transaction holds the file's write lock. Expiries are compared with
+the database's "now" (``Database.now``).
+
+Every write here that locks a chunk's or a job's row is a statement of its own, committed as it
+ends (``Database.autocommit``): a replica that stops between two round trips (a pause, a
+partition) holds no lock, so the others take its chunks over once their leases lapse.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -131,17 +136,20 @@ class _ClaimStatements(DialectStatements):
             .group_by(held_jobs.c.owner)
             .subquery("held")
         )
-        self.pick = (
-            select(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
+        pick = (
+            select(chunks.c.job_id, chunks.c.lo)
             .select_from(with_jobs.outerjoin(held, held.c.owner == jobs.c.owner))
             .where(claimable)
             .order_by(func.coalesce(held.c.n, 0), jobs.c.created_at, jobs.c.id, chunks.c.lo)
             .limit(1)
             .with_for_update(skip_locked=True, of=chunks)
+            .correlate(None)  # its own ``chunks``, not the UPDATE's
         )
+        # One statement: the chunk is found, locked and taken, and the lock ends with it.
         self.take = (
-            update(chunks).where(chunks.c.job_id == job, chunks.c.lo == at_lo)
+            update(chunks).where(tuple_(chunks.c.job_id, chunks.c.lo).in_(pick))
             .values(lease_owner=holder, lease_expires=expires)
+            .returning(chunks.c.job_id, chunks.c.lo, chunks.c.hi)
         )
         self.held_by_owner = (
             select(jobs.c.owner, func.count().label("n"))
@@ -227,13 +235,25 @@ class _ClaimStatements(DialectStatements):
             status="failed", detail=bindparam("why", type_=String), updated_at=db.now()
         )
         self.clear = update(chunks).where(chunks.c.job_id == job).values(**released)
-        self.lock_status = select(jobs.c.status).where(jobs.c.id == job).with_for_update()
         mine = (chunks.c.job_id == job, chunks.c.lease_owner == holder)
         self.release_all = update(chunks).where(*mine).values(**released)
         self.release_one = update(chunks).where(*mine, chunks.c.lo == at_lo).values(**released)
-        self.live_other = select(chunks.c.lo).where(chunks.c.job_id == job, live()).limit(1)
+        # The job's chunks, locked and read as they are now (``FOR UPDATE`` waits for a claim
+        # under way and returns the row it wrote; a claim after it skips them): a job nobody
+        # holds a live lease on goes back to queued, and never while a replica has just taken
+        # one of its chunks. One statement, so the locks end with it.
+        leases = (
+            select(chunks.c.lease_owner, chunks.c.lease_expires)
+            .where(chunks.c.job_id == job)
+            .with_for_update()
+            .cte("leases")
+            .prefix_with("MATERIALIZED", dialect="postgresql")
+        )
+        held_now = select(leases.c.lease_owner).where(
+            leases.c.lease_owner.is_not(None), leases.c.lease_expires >= db.now()
+        ).exists()
         self.requeue = (
-            update(jobs).where(jobs.c.id == job, jobs.c.status == "running")
+            update(jobs).where(jobs.c.id == job, jobs.c.status == "running", ~held_now)
             .values(status="queued")
         )
 
@@ -277,12 +297,10 @@ class Claims:
             if conn.execute(sql.probe, wanted).first() is None:
                 return claimed
         for _ in range(limit):
-            with self.db.tx() as conn:
-                row = conn.execute(sql.pick, wanted).first()
-                if row is None:
-                    break
-                conn.execute(sql.take, {"job": row.job_id, "at_lo": row.lo, "holder": token,
-                                        "lease_seconds": lease_seconds})
+            with self.db.autocommit() as conn:
+                row = conn.execute(sql.take, {**wanted, "lease_seconds": lease_seconds}).first()
+            if row is None:
+                break
             claimed.append(Chunk(str(row.job_id), int(row.lo), int(row.hi)))
         return claimed
 
@@ -399,7 +417,7 @@ class Claims:
         (cancelled, failed, done): the holder stops.
         """
         sql = self._sql
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             if lo is None:
                 result = conn.execute(sql.renew_all, {
                     "job": job_id, "holder": token, "lease_seconds": lease_seconds})
@@ -415,7 +433,7 @@ class Claims:
         The run's start (time and items done then) is kept while the job stays running, however
         many replicas join it, so its rate and ETA count every replica's results.
         """
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             result = conn.execute(self._sql.start_run, {"job": job_id, "holder": token})
         return result.rowcount == 1
 
@@ -424,7 +442,7 @@ class Claims:
 
         ``done`` units are finished, ``scored`` of them scored. False when the lease is lost.
         """
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             result = conn.execute(self._sql.set_progress, {
                 "job": job_id, "holder": token, "set_done": done, "set_scored": scored,
                 "set_unscored": max(done - scored, 0)})
@@ -435,22 +453,30 @@ class Claims:
 
         False when items of the chunk are still to grade, or the lease is not ``token``'s.
         """
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             result = conn.execute(self._sql.finish_chunk,
                                   {"job": job_id, "at_lo": lo, "holder": token})
         return result.rowcount == 1
 
     def complete_if_finished(self, job_id: str, token: str) -> bool:
-        """Mark a running job done when every valid item has a result (any holder may)."""
-        with self.db.tx() as conn:
+        """Mark a running job done when every valid item has a result (any holder may).
+
+        Then its chunks are marked done, in a statement of its own on Postgres: a process that
+        stops in between leaves chunks of a finished job open, which nothing claims or renews.
+        """
+        with self.db.autocommit() as conn:
             result = conn.execute(self._sql.complete, {"job": job_id, "holder": token})
             if result.rowcount == 1:
                 conn.execute(self._sql.all_done, {"job": job_id})
         return result.rowcount == 1
 
     def fail(self, job_id: str, token: str, detail: str) -> None:
-        """Mark a job this process runs (a chunk of) as failed: every replica stops it."""
-        with self.db.tx() as conn:
+        """Mark a job this process runs (a chunk of) as failed: every replica stops it.
+
+        Its leases are dropped after (another statement on Postgres: a lease left on a failed
+        job renews nothing, so its holders stop all the same).
+        """
+        with self.db.autocommit() as conn:
             # Postgres text cannot hold NUL; a message quoting one keeps the rest.
             result = conn.execute(self._sql.fail, {
                 "job": job_id, "holder": token, "why": detail.replace("\x00", "\\x00")})
@@ -460,19 +486,15 @@ class Claims:
     def release(self, job_id: str, token: str, lo: int | None = None) -> None:
         """Give up ``token``'s lease on a chunk (``lo``), or on all its chunks of the job.
 
-        A job nobody else holds a live lease on goes back to ``queued`` for the next process.
+        A running job nobody else holds a live lease on goes back to ``queued`` for the next
+        process, and never while another holder has just taken one of its chunks (``requeue``
+        reads the chunks locked).
         """
         sql = self._sql
         job = {"job": job_id}
-        with self.db.tx() as conn:
-            # The job's row, locked: a release and another holder's start take turns, so the
-            # job is never left queued while a replica runs it.
-            status = conn.execute(sql.lock_status, job).scalar()
+        with self.db.autocommit() as conn:
             if lo is None:
                 conn.execute(sql.release_all, {**job, "holder": token})
             else:
                 conn.execute(sql.release_one, {**job, "holder": token, "at_lo": lo})
-            if status != "running":
-                return
-            if conn.execute(sql.live_other, job).first() is None:
-                conn.execute(sql.requeue, job)
+            conn.execute(sql.requeue, job)

@@ -11,6 +11,14 @@ still agree on when a lease lapsed: a replica running fast would otherwise take 
 and one running slow would leave dead ones waiting. Creation and update times use the same
 clock, so "oldest first" is one order across replicas. A SQLite file is shared by processes of
 one machine only, which share its clock: there, "now" is this process's ``time.time()``.
+
+**No lock outlives a statement on Postgres.** A replica may stop between two round trips (a GC
+or VM pause, a partition): a transaction it left open keeps its row locks, and every replica
+needing those rows waits. So the writes that lock rows other replicas need (a job's row, its
+chunks) are each one statement in ``autocommit``: the server commits it as it ends, whatever
+the client does next. Multi-statement transactions (``tx``) lock only rows nobody else waits
+for, and the server's ``idle_in_transaction_session_timeout`` (``api.jobs.postgres.Timeouts``)
+ends any that a client abandons.
 """
 
 from __future__ import annotations
@@ -87,6 +95,9 @@ class Database:
         self._writer = engine if self.postgres else engine.execution_options(
             **{BEGIN_OPTION: True}
         )
+        # Postgres: each statement its own transaction, committed by the server as it ends.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT") if (
+            self.postgres) else self._writer
 
     def describe(self) -> str:
         """The database for a log line or an error message (a URL without its password)."""
@@ -103,6 +114,19 @@ class Database:
         locked where a statement says so (``FOR UPDATE``, ``lock``).
         """
         with self._writer.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection whose every statement is a transaction of its own, on Postgres.
+
+        For the writes that lock rows other replicas need: each statement commits as it ends,
+        on the server, so no lock outlives it, even if this process stops right after sending
+        it. Code in the block must be correct whether its statements commit one by one
+        (Postgres) or together: on SQLite the block is one write transaction (the file's write
+        lock serializes writers anyway).
+        """
+        with self._autocommit.begin() as conn:
             yield conn
 
     def unbounded(self, conn: Connection) -> None:

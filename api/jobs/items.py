@@ -4,9 +4,15 @@ A result is a row of ``results`` keyed by its item, ``(job_id, idx)``: it is ins
 ``ON CONFLICT DO NOTHING``, so an item's result is written exactly once whatever writers race
 (two replicas finishing the same item after a lease takeover): the primary key refuses the
 second, which is then not counted. Results are numbered in finishing order (``seq``, unique per
-job), and the job's counts (``done``, ``scored``, ``unscored``) change in the same transaction as
-the rows they count, with the job's row locked (``FOR UPDATE`` on Postgres; the write lock on
-SQLite), so counts and rows agree under concurrent writers.
+job, from the job's ``next_seq``), and the job's counts (``done``, ``scored``, ``unscored``)
+change in the same transaction as the rows they count, with the job's row locked, so counts and
+rows agree under concurrent writers, and a result is numbered after every result committed
+before it (a reader paging by ``seq`` never sees one appear behind it). On Postgres that
+transaction is one statement (``_SAVE_POSTGRES``), committed as it ends: the job's row is locked
+for as long as the server takes to insert the rows, never while a client thinks or stops (a
+replica paused mid-save holds no other replica's results up). On SQLite the file's write lock
+serializes writers. A number a lost race took (two writers of one item: the second inserts
+nothing) is skipped, so the results stream counts its offset in lines, not numbers.
 
 An item with a stored result is never graded again, so a restarted service resumes exactly where
 the last one stopped. Requests, results and errors are stored compressed with the job's
@@ -31,6 +37,7 @@ from sqlalchemy import (
     bindparam,
     insert,
     select,
+    text,
     update,
 )
 
@@ -231,6 +238,49 @@ _PENDING_BEFORE = _pending(before=True)
 _DICTS = select(jobs.c.request_dict, jobs.c.result_dict).where(
     jobs.c.id == bindparam("job", type_=String)
 )
+_RESULT_DICT = select(jobs.c.result_dict).where(jobs.c.id == bindparam("job", type_=String))
+
+_SAVE_POSTGRES = text("""
+WITH job AS (
+    SELECT next_seq FROM jobs WHERE id = :job FOR UPDATE
+), incoming AS (
+    SELECT * FROM unnest(
+        CAST(:idx AS integer[]), CAST(:status AS text[]), CAST(:result AS bytea[]),
+        CAST(:size AS bigint[]), CAST(:scored AS boolean[])
+    ) WITH ORDINALITY AS given(idx, status, result, size, scored, ord)
+), fresh AS (
+    SELECT incoming.*, row_number() OVER (ORDER BY incoming.ord) AS n
+    FROM incoming
+    JOIN items ON items.job_id = :job AND items.idx = incoming.idx
+        AND items.request IS NOT NULL
+    WHERE NOT EXISTS (
+        SELECT 1 FROM results WHERE results.job_id = :job AND results.idx = incoming.idx
+    )
+), inserted AS (
+    INSERT INTO results (job_id, idx, seq, status, result, size)
+    SELECT :job, fresh.idx, job.next_seq + fresh.n, fresh.status, fresh.result, fresh.size
+    FROM fresh CROSS JOIN job
+    ON CONFLICT (job_id, idx) DO NOTHING
+    RETURNING idx, seq, size
+), added AS (
+    SELECT count(*) AS n, count(*) FILTER (WHERE incoming.scored) AS scored,
+        coalesce(sum(inserted.size), 0) AS bytes, max(inserted.seq) AS last
+    FROM inserted JOIN incoming ON incoming.idx = inserted.idx
+)
+UPDATE jobs SET
+    next_seq = added.last, done = jobs.done + added.n, scored = jobs.scored + added.scored,
+    unscored = jobs.unscored + added.n - added.scored, bytes = jobs.bytes + added.bytes,
+    updated_at = CAST(EXTRACT(epoch FROM statement_timestamp()) AS double precision)
+FROM added
+WHERE jobs.id = :job AND added.n > 0
+RETURNING added.n
+""")
+"""``ItemRows.save_results`` on Postgres, one statement: the job's row is locked first (its
+``next_seq`` as the last writer left it), the valid items of the batch without a result are
+numbered after it in the batch's order and inserted, and the job's counts grow by what was
+inserted. An item another writer stored meanwhile (after this statement's snapshot) is refused
+by the primary key and counted nowhere; only its number is skipped. The lock ends with the
+statement, which the server commits on its own (``Database.autocommit``)."""
 
 
 class _SaveStatements(DialectStatements):
@@ -246,7 +296,8 @@ class _SaveStatements(DialectStatements):
     def __init__(self, db: Database) -> None:
         job = jobs.c.id == bindparam("job_id")
         self.lock_job = select(jobs.c.next_seq, jobs.c.result_dict).where(job).with_for_update()
-        self.set_result_dict = update(jobs).where(job).values(
+        # Only while the job has none: the first writer's result is every writer's dictionary.
+        self.set_result_dict = update(jobs).where(job, jobs.c.result_dict.is_(None)).values(
             result_dict=bindparam("new_dict", type_=jobs.c.result_dict.type),
             bytes=jobs.c.bytes + bindparam("dict_size", type_=BigInteger),
         )
@@ -320,6 +371,8 @@ class ItemRows:
         """
         if not new:
             return 0
+        if self.db.postgres:
+            return self._save_postgres(job_id, new)
         sql = self._save
         saved = scored_count = added = 0
         with self.db.tx() as conn:
@@ -354,6 +407,36 @@ class ItemRows:
                     "add_bytes": added,
                 })
         return saved
+
+    def _save_postgres(self, job_id: str, new: Sequence[tuple[int, str, str, bool]]) -> int:
+        """``save_results`` on Postgres: statements that each commit as they end.
+
+        The job's result dictionary is read (set first, when the job has none: the first
+        writer's result wins, and a writer that lost reads the winner's), the results are
+        compressed with it, and one statement stores and counts them (``_SAVE_POSTGRES``).
+        """
+        with self.db.autocommit() as conn:
+            row = conn.execute(_RESULT_DICT, {"job": job_id}).first()
+            if row is None:
+                return 0
+            result_dict: bytes | None = row.result_dict
+            if result_dict is None:
+                first = new[0][1].encode("utf-8")
+                taken = conn.execute(self._save.set_result_dict, {
+                    "job_id": job_id, "new_dict": first, "dict_size": len(first)})
+                result_dict = first if taken.rowcount == 1 else conn.execute(
+                    _RESULT_DICT, {"job": job_id}).scalar()
+            dicts = {RESULTS: result_dict} if result_dict is not None else {}
+            packed = [pack(payload, dicts, RESULTS) for _, payload, _, _ in new]
+            saved = conn.execute(_SAVE_POSTGRES, {
+                "job": job_id,
+                "idx": [index for index, _, _, _ in new],
+                "status": [status for _, _, status, _ in new],
+                "result": packed,
+                "size": [stored_size(stored) for stored in packed],
+                "scored": [scored for _, _, _, scored in new],
+            }).scalar()
+        return int(saved or 0)
 
     def _dicts(self, conn: Connection, job_id: str) -> dict[int, bytes]:
         """The job's compression dictionaries (what ``unpack`` needs to read its blobs)."""
@@ -411,8 +494,14 @@ class ItemRows:
             dicts = self._dicts(conn, job_id) if rows else {}
         return [(int(r.idx), str(r.item_id), unpack(r.request, dicts)) for r in rows]
 
-    def entries(self, job_id: str, after_seq: int, up_to: int, limit: int) -> list[tuple[int, str]]:
-        """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines."""
+    def entries(
+        self, job_id: str, after_seq: int, up_to: int, limit: int, skip: int = 0
+    ) -> list[tuple[int, str]]:
+        """Finished entries ``after_seq < seq <= up_to`` in finishing order, as NDJSON lines.
+
+        The first ``skip`` of them are left out: a stream resumed at an offset counts lines,
+        and numbers can be missing (a lost race, a result graded again).
+        """
         query = (
             select(results.c.seq, results.c.idx, items.c.item_id, results.c.result,
                    items.c.error)
@@ -422,6 +511,8 @@ class ItemRows:
             .order_by(results.c.seq)
             .limit(limit)
         )
+        if skip:
+            query = query.offset(skip)
         with self.db.read() as conn:
             rows = conn.execute(query).all()
             dicts = self._dicts(conn, job_id) if rows else {}

@@ -249,9 +249,13 @@ class JobManager:
         # A snapshot: the stream ends at what was finished when it was requested.
         return self._entry_lines(job_id, offset, int(row["next_seq"]))
 
-    async def _entry_lines(self, job_id: str, after: int, up_to: int) -> AsyncIterator[str]:
+    async def _entry_lines(self, job_id: str, skip: int, up_to: int) -> AsyncIterator[str]:
+        # The offset counts lines: numbers may be missing (a lost race, a result graded again),
+        # so the first page skips that many entries, and the next ones follow the last number.
+        after = 0
         while after < up_to:
-            page = await asyncio.to_thread(self.store.entries, job_id, after, up_to, 500)
+            page = await asyncio.to_thread(self.store.entries, job_id, after, up_to, 500, skip)
+            skip = 0
             if not page:
                 return
             for seq, line in page:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import and_, case, select, update
+from sqlalchemy import and_, case, select, text, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from api.jobs.database import Database
@@ -26,6 +26,30 @@ FOREVER = 1e18
 
 PAUSED = "paused"
 """The public status of an active job paused at a cost budget (never stored in ``status``)."""
+
+_ADD_POSTGRES = text("""
+WITH keyed AS (
+    INSERT INTO key_spend (owner, day, cost_usd, requests)
+    SELECT * FROM unnest(
+        CAST(:owners AS text[]), CAST(:days AS text[]), CAST(:costs AS double precision[]),
+        CAST(:requests AS bigint[])
+    )
+    ON CONFLICT (owner, day) DO UPDATE SET
+        cost_usd = key_spend.cost_usd + excluded.cost_usd,
+        requests = key_spend.requests + excluded.requests
+    RETURNING owner, day, cost_usd
+), charged AS (
+    UPDATE jobs SET cost_usd = jobs.cost_usd + given.cost
+    FROM unnest(CAST(:job_ids AS text[]), CAST(:job_costs AS double precision[]))
+        AS given(id, cost)
+    WHERE jobs.id = given.id
+    RETURNING jobs.id, jobs.cost_usd
+)
+SELECT owner AS id, day, cost_usd FROM keyed
+UNION ALL SELECT id, NULL, cost_usd FROM charged
+""")
+"""``Spend.add`` on Postgres, one statement (committed as it ends): the rows of the keys' days and
+of the jobs are locked only while the server adds to them, never between two round trips."""
 
 
 def is_paused(row: JobRow, now: float) -> bool:
@@ -85,6 +109,24 @@ class Spend:
         """
         totals: dict[tuple[str, str], float] = {}
         job_totals: dict[str, float] = {}
+        if self.db.postgres:
+            ordered = sorted(keys.items())
+            jobs_ordered = sorted(job_costs.items())
+            with self.db.autocommit() as conn:
+                rows = conn.execute(_ADD_POSTGRES, {
+                    "owners": [owner for (owner, _), _ in ordered],
+                    "days": [day for (_, day), _ in ordered],
+                    "costs": [cost for _, (cost, _) in ordered],
+                    "requests": [requests for _, (_, requests) in ordered],
+                    "job_ids": [job_id for job_id, _ in jobs_ordered],
+                    "job_costs": [cost for _, cost in jobs_ordered],
+                }).all()
+            for row in rows:
+                if row.day is None:
+                    job_totals[str(row.id)] = float(row.cost_usd)
+                else:
+                    totals[(str(row.id), str(row.day))] = float(row.cost_usd)
+            return totals, job_totals
         with self.db.tx() as conn:
             for (owner, day), (cost, requests) in sorted(keys.items()):
                 # An upsert adds atomically on both engines: concurrent replicas never lose one.
@@ -128,7 +170,7 @@ class Spend:
 
         False when the job is no longer active (cancelled, failed or done meanwhile).
         """
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             done = conn.execute(
                 update(jobs).where(jobs.c.id == job_id, jobs.c.status.in_(ACTIVE))
                 .values(paused_until=until, detail=detail, updated_at=self.db.now())
@@ -137,7 +179,7 @@ class Spend:
 
     def unpause(self, job_id: str) -> None:
         """The job runs again: clear its pause and the pause's ``detail`` (if it had one)."""
-        with self.db.tx() as conn:
+        with self.db.autocommit() as conn:
             conn.execute(
                 update(jobs).where(jobs.c.id == job_id, jobs.c.paused_until.is_not(None))
                 .values(paused_until=None, detail=None, updated_at=self.db.now())

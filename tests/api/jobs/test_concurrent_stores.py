@@ -179,7 +179,9 @@ def test_results_written_by_two_replicas_at_once_are_stored_once(
     expected_scored = sum(1 for i in range(n_items) if i % 3 != 0)
     assert (row["done"], row["scored"], row["unscored"]) == (
         n_items, expected_scored, n_items - expected_scored)
-    assert row["next_seq"] == n_items + 1
+    # On Postgres a number can be lost to a race (the second writer of an item inserts nothing),
+    # never given twice: the stream's offsets count lines, not numbers.
+    assert row["next_seq"] >= n_items + 1
     with first.db.read() as conn:
         rows = conn.execute(
             select(results.c.idx, results.c.seq, results.c.status, results.c.size)
@@ -189,12 +191,16 @@ def test_results_written_by_two_replicas_at_once_are_stored_once(
             select(func.count()).select_from(results).where(results.c.job_id == "job")
         ).scalar()
     assert stored == n_items + 1 == len({r.idx for r in rows})  # one row per entry
-    assert sorted(r.seq for r in rows) == list(range(1, n_items + 2))  # numbered once each
+    seqs = sorted(r.seq for r in rows)
+    assert len(set(seqs)) == len(seqs) and seqs[-1] == row["next_seq"]  # numbered once each
     assert Counter(r.status for r in rows) == Counter(
         {"scored": expected_scored, "unscored": n_items - expected_scored, "invalid": 1}
     )
-    lines = [json.loads(line) for _, line in first.entries("job", 0, n_items + 1, 1000)]
+    lines = [json.loads(line) for _, line in first.entries("job", 0, row["next_seq"], 1000)]
     assert sorted(e["index"] for e in lines) == list(range(n_items + 1))
+    # An offset skips that many lines, whatever numbers are missing.
+    assert [line for _, line in first.entries("job", 0, row["next_seq"], 1000, 50)] == [
+        line for _, line in first.entries("job", 0, row["next_seq"], 1000)][50:]
     assert first.pending("job", -1, 10) == []
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import statistics
 import tempfile
@@ -22,14 +23,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx
+import psutil
+import psycopg
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from api.jobs import JobItem, JobStore, open_store
@@ -45,6 +49,9 @@ from standins.processes import ServiceProcess
 
 ITEM = {"question": "How does Levin feel?", "reference": "He feels humiliated.",
         "bonus_points": ["Levin feels humiliated"], "response": "Levin is humiliated."}
+
+FREEZE_S = 25.0
+"""How long the frozen replica stays stopped (the healthy one finishes the job meanwhile)."""
 
 HEALTHZ_EVERY_S = 0.2
 
@@ -120,7 +127,7 @@ def test_every_postgres_connection_has_the_settings_timeouts(postgres_database: 
     store = open_store(settings)
     try:
         names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
-        for block in (store.db.read, store.db.tx):
+        for block in (store.db.read, store.db.tx, store.db.autocommit):
             with block() as conn:
                 shown = [conn.exec_driver_sql(f"SHOW {name}").scalar() for name in names]
             assert shown == ["1500ms", "7s", "9s"], block.__name__
@@ -182,6 +189,105 @@ def test_a_transaction_a_stopped_replica_left_open_holds_others_up_for_its_timeo
     finally:
         stopped.close()
         healthy.close()
+
+
+# -- two replicas, one frozen ------------------------------------------------------------------
+
+
+def stop_at_the_worst_moment(pid: int, jobs_url: str, within: float = 3.0) -> str | None:
+    """SIGSTOP ``pid`` while one of its job store connections holds row locks, if it comes.
+
+    Stops the process again and again for a moment, each time looking for one of its backends
+    (found by its TCP ports) inside a transaction that wrote or locked rows, and keeps it
+    stopped when there is one: a pause at the worst moment. After ``within`` seconds without
+    one, it stays stopped wherever it is. Returns what the backend was doing, or None.
+    """
+    port = make_url(jobs_url).port
+    process = psutil.Process(pid)
+    deadline = time.monotonic() + within
+    with psycopg.connect(jobs_url, autocommit=True) as watch:
+        while True:
+            os.kill(pid, signal.SIGSTOP)
+            ports = [c.laddr.port for c in process.net_connections(kind="tcp")
+                     if c.raddr and c.raddr.port == port]
+            holding = watch.execute(
+                "SELECT state || ': ' || left(query, 80) FROM pg_stat_activity"
+                " WHERE client_port = ANY(%s) AND backend_xid IS NOT NULL", (ports,)
+            ).fetchone()
+            if holding is not None:
+                return str(holding[0])
+            if time.monotonic() > deadline:
+                return None
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.005 + 0.03 * secrets.randbelow(100) / 100)
+
+
+@pytest.mark.process
+def test_a_frozen_replica_holds_up_neither_the_other_nor_the_job(
+    postgres_database: str, replica: Callable[..., ServiceProcess]
+) -> None:
+    n = 240  # 30 chunks of 8
+    items = [
+        {"id": f"r{i}", "question": f"Question {i}?", "reference": f"Reference {i}.",
+         "bonus_points": [f"point {i}"], "response": f"unique response number {i}"}
+        for i in range(n)
+    ]
+    with OpenAIStandIn(latency=1.0, record_requests=0) as judge:
+        frozen = replica("a", postgres_database, judge.base_url)
+        healthy = replica("b", postgres_database, judge.base_url)
+        try:
+            frozen.start()
+            healthy.start()
+            assert frozen.proc is not None
+            with httpx.Client(base_url=frozen.url, timeout=30) as a:
+                job = a.post("/v1/jobs", json={"items": items}).json()["id"]
+                deadline = time.monotonic() + 60
+                while a.get(f"/v1/jobs/{job}").json()["done"] < 40:
+                    assert time.monotonic() < deadline, "the job never got going"
+                    time.sleep(0.05)
+            holding = stop_at_the_worst_moment(frozen.proc.pid, postgres_database)
+            stopped = time.monotonic()
+            samples: list[float] = []
+            progress: list[dict[str, Any]] = []
+            try:
+                with httpx.Client(base_url=healthy.url, timeout=5) as b:
+                    while time.monotonic() - stopped < FREEZE_S:
+                        asked = time.monotonic()
+                        assert b.get("/healthz").status_code == 200
+                        samples.append(time.monotonic() - asked)
+                        if len(samples) % 5 == 0:
+                            progress.append(b.get(f"/v1/jobs/{job}").json())
+                        time.sleep(max(0.0, HEALTHZ_EVERY_S - (time.monotonic() - asked)))
+                    during = b.get(f"/v1/jobs/{job}").json()
+            finally:
+                os.kill(frozen.proc.pid, signal.SIGCONT)
+            figures = (f"frozen holding {holding!r}; /healthz p50 "
+                       f"{statistics.median(samples) * 1000:.1f} ms, max "
+                       f"{max(samples) * 1000:.1f} ms over {len(samples)}; done "
+                       f"{[p['done'] for p in progress]}")
+            print(figures)  # shown with -s: the figures of the report
+            assert len(samples) >= FREEZE_S / HEALTHZ_EVERY_S * 0.6, figures
+            assert max(samples) < 0.5, figures  # today: the job stalled, and at times the loop
+            # The healthy replica finished the job alone, the frozen one's chunks taken over.
+            assert (during["status"], during["done"]) == ("done", n), (during, figures)
+            # The frozen one goes on where it stopped: it answers, and stores nothing twice.
+            with httpx.Client(base_url=frozen.url, timeout=30) as a:
+                assert a.get("/healthz").status_code == 200
+                time.sleep(3)  # its late writes land (and are refused) now
+                after = a.get(f"/v1/jobs/{job}").json()
+                lines = a.get(f"/v1/jobs/{job}/results").text.splitlines()
+        finally:
+            if frozen.proc is not None and frozen.proc.poll() is None:
+                os.kill(frozen.proc.pid, signal.SIGCONT)  # never left stopped
+            frozen.stop()
+            healthy.stop()
+    assert (after["status"], after["done"], after["scored"]) == ("done", n, n), after
+    assert len(lines) == n
+    with psycopg.connect(postgres_database) as conn:
+        per_item = conn.execute(
+            "SELECT count(*), count(DISTINCT idx), count(DISTINCT seq) FROM results"
+        ).fetchone()
+    assert per_item == (n, n, n)  # every item exactly once
 
 
 # -- Postgres frozen -----------------------------------------------------------------------------
