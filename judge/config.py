@@ -464,14 +464,15 @@ class Settings(BaseSettings):
     max_sync_bytes_per_key: int = Field(
         default=40_000_000, ge=1,
         description="Bytes of request bodies one API key may have in flight on the synchronous "
-        "routes (grade, batch, bonus points, metrics, multiple choice); a request beyond it is "
-        "answered 429 with `Retry-After` before its body is read. At least `max_body_bytes`.",
+        "routes (grade, batch, bonus points, metrics, multiple choice) and its job uploads "
+        "(while they are read and stored); a request beyond it is answered 429 with "
+        "`Retry-After` before its body is read. At least `max_body_bytes`.",
     )
     max_sync_bytes: int = Field(
         default=80_000_000, ge=1,
-        description="Bytes of request bodies in flight on the synchronous routes, all keys "
-        "together; a request beyond it is answered 503 with `Retry-After` before its body is "
-        "read. At least `max_sync_bytes_per_key`.",
+        description="Bytes of request bodies in flight on the synchronous routes and the job "
+        "uploads, all keys together; a request beyond it is answered 503 with `Retry-After` "
+        "before its body is read. At least `max_sync_bytes_per_key`.",
     )
     job_lease_seconds: float = Field(
         default=30.0, gt=0, le=3600,
