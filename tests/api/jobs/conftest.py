@@ -6,16 +6,21 @@ A test taking it, ``store_target`` or ``open_store`` runs once per engine; an ap
 ``make_app(..., jobs_url=jobs_url)`` uses the same store.
 
 ``replica`` builds ``bonusjudge serve`` replicas on one job store, as users start them, with a
-short lease (``LEASE_SECONDS``) so that a replica's chunks are taken over soon.
+short lease (``LEASE_SECONDS``) so that a replica's chunks are taken over soon. ``client`` is an
+in-process service on the default store, and ``finished`` waits for one of its jobs.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from api.jobs import JOBS_DB, JobStore
 from standins.processes import ServiceProcess
@@ -76,3 +81,24 @@ def replica(tmp_path: Path) -> Callable[..., ServiceProcess]:
         )
 
     return build
+
+
+@pytest.fixture
+def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
+    """An in-process service (``make_app``'s defaults) for the upload tests."""
+    with TestClient(make_app()) as test_client:
+        yield test_client
+
+
+def _finished(client: TestClient, path: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 30
+    while client.get(path).json()["status"] not in ("done", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return [json.loads(x) for x in client.get(f"{path}/results").text.splitlines()]
+
+
+@pytest.fixture
+def finished() -> Callable[[TestClient, str], list[dict[str, Any]]]:
+    """``finished(client, job_path)``: wait (30 s at most) until the job ends; its results."""
+    return _finished

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -20,6 +18,9 @@ from api.jobs import JobItem, JobStore
 from api.jobs.items import MAX_ERROR_CHARS, MAX_LISTED_INVALID
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.schemas import ItemError
+
+Finished = Callable[[TestClient, str], list[dict[str, Any]]]
+"""The ``finished`` fixture (tests/api/jobs/conftest.py)."""
 
 NDJSON = {"content-type": "application/x-ndjson"}
 
@@ -31,21 +32,9 @@ def item(n: int, **extra: Any) -> dict[str, Any]:
             **extra}
 
 
-@pytest.fixture
-def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
-    with TestClient(make_app()) as test_client:
-        yield test_client
-
-
-def finished(client: TestClient, path: str) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30
-    while client.get(path).json()["status"] not in ("done", "failed"):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return [json.loads(x) for x in client.get(f"{path}/results").text.splitlines()]
-
-
-def test_invalid_lines_past_the_cap_are_counted_not_listed(client: TestClient) -> None:
+def test_invalid_lines_past_the_cap_are_counted_not_listed(
+    client: TestClient, finished: Finished
+) -> None:
     bad = MAX_LISTED_INVALID + 200
     long_id = json.dumps({"id": "x" * 5_000, "question": ""})  # its error quotes nothing long
     lines = [b"{bad:1}"] * (bad - 1) + [long_id.encode()]
@@ -64,7 +53,9 @@ def test_invalid_lines_past_the_cap_are_counted_not_listed(client: TestClient) -
     assert len(entry["id"]) == MAX_ERROR_CHARS and entry["id"].endswith("…")
 
 
-def test_a_multiple_choice_job_lists_its_first_bad_lines(client: TestClient) -> None:
+def test_a_multiple_choice_job_lists_its_first_bad_lines(
+    client: TestClient, finished: Finished
+) -> None:
     good = {"id": "q1", "choices": ["In the drawer", "On the table"], "answer": "A",
             "response": "[[A]]"}
     lines = [b"{bad:1}"] * (MAX_LISTED_INVALID + 5) + [json.dumps(good).encode()]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +17,9 @@ from fastapi.testclient import TestClient
 
 from api.jobs.spool import split_json_body
 from core.errors import InputError
+
+Finished = Callable[[TestClient, str], list[dict[str, Any]]]
+"""The ``finished`` fixture (tests/api/jobs/conftest.py)."""
 
 KEYS = {"A": "upload-key-a", "B": "upload-key-b"}
 DIGEST = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in KEYS.items()}
@@ -82,21 +84,9 @@ def service(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
         yield client
 
 
-@pytest.fixture
-def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
-    with TestClient(make_app()) as test_client:
-        yield test_client
-
-
-def finished(client: TestClient, path: str) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30
-    while client.get(path).json()["status"] not in ("done", "failed"):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return [json.loads(x) for x in client.get(f"{path}/results").text.splitlines()]
-
-
-def test_a_json_body_is_read_as_before(client: TestClient) -> None:
+def test_a_json_body_is_read_as_before(
+    client: TestClient, finished: Finished
+) -> None:
     body = {"items": [item(1), {"question": ""}, item(1), 7], "judge": {"metrics": ["rouge_l"]}}
     created = client.post("/v1/jobs", json=body)
     assert created.status_code == 202, created.text

@@ -3,11 +3,9 @@ multipart field, and the sharing rules (quota, share, hand-over) as pure functio
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.errors import QuotaExceeded
@@ -21,12 +19,6 @@ ITEM = {
     "response": "Levin is humiliated.",
 }
 NDJSON = {"content-type": "application/x-ndjson"}
-
-
-@pytest.fixture
-def client(make_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
-    with TestClient(make_app()) as test_client:
-        yield test_client
 
 
 def finished(client: TestClient, job_id: str) -> list[dict[str, Any]]:
