@@ -63,9 +63,7 @@ def judge_call_key(
         "rubric": rubric,
         "schema": response_schema,
     }
-    if tenant is not None:
-        payload["tenant"] = tenant
-    return stable_hash(payload)
+    return _keyed(payload, tenant)
 
 
 def metric_key(
@@ -90,11 +88,17 @@ def metric_key(
         "response": response,
         "reference": reference,
     }
+    return _keyed(payload, tenant)
+
+
+def _keyed(payload: dict[str, Any], tenant: str | None) -> str:
+    """The hash of ``payload``, kept apart for ``tenant`` when the cache is partitioned by caller.
+
+    None (shared): the key is the one the payload had before caches were partitioned.
+    """
     if tenant is not None:
         payload["tenant"] = tenant
     return stable_hash(payload)
-
-
 
 
 def matcher_key(item: Mapping[str, Any], tenant: str | None = None) -> str:
@@ -113,6 +117,4 @@ def matcher_key(item: Mapping[str, Any], tenant: str | None = None) -> str:
         "judge": dict(matcher_identity()),
         "input": dict(item),
     }
-    if tenant is not None:
-        payload["tenant"] = tenant
-    return stable_hash(payload)
+    return _keyed(payload, tenant)
