@@ -47,7 +47,7 @@ from bench.common import (
 from bench.memory import bonusjudge_command
 from core.processes import free_port, wait_until_answers
 
-__all__ = ["main"]
+__all__ = ["main", "new_database"]
 
 
 def _start_replica(
@@ -102,7 +102,7 @@ def _flush(redis_url: str) -> None:
         client.close()
 
 
-def _new_database(server_url: str) -> str:
+def new_database(server_url: str) -> str:
     """A new, empty database on the Postgres server at ``server_url``; its URL."""
     import uuid
 
@@ -156,7 +156,7 @@ def _run(
 
     _flush(redis_url)  # every run computes every item
     work = Path(tempfile.mkdtemp(prefix=f"bench-replicas-{replicas}-"))
-    jobs_url = _new_database(postgres_url) if postgres_url is not None else None
+    jobs_url = new_database(postgres_url) if postgres_url is not None else None
     started = [_start_replica(core, redis_url, work, jobs_url) for core in range(replicas)]
     try:
         urls = [url for _, url in started]

@@ -40,7 +40,7 @@ from core.errors import JudgeError, UnscoredReason
 from core.text import Language
 from judge.batching import AsyncBatcher
 from judge.cache import Cache, matcher_key
-from judge.calls import Caller, CallOutcome, CallSpec, rubric_ref
+from judge.calls import TENANT, Caller, CallOutcome, CallSpec, rubric_ref
 from judge.config import EMBEDDED_JUDGE, JudgeConfig
 from judge.stats import EngineStats
 from judge.verdicts import (
@@ -552,7 +552,9 @@ class SharedMatcher:
             # Lazy: the matcher loads its parameters and an encoder, which LLM runs never need.
             from judge.matcher import get_matcher
 
-            self._batcher = AsyncBatcher(get_matcher().match, batch_size=64, max_wait=0.005)
+            self._batcher = AsyncBatcher(
+                get_matcher().match, batch_size=64, max_wait=0.005, owner=TENANT.get
+            )
         matches = await self._batcher.submit(item)
         if store is not None:
             await store.aset(key, [dataclasses.asdict(m) for m in matches])

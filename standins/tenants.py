@@ -65,6 +65,13 @@ class FloodRun:
         """B's median latency (seconds)."""
         return statistics.median(self.probe_latencies)
 
+    def probe_quantile(self, q: float) -> float:
+        """B's latency at quantile ``q`` (0.95: p95), interpolated between answered requests."""
+        if len(self.probe_latencies) < 2:
+            return self.probe_latencies[0]
+        cuts = statistics.quantiles(self.probe_latencies, n=100, method="inclusive")
+        return cuts[round(q * 100) - 1]
+
 
 async def probe(
     client: httpx.AsyncClient, key: str, count: int, *, tag: str, every: float = 0.0,
@@ -96,7 +103,7 @@ async def probe(
 async def flood(
     url: str, flood_key: str, probe_key: str, *, batches: int, batch_items: int = 256,
     body: bytes | None = None, probes: int = 40, probe_every: float = 0.25, tag: str = "run",
-    timeout: float = 600.0,
+    timeout: float = 600.0, persist: bool = False,
 ) -> FloodRun:
     """A's ``batches`` concurrent batches, with B probing until they are all answered.
 
@@ -111,6 +118,10 @@ async def flood(
         probe_every: Seconds between the starts of B's requests.
         tag: Makes this run's items distinct from another run's.
         timeout: Seconds any request may take.
+        persist: A resends a refused batch (429 or 503) after its ``Retry-After`` until it is
+            taken, as a well-behaved harness does: the pressure lasts until all ``batches`` are
+            graded, instead of ending with the refusals. ``flood_statuses`` then holds every
+            answer, refusals included.
     """
     run = FloodRun()
     done = asyncio.Event()
@@ -121,14 +132,20 @@ async def flood(
         async def batch(index: int) -> None:
             content = body if body is not None else json.dumps({"items": [
                 grade_item(f"{tag}-a{index}", n) for n in range(batch_items)]}).encode()
-            try:
-                answer = await client.post("/v1/grade/batch", content=content, headers=headers)
-            except httpx.HTTPError:
-                run.flood_statuses.append(0)
-                return
-            run.flood_statuses.append(answer.status_code)
-            if "retry-after" in answer.headers:
-                run.retry_after.append(answer.headers["retry-after"])
+            while True:
+                try:
+                    answer = await client.post("/v1/grade/batch", content=content,
+                                               headers=headers)
+                except httpx.HTTPError:
+                    run.flood_statuses.append(0)
+                    return
+                run.flood_statuses.append(answer.status_code)
+                wait = answer.headers.get("retry-after")
+                if wait is not None:
+                    run.retry_after.append(wait)
+                if not persist or answer.status_code not in (429, 503):
+                    return
+                await asyncio.sleep(float(wait) if wait is not None else 1.0)
 
         async def all_batches() -> None:
             await asyncio.gather(*(batch(index) for index in range(batches)))

@@ -3,7 +3,8 @@
 Each value is cached under ``metric_key`` (metric, its parameters, response, reference, and the
 caller under a per-key cache scope), so a re-run computes nothing it has computed before.
 BERTScore goes through one ``AsyncBatcher`` per (encoder, layer): concurrently graded items
-share encoder batches. With several references an item gets the score of the best-matching one.
+share encoder batches, filled fairly between the keys they are graded for (``AsyncBatcher``).
+With several references an item gets the score of the best-matching one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from core.text import Language
 from judge.batching import AsyncBatcher
 from judge.cache import Cache, metric_key
+from judge.calls import TENANT
 from judge.config import JudgeConfig
 from judge.metrics import BertScore, RougeScore, rouge_l
 from judge.stats import EngineStats
@@ -117,7 +119,10 @@ class MetricsRunner:
                     languages=[b[2] for b in batch],
                 )
 
-            self._bert_batchers[key] = AsyncBatcher(run, batch_size=64, max_wait=0.01)
+            # Batches are shared fairly between the keys (TENANT) whose items wait for them.
+            self._bert_batchers[key] = AsyncBatcher(
+                run, batch_size=64, max_wait=0.01, owner=TENANT.get
+            )
         return self._bert_batchers[key]
 
     async def aclose(self) -> None:

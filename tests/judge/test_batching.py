@@ -128,3 +128,87 @@ def test_a_batcher_outlives_an_event_loop() -> None:
     batcher = AsyncBatcher(Recorder(), max_wait=0.0)
     assert asyncio.run(batcher.submit(1)) == 2
     assert asyncio.run(batcher.submit(2)) == 4
+
+
+class Owned:
+    """A batch function over (owner, value) pairs that records each batch and when it ran."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.batches: list[list[tuple[str, int]]] = []
+        self.running = 0
+        self.most_running = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, batch: list[tuple[str, int]]) -> list[int]:
+        with self._lock:
+            self.batches.append(list(batch))
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        time.sleep(self.delay)
+        with self._lock:
+            self.running -= 1
+        return [value for _, value in batch]
+
+
+def owned_batcher(fn: Owned, **options: object) -> tuple[AsyncBatcher[tuple[str, int], int],
+                                                          list[str]]:
+    """A batcher whose owner is read from a list the test sets before each submission."""
+    current = ["a"]
+    batcher: AsyncBatcher[tuple[str, int], int] = AsyncBatcher(
+        fn, owner=lambda: current[0], **options  # type: ignore[arg-type]
+    )
+    return batcher, current
+
+
+async def submit_as(
+    batcher: AsyncBatcher[tuple[str, int], int], current: list[str], owner: str, value: int
+) -> asyncio.Future[int]:
+    current[0] = owner
+    future = asyncio.ensure_future(batcher.submit((owner, value)))
+    await asyncio.sleep(0)  # submitted (the owner is read) before the next one is set
+    return future
+
+
+async def test_another_owners_item_does_not_wait_for_the_batch_under_way() -> None:
+    """Issue 41.5: B's lone item started behind A's batch under way, then shared a batch with
+    A's backlog. Now it runs at once in a second lane, in a batch of its own."""
+    fn = Owned(delay=0.4)
+    batcher, current = owned_batcher(fn, batch_size=64, max_wait=0.005)
+    a_items = [await submit_as(batcher, current, "a", n) for n in range(8)]
+    await asyncio.sleep(0.05)  # A's first batch is running
+    a_more = [await submit_as(batcher, current, "a", n) for n in range(8, 16)]
+    started = time.monotonic()
+    b_item = await submit_as(batcher, current, "b", 99)
+    assert await b_item == 99
+    b_waited = time.monotonic() - started
+    await asyncio.gather(*a_items, *a_more)
+    await batcher.aclose()
+    assert b_waited < 0.6, b_waited  # one batch's time (0.4 s), not A's under way plus its own
+    assert [("b", 99)] in fn.batches  # B's batch held B's item alone (A's was under way)
+    assert fn.most_running == 2
+
+
+async def test_one_owner_never_has_two_batches_under_way() -> None:
+    fn = Owned(delay=0.05)
+    batcher, current = owned_batcher(fn, batch_size=4, max_wait=0.005)
+    futures = [await submit_as(batcher, current, "a", n) for n in range(12)]
+    assert await asyncio.gather(*futures) == list(range(12))
+    await batcher.aclose()
+    assert fn.most_running == 1
+    assert [len(batch) for batch in fn.batches] == [4, 4, 4]  # alone: whole batches, in order
+    assert [value for batch in fn.batches for _, value in batch] == list(range(12))
+
+
+async def test_owners_waiting_together_share_batches_round_robin_and_short() -> None:
+    fn = Owned(delay=0.05)
+    batcher, current = owned_batcher(fn, batch_size=64, max_wait=0.05, shared_batch_size=4,
+                                     lanes=1)
+    futures = [await submit_as(batcher, current, "a", n) for n in range(6)]
+    futures += [await submit_as(batcher, current, "b", n) for n in range(100, 102)]
+    assert sorted(await asyncio.gather(*futures)) == [0, 1, 2, 3, 4, 5, 100, 101]
+    await batcher.aclose()
+    # One item per owner in turn, four at most while both are active.
+    assert fn.batches[0] == [("a", 0), ("b", 100), ("a", 1), ("b", 101)]
+    assert all(len(batch) <= 4 for batch in fn.batches)
+    assert batcher._pending == {} and batcher._running == {}  # nothing kept for idle owners
