@@ -78,16 +78,13 @@ from judge.providers.base import (
     usable_text,
 )
 from judge.providers.wire import (
+    ParsedReply,
     Plan,
     ReplyError,
     Unparseable,
-    answer_text,
-    failure_reason,
-    finish_reason,
+    parse_reply,
     prepared_messages,
-    raw_text,
     reask_messages,
-    reply_message,
     request_body,
     request_plan,
 )
@@ -290,13 +287,13 @@ def _plan_of(
 
 
 def _no_valid_answer(
-    attempts: int, error: str, last_reply: Mapping[str, Any] | None
+    attempts: int, error: str, last_reply: ParsedReply | None
 ) -> JudgeOutputError:
     """The failure of a call whose replies never validated, classified from the last reply."""
     return JudgeOutputError(
         f"no valid answer after {attempts} attempt(s): {error}",
-        reason=failure_reason(last_reply),
-        raw=raw_text(last_reply),
+        reason=last_reply.failure_reason() if last_reply is not None else "parse_failure",
+        raw=last_reply.raw if last_reply is not None else None,
         attempts=attempts,
     )
 
@@ -487,32 +484,33 @@ class DirectProvider:
         started = time.monotonic()
         sent = 0
         last_error: Exception | None = None
-        last_reply: dict[str, Any] | None = None
+        last_reply: ParsedReply | None = None
         while True:
             sent += 1
             try:
-                reply = await self._post(endpoint, request_body(history, plan), config, sent)
+                body = await self._post(endpoint, request_body(history, plan), config, sent)
             except ProviderError as exc:
                 tokens.charged(exc)  # the re-asks before the failure were answered and billed
                 raise
-            tokens.add(reply)
-            if finish_reason(reply) == "length":
+            tokens.add(body)
+            reply = parse_reply(body)  # the one trip through the reply
+            if reply.finish_reason == "length":
                 raise tokens.charged(
                     JudgeOutputError(
                         "the judge's output was cut off (finish_reason=length)",
                         reason="truncated_output",
-                        raw=raw_text(reply),
+                        raw=reply.raw,
                         attempts=sent,
                     )
                 )
             try:
-                text = answer_text(reply, config.mode)
+                text = reply.answer(config.mode)
                 output = response_model.model_validate_json(
                     text, strict=True, context=validation_context
                 )
             except (ValidationError, ReplyError) as exc:
                 last_error, last_reply = exc, reply
-                if reply_message(reply).get("refusal"):
+                if reply.refusal:
                     # A judge that declined the prompt declines a re-ask too: the call ends
                     # `refusal` here, as the litellm path's re-ask policy ends it.
                     break
@@ -520,12 +518,12 @@ class DirectProvider:
                 # instructor does not re-ask this; it reports the last *re-asked* reply, if any.
                 raise tokens.charged(_no_valid_answer(sent, str(exc), last_reply)) from exc
             else:
-                return tokens.completed(output, raw_text(reply), attempts=sent)
+                return tokens.completed(output, reply.raw, attempts=sent)
             # instructor stops re-asking after reasks, or once the call has taken `timeout`.
             if sent > config.reasks or time.monotonic() - started >= config.timeout:
                 break
             log.info("re-asking after an invalid answer (attempt %d): %s", sent, last_error)
-            history = [*history, *reask_messages(reply, config.mode, last_error)]
+            history = [*history, *reask_messages(reply.message, config.mode, last_error)]
         log.error("no valid answer after %d attempt(s): %s", sent, last_error)
         raise tokens.charged(
             _no_valid_answer(sent, str(last_error)[:300], last_reply)
@@ -538,15 +536,13 @@ class DirectProvider:
         endpoint: _Endpoint,
         plan: Plan,
     ) -> Completion:
-        reply = await self._post(endpoint, request_body(list(messages), plan), config, 1)
-        refusal = reply_message(reply).get("refusal")
+        body = await self._post(endpoint, request_body(list(messages), plan), config, 1)
+        reply = parse_reply(body)
         tokens = _Tokens(endpoint)
-        tokens.add(reply)
+        tokens.add(body)
         try:
             text = usable_text(
-                refusal=str(refusal) if refusal else None,
-                finish_reason=finish_reason(reply),
-                raw=raw_text(reply),
+                refusal=reply.refusal, finish_reason=reply.finish_reason, raw=reply.raw
             )
         except JudgeOutputError as exc:
             tokens.charged(exc)  # a refused or cut-off answer is billed all the same

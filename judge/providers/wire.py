@@ -28,18 +28,15 @@ from judge.config import StructuredMode
 from judge.providers.base import failure_reason_of
 
 __all__ = [
+    "ParsedReply",
     "Plan",
     "ReplyError",
     "Unparseable",
-    "answer_text",
     "as_rendered",
-    "failure_reason",
-    "finish_reason",
     "json_instruction",
+    "parse_reply",
     "prepared_messages",
-    "raw_text",
     "reask_messages",
-    "reply_message",
     "request_body",
     "request_plan",
     "tool_function",
@@ -255,20 +252,10 @@ class Unparseable(ValueError):
     """An MD_JSON reply beyond instructor's extraction bounds: not re-asked."""
 
 
-def reply_message(reply: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The first choice's message, or an empty mapping when the reply has none."""
-    choices = reply.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return {}
-    message = choices[0].get("message")
-    return message if isinstance(message, Mapping) else {}
-
-
-def finish_reason(reply: Mapping[str, Any]) -> Any:
-    """The first choice's ``finish_reason``, or None."""
+def _first_choice(reply: Mapping[str, Any]) -> Mapping[str, Any] | None:
     choices = reply.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-        return choices[0].get("finish_reason")
+        return choices[0]
     return None
 
 
@@ -277,11 +264,7 @@ def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
 
 
-def raw_text(reply: Mapping[str, Any] | None) -> str | None:
-    """The judge's raw text: the first tool call's arguments, else the content."""
-    if reply is None:
-        return None
-    message = reply_message(reply)
+def _raw(message: Mapping[str, Any]) -> str | None:
     for call in _tool_calls(message)[:1]:
         function = call.get("function")
         if isinstance(function, Mapping) and function.get("arguments") is not None:
@@ -290,23 +273,64 @@ def raw_text(reply: Mapping[str, Any] | None) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def failure_reason(reply: Mapping[str, Any] | None) -> UnscoredReason:
-    """``judge.providers.litellm.output_failure_reason`` for a raw reply."""
-    if reply is None:
-        return "parse_failure"
-    return failure_reason_of(
-        refused=bool(reply_message(reply).get("refusal")),
-        finish_reason=finish_reason(reply),
-        raw=raw_text(reply),
+@dataclass(frozen=True, slots=True)
+class ParsedReply:
+    """One chat-completions reply, read once (``parse_reply``): what a call needs of it.
+
+    Attributes:
+        has_choices: The reply has a non-empty ``choices`` list.
+        message: The first choice's message (empty when the reply has none).
+        finish_reason: The first choice's ``finish_reason``, or None.
+        refusal: The message's ``refusal``, when it has one.
+        raw: The judge's raw text: the first tool call's arguments, else the content.
+    """
+
+    has_choices: bool
+    message: Mapping[str, Any]
+    finish_reason: Any
+    refusal: str | None
+    raw: str | None
+
+    def answer(self, mode: StructuredMode) -> str:
+        """The text to validate, read as instructor's handler for ``mode`` reads it.
+
+        Raises:
+            ReplyError: the reply has no choice, or (tools mode) no tool call or arguments.
+            Unparseable: (md_json) the content is beyond instructor's extraction bounds.
+        """
+        if not self.has_choices:
+            raise ReplyError(f"{_NO_CHOICES} (mode: tool_call)" if mode == "tools" else _NO_CHOICES)
+        if mode == "tools":
+            return _tool_arguments(self.message)
+        content = self.message.get("content") or ""
+        text = content if isinstance(content, str) else str(content)
+        return _last_json_span(text) if mode == "md_json" else text
+
+    def failure_reason(self) -> UnscoredReason:
+        """Why a call whose last reply this was ends unscored (``failure_reason_of``)."""
+        return failure_reason_of(
+            refused=bool(self.refusal), finish_reason=self.finish_reason, raw=self.raw
+        )
+
+
+def parse_reply(reply: Mapping[str, Any]) -> ParsedReply:
+    """Read a reply's first choice once: its message, finish reason, refusal and raw text."""
+    choices = reply.get("choices")
+    choice = _first_choice(reply)
+    message = choice.get("message") if choice is not None else None
+    message = message if isinstance(message, Mapping) else {}
+    refusal = message.get("refusal")
+    return ParsedReply(
+        has_choices=isinstance(choices, list) and bool(choices),
+        message=message,
+        finish_reason=choice.get("finish_reason") if choice is not None else None,
+        refusal=str(refusal) if refusal else None,
+        raw=_raw(message),
     )
 
 
-def _tool_arguments(reply: Mapping[str, Any]) -> str:
+def _tool_arguments(message: Mapping[str, Any]) -> str:
     """The JSON text of the first tool call, as instructor's TOOLS mode extracts it."""
-    choices = reply.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise ReplyError(f"{_NO_CHOICES} (mode: tool_call)")
-    message = reply_message(reply)
     calls = _tool_calls(message)
     target: Any = calls[0].get("function") if calls else message.get("function_call")
     if not isinstance(target, Mapping):
@@ -355,18 +379,6 @@ def _last_json_span(content: str) -> str:
     return last if last is not None else content
 
 
-def answer_text(reply: Mapping[str, Any], mode: StructuredMode) -> str:
-    """The text to validate, read from the reply as instructor's handler for ``mode`` reads it."""
-    if mode == "tools":
-        return _tool_arguments(reply)
-    choices = reply.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise ReplyError(_NO_CHOICES)
-    content = reply_message(reply).get("content") or ""
-    text = content if isinstance(content, str) else str(content)
-    return _last_json_span(text) if mode == "md_json" else text
-
-
 def _assistant_turn(message: Mapping[str, Any]) -> dict[str, Any]:
     """The judge's reply as instructor's ``dump_message`` writes it into a re-ask."""
     turn: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
@@ -388,14 +400,13 @@ def _assistant_turn(message: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def reask_messages(
-    reply: Mapping[str, Any], mode: StructuredMode, error: Exception
+    message: Mapping[str, Any], mode: StructuredMode, error: Exception
 ) -> list[dict[str, Any]]:
-    """The messages instructor appends to re-ask after ``error``.
+    """The messages instructor appends to re-ask after ``error`` (``message``: the reply's).
 
     ``reask_tools`` in TOOLS mode (a tool message per tool call, else a user message),
     ``reask_md_json`` in the JSON modes.
     """
-    message = reply_message(reply)
     turns = [_assistant_turn(message)]
     if mode != "tools":
         turns.append({"role": "user", "content": _JSON_REASK.format(error=error)})

@@ -389,3 +389,27 @@ async def test_untrusted_markup_reaches_the_judge_unchanged_on_the_litellm_path(
     )
     assert lite_bodies[0]["messages"][0]["content"] == f"Response: {text}"
     assert bodies[0]["messages"][0]["content"] == f"Response: {text}"
+
+
+@pytest.mark.parametrize("scenario", ["valid", "invalid then valid", "refusal", "truncated"])
+async def test_each_reply_is_read_in_one_trip(
+    server: OpenAIStandIn, scenario: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42.5: the direct transport walked each reply four times (finish reason, answer,
+    refusal, raw text); now ``parse_reply`` reads it once and the call uses what it read."""
+    import judge.providers.direct as direct_module
+
+    trips: list[dict[str, Any]] = []
+    parse = direct_module.parse_reply
+
+    def counted(body: dict[str, Any]) -> Any:
+        trips.append(body)
+        return parse(body)
+
+    monkeypatch.setattr(direct_module, "parse_reply", counted)
+    config = JudgeConfig(model="openai/standin", api_base=server.base_url, mode="tools", seed=7)
+    _, bodies, lite, mine = await run_both(
+        server, SCENARIOS[scenario]("tools"), config, COVERAGE, context={"n_points": 2}
+    )
+    assert mine == lite
+    assert len(trips) == len(bodies) == mine["attempts"]
