@@ -401,7 +401,9 @@ class Grader:
         """Fail now when a cascade has no LLM, or no band for its agreement (ConfigError)."""
         check_cascade(config)
 
-    def _mapping_for(self, config: JudgeConfig) -> CalibratedMapping | None:
+    def _mapping_for(
+        self, config: JudgeConfig, config_hash: str | None = None
+    ) -> CalibratedMapping | None:
         """The calibrated mapping of ``config`` (loaded once), or None when none is configured.
 
         Raises:
@@ -410,7 +412,8 @@ class Grader:
         """
         if not config.calibration:
             return None
-        key = (config.calibration, config.config_hash())
+        # The item's provenance has the hash already: computed once per item, not twice.
+        key = (config.calibration, config_hash or config.config_hash())
         if key not in self._mappings:
             # Lazy: applying a mapping needs numpy, which plain grading never loads.
             from judge.mapping import mapping_for_config
@@ -467,6 +470,7 @@ class Grader:
             # Judged with a fallback language's prompts: the paper's English-only rubrics on a
             # Chinese item (``chartom`` has Chinese prompts). The run's summary says so too.
             flags.append(PROMPT_LANGUAGE_FLAG)
+        provenance = judge.provenance(rubrics, calls, truncated=truncated)
         result = GradeResult(
             id=request.id or item_id or "",
             status="unscored" if unscored else "scored",
@@ -479,7 +483,7 @@ class Grader:
             rouge_l=rouge,
             bertscore=bert,
             length_ratio=round(count_words(response) / ref_words, 4) if ref_words else None,
-            **self._calibrated(config, coverage_result, rouge, bert),
+            **self._calibrated(config, provenance.config_hash, coverage_result, rouge, bert),
             tom_dimension=request.tom_dimension,
             # The window of the plot the judge read: none without a plot. A CharToM line whose
             # chosen window is empty (`"context_2000": ""`), or a harness's request naming a
@@ -487,7 +491,7 @@ class Grader:
             context_window=request.context_window if _has_context(request) else None,
             respondent=request.respondent,
             metadata=request.metadata,
-            provenance=judge.provenance(rubrics, calls, truncated=truncated),
+            provenance=provenance,
             decided_by=decided_by,
             elapsed_s=round(time.monotonic() - started, 4),
         )
@@ -517,12 +521,13 @@ class Grader:
     def _calibrated(
         self,
         config: JudgeConfig,
+        config_hash: str,
         coverage: CoverageResult | None,
         rouge: RougeScore | None,
         bert: BertScore | None,
     ) -> dict[str, Any]:
         """``calibrated_score`` and ``calibrated_metric`` of a result (none without a mapping)."""
-        mapping = self._mapping_for(config)
+        mapping = self._mapping_for(config, config_hash)
         if mapping is None:
             return {}
         from judge.mapping import calibrated_metric, calibrated_score  # loaded with the mapping

@@ -313,6 +313,14 @@ class _JudgeBase:
     def __init__(self, config: JudgeConfig, **described: Any) -> None:
         self.config = config
         self._described = described
+        self._config_hash: str | None = None  # hashed on the first result, then reused
+
+    def _hash(self) -> str:
+        # The configuration is frozen: its hash (JSON and SHA-256 of every output field, the
+        # matcher's identity included) is the same for every item this judge grades.
+        if self._config_hash is None:
+            self._config_hash = self.config.config_hash()
+        return self._config_hash
 
     def provenance(
         self, rubrics: dict[str, RubricRef], calls: list[CallRecord], *, truncated: bool = False
@@ -322,7 +330,7 @@ class _JudgeBase:
         return Provenance(
             **self._described,
             rubrics=rubrics,
-            config_hash=config.config_hash(),
+            config_hash=self._hash(),
             metrics=list(config.metrics),
             calls=calls,
             length_control=config.length_control,
