@@ -15,4 +15,4 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .site
 # each in its own environment under .harness/, built once and rebuilt when its pins or the
 # light client change; an install that fails stops here, never a skipped test.
 scripts/harness-envs.sh
-.venv/bin/pytest "$@"
+.venv/bin/pytest --run-process "$@"

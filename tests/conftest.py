@@ -116,6 +116,27 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+# --- the tiers: a plain `pytest` runs the unit tier ---------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--run-process``: run the process tier too (what ``scripts/test.sh`` and CI do)."""
+    parser.addoption(
+        "--run-process",
+        action="store_true",
+        default=False,
+        help="also run the tests marked `process` (they start the CLI, an interpreter, "
+        "bonusjudge serve, Redis, PostgreSQL or a harness environment); a plain pytest runs "
+        "the in-process unit tier alone. scripts/test.sh passes it.",
+    )
+
+
+def _runs_process_tier(config: pytest.Config) -> bool:
+    """Whether this session runs the process tier: ``--run-process``, or a ``-m`` that names it
+    (``-m process`` asks for it; ``-m "not process"`` is the unit tier, as before)."""
+    return bool(config.getoption("run_process")) or "process" in (config.option.markexpr or "")
+
+
 # --- the `process` marker: tests that start processes or servers ---------------------------------
 
 _SERVER_FIXTURES = frozenset({"redis_url", "postgres_url", "postgres_database"})
@@ -126,7 +147,7 @@ _SERVER_FIXTURES = frozenset({"redis_url", "postgres_url", "postgres_database"})
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> Generator[None, None, None]:
-    """Mark ``process`` every test that takes a server fixture, directly or through another one.
+    """Mark ``process`` every test that takes a server fixture, and leave the tier out unless asked.
 
     Modules whose tests start the CLI, an interpreter or ``bonusjudge serve`` carry the mark
     themselves (``pytestmark``); this covers the tests that only reach a server through fixtures
@@ -137,6 +158,14 @@ def pytest_collection_modifyitems(
     for item in items:
         if _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+    if not _runs_process_tier(config):
+        # Deselected, not skipped: the unit tier's report lists real skips only.
+        tier = [item for item in items if item.get_closest_marker("process") is None]
+        if len(tier) < len(items):
+            config.hook.pytest_deselected(
+                items=[item for item in items if item.get_closest_marker("process")]
+            )
+            items[:] = tier
     yield
     _encoders_on_one_worker(items)
 
