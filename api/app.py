@@ -350,7 +350,7 @@ def create_app(
             await manager.stop()
             if owns_grader:
                 await engine.aclose()
-                engine.cache.close()
+                engine.caller.cache.close()
             store.close()
 
     app = service_app(lifespan)

@@ -78,7 +78,7 @@ class _EngineCollector(Collector):
         )
         yield CounterMetricFamily(
             "bonusjudge_cache_errors", "Cache opens, reads and writes that failed (run uncached).",
-            value=self._grader.cache.errors,
+            value=self._grader.caller.cache.errors,
         )
         yield CounterMetricFamily(
             "bonusjudge_judge_retries", "Retries of failed provider calls.", value=stats.retries

@@ -630,7 +630,7 @@ class _LocalGrading:
             "retry_budget": {
                 "limit": budget.limit, "spent": budget.spent, "refused": budget.refused
             },
-            "breaker": grader.breaker.snapshot(),
+            "breaker": grader.caller.breaker_for(grader.config).snapshot(),
         }
 
     def close(self) -> None:

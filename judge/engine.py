@@ -24,7 +24,7 @@ from collections.abc import (
     AsyncIterator,
     Iterable,
 )
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from pydantic import BaseModel
 
@@ -55,7 +55,7 @@ from judge.judges import (
 from judge.metrics import BertScore, RougeScore
 from judge.metrics.runner import MetricsRunner
 from judge.providers.base import Provider
-from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
+from judge.retry import backoff_delay
 from judge.stats import EngineStats
 from rubrics.loader import RubricLibrary, load_library
 from rubrics.schema import Rubric
@@ -89,7 +89,9 @@ class Grader:
         cache: The judge-call cache, on disk or in Redis (default: none; the CLI and service
             pass the one ``judge.cache.open_cache`` chooses).
         library: The rubric library (default: the shipped one).
-        **caller: The caller's options, passed on to :class:`~judge.calls.Caller`
+        caller: A caller made elsewhere (the estimate's, which sends nothing), instead of the one
+            the grader makes from ``provider``, ``cache`` and ``options``.
+        **options: The caller's options, passed on to :class:`~judge.calls.Caller`
             (:class:`~judge.calls.CallerOptions`: ``retry_budget`` for the grader's life,
             ``breaker`` of the default judge, ``rng``, ``sleep``, ``cache_scope``).
 
@@ -108,26 +110,35 @@ class Grader:
         provider: Provider | None = None,
         cache: Cache | None = None,
         library: RubricLibrary | None = None,
-        **caller: Unpack[CallerOptions],
+        caller: Caller | None = None,
+        **options: Unpack[CallerOptions],
     ) -> None:
         self.config = config or JudgeConfig()
-        # A provider the grader makes is the grader's to close (its HTTP session); one passed in
-        # belongs to the caller, who may share it.
-        self._owns_provider = provider is None
-        if provider is None:
-            from judge.providers.routing import RoutingProvider
-
-            provider = RoutingProvider()
         self.library = library or load_library()
-        self.stats = EngineStats()
-        self.caller = Caller(
-            provider,
-            cache if cache is not None else JudgeCache(None),
-            self.stats,
-            # Read from this module when the grader is made, so a test may wrap it here.
-            backoff=backoff_delay,
-            **caller,
-        )
+        if caller is not None:
+            if provider is not None or cache is not None or options:
+                raise TypeError("a Grader given its caller takes no provider, cache or options")
+            # Its own: the estimate's caller (judge.estimate), whose stats are the grader's.
+            self._owns_provider = False
+            self.caller = caller
+            self.stats = caller.stats
+        else:
+            # A provider the grader makes is the grader's to close (its HTTP session); one
+            # passed in belongs to the caller, who may share it.
+            self._owns_provider = provider is None
+            if provider is None:
+                from judge.providers.routing import RoutingProvider
+
+                provider = RoutingProvider()
+            self.stats = EngineStats()
+            self.caller = Caller(
+                provider,
+                cache if cache is not None else JudgeCache(None),
+                self.stats,
+                # Read from this module when the grader is made, so a test may wrap it here.
+                backoff=backoff_delay,
+                **options,
+            )
         self.caller.set_breaker(self.config, self.caller.breaker_template)
         # What a configuration loads (encoders, the matcher) is loaded on its first cache miss,
         # so a re-run answered from the cache loads nothing (warm runs were 2-3x slower).
@@ -148,54 +159,6 @@ class Grader:
         self._rubrics_for(self.config)
         self._check_judge(self.config)
         self._mapping_for(self.config)
-
-    # -- what the caller holds -------------------------------------------------------------------
-
-    @property
-    def provider(self) -> Provider:
-        """The judge backend."""
-        return self.caller.provider
-
-    @property
-    def cache(self) -> Cache:
-        """The judge-call and metric cache."""
-        return self.caller.cache
-
-    @property
-    def cache_scope(self) -> Literal["shared", "per_key"]:
-        """Whether judge calls are cached for every caller alike or apart per caller."""
-        return self.caller.cache_scope
-
-    @property
-    def retry_budget(self) -> RetryBudget:
-        """The retries left to this grader's run."""
-        return self.caller.retry_budget
-
-    @retry_budget.setter
-    def retry_budget(self, value: RetryBudget) -> None:
-        self.caller.retry_budget = value
-
-    @property
-    def breakers(self) -> dict[tuple[str, str | None], CircuitBreaker]:
-        """The circuit breaker of each judge met so far, by (model, base URL)."""
-        return self.caller.breakers
-
-    @property
-    def breaker(self) -> CircuitBreaker:
-        """The circuit breaker of the default judge."""
-        return self.breaker_for(self.config)
-
-    @breaker.setter
-    def breaker(self, value: CircuitBreaker) -> None:
-        self.caller.set_breaker(self.config, value)
-
-    def breaker_for(self, config: JudgeConfig) -> CircuitBreaker:
-        """The circuit breaker of ``config``'s judge: one per (model, base URL).
-
-        An outage of one provider must not pause another, and one judge's recovery must not
-        close the breaker of a judge still failing.
-        """
-        return self.caller.breaker_for(config)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -312,7 +275,7 @@ class Grader:
         """Stop background batch workers and close the provider the grader made."""
         await self.metrics.aclose()
         await self._matcher.aclose()
-        close = getattr(self.provider, "aclose", None) if self._owns_provider else None
+        close = getattr(self.caller.provider, "aclose", None) if self._owns_provider else None
         if close is not None:
             await close()
 

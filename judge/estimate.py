@@ -377,10 +377,8 @@ class _DryGrader(Grader):
         library: RubricLibrary | None,
         cache_scope: Literal["shared", "per_key"],
     ) -> None:
-        super().__init__(config, provider=_Unsent(), cache=cache, library=library,
-                         cache_scope=cache_scope)
         self.dry = _DryCaller(cache, cache_scope)
-        self.caller = self.dry
+        super().__init__(config, library=library, caller=self.dry)
 
     async def grade(
         self, request: GradeRequest, *, config: JudgeConfig | None = None,

@@ -39,9 +39,9 @@ async def estimate_items(
     return await estimate(
         valid,
         config,
-        cache=grader.cache,
+        cache=grader.caller.cache,
         library=grader.library,
-        cache_scope=grader.cache_scope,
+        cache_scope=grader.caller.cache_scope,
         price_in=body.price_in,
         price_out=body.price_out,
         invalid=len(items) - len(valid),

@@ -157,7 +157,7 @@ def _raise_if_outage(
     """Answer 503 while the judge's breaker is open, or when it stopped one of ``results``."""
     if config.is_embedded:
         return
-    breaker = grader.breaker_for(config)
+    breaker = grader.caller.breaker_for(config)
     caller = TENANT.get() or None  # a caller whose calls have not failed may probe at once
     stopped = force or any(
         reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons

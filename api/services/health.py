@@ -147,7 +147,7 @@ async def _cache_check(grader: Grader) -> tuple[ReadyCheck, bool]:
     The detail counts errors and never names the folder or quotes an error (``/readyz`` needs no
     key, and an OSError's text carries the path).
     """
-    cache = grader.cache
+    cache = grader.caller.cache
     if not cache.enabled and cache.directory is None:
         return ReadyCheck(ok=True, detail="disabled: judge calls are not cached"), False
     writable = cache.enabled and await asyncio.to_thread(cache.writable)
@@ -178,7 +178,7 @@ def _judge_check(grader: Grader) -> ReadyCheck:
         return ReadyCheck(ok=True, detail="no judge model needed (reference metrics only)")
     if config.is_embedded:
         return ReadyCheck(ok=True, detail=model)
-    breaker = grader.breaker_for(config)
+    breaker = grader.caller.breaker_for(config)
     if breaker.claim_probe():
         task = asyncio.create_task(grader.caller.probe(config))
         _PROBES.add(task)

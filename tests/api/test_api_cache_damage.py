@@ -76,7 +76,7 @@ def test_a_full_disk_costs_the_cache_not_the_answers(
         body = ready.json()
         assert body["ready"] is True and body["degraded"] is True
         assert body["checks"]["cache"]["ok"] is True
-        errors = app.state.grader.cache.errors
+        errors = app.state.grader.caller.cache.errors
         assert errors >= 6  # 3 items x 2 judge calls, and the readiness probe
         assert body["checks"]["cache"]["detail"].startswith(f"degraded: {errors} cache error(s)")
 

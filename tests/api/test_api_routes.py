@@ -160,7 +160,7 @@ def test_ready_reports_an_unwritable_cache(
     # A cache is disposable: an unwritable one degrades the service (it grades uncached), it
     # does not take it out of rotation.
     app = judge_app
-    monkeypatch.setattr(app.state.grader.cache, "writable", lambda: False)
+    monkeypatch.setattr(app.state.grader.caller.cache, "writable", lambda: False)
     with TestClient(app) as client:
         response = client.get("/readyz")
     assert response.status_code == 200

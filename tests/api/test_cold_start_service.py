@@ -128,7 +128,7 @@ def test_job_worker_waits_for_the_warm_up_before_grading(
 ) -> None:
     grader = make_grader(metrics=("coverage", "defects", "rouge_l"), cls=HeldPrepare)
     assert isinstance(grader, HeldPrepare)
-    provider = grader.provider
+    provider = grader.caller.provider
     assert isinstance(provider, FakeProvider)
     app = make_app(grader)
     items = [{**ITEM, "id": f"j{i}", "response": f"Levin is humiliated ({i})."} for i in range(3)]

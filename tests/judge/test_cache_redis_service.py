@@ -66,7 +66,7 @@ def settings(tmp_path: Path, name: str, cache_url: str, judge: OpenAIStandIn) ->
 def test_two_replicas_share_one_redis(tmp_path: Path, url: str, judge: OpenAIStandIn) -> None:
     first_app = create_app(settings(tmp_path, "a", url, judge), poll_seconds=0.05)
     second_app = create_app(settings(tmp_path, "b", url, judge), poll_seconds=0.05)
-    assert isinstance(first_app.state.grader.cache, RedisCache)
+    assert isinstance(first_app.state.grader.caller.cache, RedisCache)
     with TestClient(first_app) as first, TestClient(second_app) as second:
         ready = first.get("/readyz")
         assert ready.status_code == 200, ready.text
@@ -85,7 +85,7 @@ def test_two_replicas_share_one_redis(tmp_path: Path, url: str, judge: OpenAISta
         assert judge.stats().requests == before + 2  # the other replica asked no judge
         assert all(call["cached"] for call in served.json()["provenance"]["calls"])
         assert served.json()["coverage"] == graded.json()["coverage"]
-        assert second_app.state.grader.cache.stats.hits == 2
+        assert second_app.state.grader.caller.cache.stats.hits == 2
         assert second_app.state.grader.stats.cache_hits == 2
     # The folders were never the cache.
     assert not (tmp_path / "a" / "cache" / "cache.db").exists()
