@@ -9,6 +9,8 @@ COPY constraints.txt ./
 RUN pip install -c constraints.txt torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
     --extra-index-url https://pypi.org/simple
 COPY pyproject.toml README.md ./
+# the light client (the wire contract) first: everything below stands on it
+COPY client client
 COPY core core
 COPY rubrics rubrics
 COPY judge judge
@@ -16,7 +18,7 @@ COPY calibration calibration
 COPY api api
 COPY cli cli
 COPY standins standins
-RUN pip install -c constraints.txt ./api/client . && useradd --create-home bonusjudge \
+RUN pip install -c constraints.txt ./client . && useradd --create-home bonusjudge \
     && mkdir -p /data && chown bonusjudge /data
 USER bonusjudge
 EXPOSE 8000

@@ -50,6 +50,7 @@ from sqlalchemy.exc import DataError, DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.schemas import ErrorBody, ErrorInfo
 from core.errors import (
     CacheError,
@@ -60,7 +61,6 @@ from core.errors import (
     ProviderError,
     RubricInvalid,
     RubricNotFound,
-    first_error,
 )
 
 log = logging.getLogger("bonusjudge.api")

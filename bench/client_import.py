@@ -1,7 +1,7 @@
 """The light client as a harness meets it: install size and import time in its own environment.
 
 Builds (or reuses, with ``--venv DIR``) a virtual environment holding only ``pip install
-./api/client``, then times imports in fresh interpreters of it, each ``-I`` (isolated: this
+./client``, then times imports in fresh interpreters of it, each ``-I`` (isolated: this
 repository is not on the path). The baseline, measured in the same run, is ``import pydantic,
 httpx``: what any client on these two libraries pays before a line of its own; the goal of issue
 30 is an import under 0.3 s.
@@ -41,12 +41,12 @@ VENV_TOOLS = {"pip", "setuptools", "wheel"}
 
 
 def build(env_dir: Path) -> Path:
-    """A venv at ``env_dir`` with ./api/client installed (not editable); its python."""
+    """A venv at ``env_dir`` with ./client installed (not editable); its python."""
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         str(ROOT / "api" / "client")],
+         str(ROOT / "client")],
         check=True, timeout=900,
     )
     return python

@@ -28,11 +28,12 @@ from pydantic import ValidationError
 from rapidfuzz import fuzz
 from tqdm import tqdm
 
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import MAX_REFERENCES, GradeRequest, GradeResult
 from bonusjudge_client.wire.vocab import CALIBRATION_METRICS, MetricName
 from calibration.report import ReportFiles, build_report, write_report
 from calibration.sets import CalibrationItem, LoadedSet
-from core.errors import InputError, first_error
+from core.errors import InputError
 from judge.aggregate import summarize
 from judge.budget import BUDGET, Budget
 from judge.cache import Cache, JudgeCache, open_cache

@@ -26,8 +26,6 @@ from typing import Self
 
 from pydantic import ValidationError
 
-from bonusjudge_client.wire.validation import field_of as field_of
-from bonusjudge_client.wire.validation import first_error as first_error
 from bonusjudge_client.wire.vocab import UnscoredReason as UnscoredReason
 
 

@@ -21,11 +21,14 @@ __all__ = ["checkout_pythonpath", "free_port", "wait_until_answers"]
 def checkout_pythonpath(code: Path) -> str:
     """The ``PYTHONPATH`` that runs the checkout ``code`` (a benchmark's "before" run).
 
-    Its root, then its light client (``api/client``): both come before the packages installed for
-    this checkout (the editable ``bonusjudge``, ``bonusjudge-client``), so the child runs that
-    checkout's code throughout.
+    Its root, then its light client (``client/``; ``api/client/`` in a checkout from before
+    issue 42 moved it): both come before the packages installed for this checkout (the editable
+    ``bonusjudge``, ``bonusjudge-client``), so the child runs that checkout's code throughout.
     """
-    return os.pathsep.join([str(code), str(code / "api" / "client")])
+    client = code / "client"
+    if not client.is_dir():
+        client = code / "api" / "client"
+    return os.pathsep.join([str(code), str(client)])
 
 
 def free_port() -> int:

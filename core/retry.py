@@ -1,18 +1,14 @@
-"""The one backoff formula, ``Retry-After`` parser and circuit breaker, for engine and client.
+"""The one circuit breaker, for the engine and the Redis cache.
 
-* ``full_jitter``: exponential backoff with "full jitter" (a uniform draw up to the exponential
-  bound), so many callers that fail together do not come back in lockstep.
-* ``parse_retry_after``: the seconds a ``Retry-After`` header asks for, in either of its forms
-  (delta-seconds or an HTTP date).
+``CircuitBreaker``: the closed / open / half-open machine with a doubling cool-down. The engine's
+breaker (``judge.retry.CircuitBreaker``) builds on it, and the Redis cache uses one that opens at
+the first unreachable answer and never lengthens its cool-down, so a change of policy is made
+once.
 
-  Both are defined in :mod:`bonusjudge_client.wire.backoff`, the light client's, and re-exported
-  here for the engine.
-* ``CircuitBreaker``: the closed / open / half-open machine with a doubling cool-down. The
-  engine's breaker (``judge.retry.CircuitBreaker``) builds on it, and the Redis cache uses one
-  that opens at the first unreachable answer and never lengthens its cool-down.
-
-The engine (``judge.retry``, ``judge.providers.base``), the Redis cache and the service's client
-(``bonusjudge_client.retry``) all use these, so a change of policy is made once.
+The backoff formula (``full_jitter``) and the ``Retry-After`` parser (``parse_retry_after``) that
+go with it are the light client's, :mod:`bonusjudge_client.backoff`: the engine
+(``judge.retry``, ``judge.providers.base``) and the service's client (``bonusjudge_client.retry``)
+import them from there.
 """
 
 from __future__ import annotations
@@ -21,9 +17,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Literal
-
-from bonusjudge_client.wire.backoff import full_jitter as full_jitter
-from bonusjudge_client.wire.backoff import parse_retry_after as parse_retry_after
 
 Admission = Literal["closed", "probe"]
 """Why a call was let through: the breaker is closed, or it is the half-open probe."""

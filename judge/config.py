@@ -32,12 +32,13 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.options import CHARTOM_WINDOWS as CHARTOM_WINDOWS
 from bonusjudge_client.wire.options import ContextWindow as ContextWindow
 from bonusjudge_client.wire.options import JudgeOverrides as JudgeOverrides
 from bonusjudge_client.wire.options import comma_list
 from bonusjudge_client.wire.vocab import ALL_METRICS, MetricName
-from core.errors import ConfigError, first_error
+from core.errors import ConfigError
 from judge.identity import matcher_identity
 
 _REASONING_MODEL = re.compile(r"^(?:openai/|azure/)?(?:o\d|gpt-5(?!-chat))")

@@ -22,9 +22,10 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ValidationError
 
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.chartom import CHARTOM_CONTEXT_KEYS, REQUEST_KEYS, chosen_window
 from bonusjudge_client.wire.grading import GradeRequest
-from core.errors import ConfigError, InputError, first_error
+from core.errors import ConfigError, InputError
 from core.jsonl import BadLine, read_jsonl
 
 _RESPONDENT_KEYS = tuple(key for key, name in REQUEST_KEYS.items() if name == "respondent")

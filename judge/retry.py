@@ -23,7 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from core.retry import Admission, full_jitter
+from bonusjudge_client.backoff import full_jitter
+from core.retry import Admission
 from core.retry import CircuitBreaker as _Breaker
 
 
@@ -37,9 +38,9 @@ def backoff_delay(
 ) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based).
 
-    Full jitter (``core.retry.full_jitter``): uniform in ``[0, min(cap, base * 2**(attempt-1))]``,
-    floored at ``retry_after`` when the provider gave one (but never beyond ``cap`` plus that
-    floor).
+    Full jitter (``bonusjudge_client.backoff.full_jitter``): uniform in
+    ``[0, min(cap, base * 2**(attempt-1))]``, floored at ``retry_after`` when the provider gave
+    one (but never beyond ``cap`` plus that floor).
     """
     delay = full_jitter(attempt, base=base, cap=cap, rng=rng)
     if retry_after is not None:

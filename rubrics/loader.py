@@ -21,7 +21,8 @@ from jinja2 import StrictUndefined, Template, TemplateError, meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import ValidationError
 
-from core.errors import RubricInvalid, RubricNotFound, first_error
+from bonusjudge_client.validation import first_error
+from core.errors import RubricInvalid, RubricNotFound
 from core.text import Language
 from rubrics.schema import TASK_VARIABLES, Rubric, RubricFile
 

@@ -2,7 +2,7 @@
 # Build the harness environments under .harness/ (git-ignored), each once: the end-to-end tests
 # of the drop-in scorers and of the generated clients run the real harnesses from them.
 #
-#   .harness/inspect     inspect-ai + the light client (api/client, installed as a user installs
+#   .harness/inspect     inspect-ai + the light client (client/, installed as a user installs
 #                        it, not editable; also the "installs alone" check below)
 #   .harness/autoevals   autoevals on the openai 3.x SDK + the light client: they must resolve
 #   .harness/lmeval      torch 2.13.0 (CPU) first, then lm-eval + the light client
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 root=${HARNESS_DIR:-.harness}
-client=api/client
+client=client
 mkdir -p "$root"
 
 # The light client's own files, whatever git knows of them (a build's leftovers left out).

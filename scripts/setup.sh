@@ -27,7 +27,7 @@ pip_install() {
 
 # Reinstall only when the pins or the project metadata changed since the last install.
 if [ ! -f "$stamp" ] || [ constraints.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
-    || [ api/client/pyproject.toml -nt "$stamp" ]; then
+    || [ client/pyproject.toml -nt "$stamp" ]; then
   mkdir -p "$(dirname "$log")"
   : > "$log"
   echo "setup: installing bonusjudge${extras:+[$extras]} into .venv with the pinned versions" \
@@ -36,9 +36,9 @@ if [ ! -f "$stamp" ] || [ constraints.txt -nt "$stamp" ] || [ pyproject.toml -nt
   pip_install --upgrade pip
   # torch first, alone: pinned to the CPU build (an unpinned torch pulls a multi-GB CUDA build).
   pip_install -c constraints.txt "torch==2.13.0"
-  # The light client (api/client, its own distribution) with the project: bonusjudge depends on
+  # The light client (client/, its own distribution) with the project: bonusjudge depends on
   # it by name, and this is where that name is found.
-  pip_install -c constraints.txt -e ./api/client -e ".${extras:+[$extras]}"
+  pip_install -c constraints.txt -e ./client -e ".${extras:+[$extras]}"
   touch "$stamp"
   echo "setup: installed in $((SECONDS - started)) s"
 fi

@@ -123,7 +123,7 @@ def test_setup_says_it_installs_and_shows_pip_progress(tmp_path: Path) -> None:
     assert lines[1:-1] == [
         "Collecting pkg-7", "Installing collected packages: pkg-7",  # --upgrade pip
         "Collecting pkg-8", "Installing collected packages: pkg-8",  # torch
-        # the light client (-e ./api/client) and the project, in one pip run
+        # the light client (-e ./client) and the project, in one pip run
         "Collecting pkg-11", "Installing collected packages: pkg-11",
     ]
     assert lines[-1].startswith("setup: installed in ")

@@ -30,9 +30,10 @@ from api.jobs.items import JobItem
 from api.jobs.policy import check_request
 from api.jobs.spool import RawItem, SpooledLines, split_json_body, spooled
 from api.jobs.staging import ItemLimit, in_upload_thread
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.schemas import ItemError, JobBody
-from core.errors import InputError, first_error
+from core.errors import InputError
 from judge.config import JudgeOverrides, Settings
 from judge.io import chartom_to_request
 

@@ -28,6 +28,7 @@ from api.jobs import check_request
 from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
 from api.services.judges import select_judge
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
 from bonusjudge_client.wire.schemas import (
     BatchBody,
@@ -37,7 +38,7 @@ from bonusjudge_client.wire.schemas import (
     GradeBody,
     ItemError,
 )
-from core.errors import InputError, JudgeError, first_error
+from core.errors import InputError, JudgeError
 from judge.config import JudgeConfig, Settings
 from judge.engine import TENANT, Grader
 

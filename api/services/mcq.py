@@ -47,10 +47,11 @@ from api.jobs.budgets import KeyBudgets
 from api.jobs.uploads import storable_id
 from api.jobs.worker import store_retry
 from api.services.grade_jobs import pause_if_spent
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
-from core.errors import InputError, first_error
+from core.errors import InputError
 from judge.budget import BUDGET, Budget
 from judge.config import Settings
 from judge.engine import Grader

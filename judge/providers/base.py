@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from bonusjudge_client.backoff import parse_retry_after
 from core.errors import JudgeOutputError, ProviderError, SpendingError, UnscoredReason
-from core.retry import parse_retry_after
 from judge.config import JudgeConfig
 
 # litellm must not fetch its model cost map from the network at import, nor its table of
@@ -159,8 +159,9 @@ def _retry_after(exc: BaseException) -> float | None:
 def retry_after_seconds(value: Any) -> float | None:
     """A ``Retry-After`` header's delay in seconds (never negative), or None.
 
-    Either of the header's forms, delta-seconds or an HTTP date (``core.retry.parse_retry_after``,
-    the client's parser too); an unparsable one is treated as absent: the backoff then decides.
+    Either of the header's forms, delta-seconds or an HTTP date
+    (``bonusjudge_client.backoff.parse_retry_after``, the client's parser too); an unparsable one
+    is treated as absent: the backoff then decides.
     """
     return parse_retry_after(value)
 

@@ -21,7 +21,7 @@ import pytest
 from cli.main import SUBCOMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "rubrics", "judge", "calibration", "api", "cli")
+PACKAGES = ("client", "core", "rubrics", "judge", "calibration", "api", "cli")
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 """An option as a message names it (``--api-key-env``; ``--no-{name}`` is a template, not one)."""

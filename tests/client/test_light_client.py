@@ -1,6 +1,6 @@
 """The light client as a harness installs it: own environment, own requirements, real service.
 
-``pip install ./api/client`` into an empty virtual environment must bring httpx and pydantic (and
+``pip install ./client`` into an empty virtual environment must bring httpx and pydantic (and
 the two small pure-Python helpers tenacity and tqdm), nothing of the server's stack; the package
 must import there without the engine; and it must grade against a real ``bonusjudge serve``.
 """
@@ -28,7 +28,7 @@ ALLOWED = {
     # what a venv starts with
     "pip", "setuptools", "wheel",
 }
-"""Every distribution an environment may hold after ``pip install ./api/client``."""
+"""Every distribution an environment may hold after ``pip install ./client``."""
 
 HEAVY = ("torch", "litellm", "fastapi", "starlette", "sqlalchemy", "numpy", "transformers",
          "instructor", "diskcache", "judge", "api", "core", "rubrics")
@@ -41,12 +41,12 @@ def _python(env_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def light_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An empty virtual environment with ``pip install ./api/client`` (not editable) in it."""
+    """An empty virtual environment with ``pip install ./client`` (not editable) in it."""
     env_dir = tmp_path_factory.mktemp("light") / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     done = subprocess.run(
         [str(_python(env_dir)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         str(ROOT / "api" / "client")],
+         str(ROOT / "client")],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

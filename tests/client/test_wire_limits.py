@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import MAX_CONTEXT_WINDOW, GradeRequest
 from bonusjudge_client.wire.mcq import McqItem
 from bonusjudge_client.wire.options import JudgeOverrides, shown_number
-from core.errors import first_error
 
 HUGE = "9" * 4000
 ITEM = '{"question": "q?", "reference": "r.", "bonus_points": ["p"], "response": "x"'

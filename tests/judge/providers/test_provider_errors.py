@@ -238,7 +238,7 @@ def test_retry_after_header(value: str | None, seconds: float | None) -> None:
 
 
 def test_retry_after_http_date_is_the_wait_until_then() -> None:
-    """The engine reads the header's date form as the client does (one parser, core.retry)."""
+    """The engine reads the header's date form as the client does (one parser)."""
     when = datetime.now(UTC) + timedelta(seconds=90)
     seconds = retry_after_seconds(format_datetime(when, usegmt=True))
     assert seconds is not None

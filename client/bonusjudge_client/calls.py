@@ -20,11 +20,11 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from bonusjudge_client.errors import ClientInputError
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import ExtractRequest, GradeRequest
 from bonusjudge_client.wire.mcq import McqItem
 from bonusjudge_client.wire.options import JudgeOverrides
 from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationMetric, MetricPair
-from bonusjudge_client.wire.validation import first_error
 
 URL_ENV = "BONUSJUDGE_URL"
 """Environment variable read for the service URL when none is passed."""

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import tenacity
 
+from bonusjudge_client.backoff import full_jitter, parse_retry_after
 from bonusjudge_client.errors import ClientInputError
-from bonusjudge_client.wire.backoff import full_jitter, parse_retry_after
 
 __all__ = ["NOT_SENT", "RetryPolicy", "parse_retry_after"]
 

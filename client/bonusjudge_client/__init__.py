@@ -22,6 +22,8 @@ responsibility:
 ``calls``      building and checking requests (``Call``), before anything is sent.
 ``answers``    reading answers: typed models, batch entries, the error an error answer means.
 ``retry``      ``RetryPolicy``, the one retry policy (tenacity), and ``parse_retry_after``.
+``backoff``    the retry arithmetic the engine shares: full-jitter waits, ``Retry-After``.
+``validation`` a pydantic error as one field and one line, worded as the service words it.
 ``flows``      the steps, the shared core (send with retries, resume a stream, poll) and the
                ``@operation`` / ``@streaming`` declarations that make one flow a method of both.
 ``workflows``  every call of the contract, declared once.

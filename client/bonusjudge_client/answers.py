@@ -14,9 +14,9 @@ from pydantic import BaseModel, ValidationError
 from bonusjudge_client.calls import Call
 from bonusjudge_client.errors import ClientHTTPError, ClientItemError, ClientResponseError
 from bonusjudge_client.retry import parse_retry_after
+from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import GradeResult
 from bonusjudge_client.wire.schemas import BatchEntry, ItemError, McqResponse, Readiness
-from bonusjudge_client.wire.validation import first_error
 
 _M = TypeVar("_M", bound=BaseModel)
 
