@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-import calibration.sets
+import calibration.sets.registry
 from calibration.sets import (
     SHARED_SETS,
     LoadedSet,
@@ -38,7 +38,7 @@ def test_shared_set_loads_without_problems(name: str, monkeypatch: pytest.Monkey
         asked.append((path, options))
         return loaded
 
-    monkeypatch.setattr(calibration.sets, "load_set", load_set_spy)
+    monkeypatch.setattr(calibration.sets.registry, "load_set", load_set_spy)
     assert load_shared_set(entry.path.removesuffix(".jsonl"), directory=SHARED) is loaded
     ((path, options),) = asked
     assert path == loaded.path and options["name"] == loaded.name == name
