@@ -211,7 +211,7 @@ async def _cold_and_warm(args: argparse.Namespace, srv: StandInProcess) -> dict[
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     log(f"warm-up: {_WARMUP_ITEMS} items outside the measured set")
     await grade_run(_warmup_items(items), srv.base_url, 16, work / "warmup-cache")
-    gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade.py)
+    gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade/local.py)
     cold: list[dict[str, Any]] = []
     warm: dict[str, Any] | None = None
     for concurrency in args.concurrency:

@@ -80,7 +80,7 @@ async def _runs(
         await grade_run(
             _warmup(items), srv.base_url, 16, work / f"warmup-{transport}", transport=transport
         )
-    gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade.py)
+    gc.freeze()  # as `bonusjudge grade` does once loaded (cli/grade/local.py)
     rows: list[dict[str, Any]] = []
     for concurrency in args.concurrency:
         verdicts: dict[str, list[Any]] = {}

@@ -30,7 +30,10 @@ JUDGING = ("grade", "serve", "calibrate", "mcq")
 """The subcommands that take a judge model on the command line (``mcq`` as ``--llm-model``)."""
 
 SHOWN_BY: dict[str, tuple[str, ...]] = {
-    "cli/grade.py": ("grade",),
+    "cli/grade/__init__.py": ("grade",),
+    "cli/grade/local.py": ("grade",),
+    "cli/grade/report.py": ("grade",),
+    "cli/grade/server.py": ("grade",),
     "cli/serve.py": ("serve",),
     "cli/mcq.py": ("mcq",),
     "cli/calibrate.py": ("calibrate",),
@@ -42,7 +45,7 @@ SHOWN_BY: dict[str, tuple[str, ...]] = {
     "judge/providers/base.py": JUDGING,
     "judge/providers/litellm.py": JUDGING,
     "judge/providers/direct.py": JUDGING,
-    "calibration/sets.py": ("calibrate",),
+    "calibration/sets/tables.py": ("calibrate",),
 }
 """Which commands show a module's messages (``""``: the top-level ``bonusjudge``). A module not
 listed must name only options some subcommand has, unless it is a script with its own parser
@@ -117,7 +120,7 @@ def test_the_scan_finds_the_messages_it_is_about() -> None:
     assert ("judge/providers/litellm.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--api-key-env") in found
     assert ("judge/providers/direct.py", "--transport") in found
-    assert ("cli/grade.py", "--server") in found
+    assert ("cli/grade/server.py", "--server") in found
     assert {command.name for command in SUBCOMMANDS} <= set(parsers())
 
 

@@ -89,7 +89,7 @@ def test_switches_and_lists_parse_to_config_values() -> None:
 
 
 def test_server_options_are_the_per_request_overrides() -> None:
-    from cli.grade import _local_only_options
+    from cli.grade.server import _local_only_options
 
     local = {dest for dest, _ in _local_only_options()}
     assert not local & set(JudgeOverrides.model_fields)
