@@ -28,8 +28,8 @@ from core.processes import free_port
 from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
-from standins.faults import RecordingSleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
+from tests.helpers.faults import RecordingSleep
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

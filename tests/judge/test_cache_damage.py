@@ -21,10 +21,10 @@ from bonusjudge_client.wire.grading import GradeRequest
 from judge.cache import JudgeCache
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import no_sleep
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import no_sleep
+from tests.helpers.processes import run_cli
 
 ITEM = {
     "question": "How does Levin feel after Kitty refuses him?",

@@ -32,8 +32,8 @@ from judge.cache import JudgeCache, RedisCache, open_cache, redact_url
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from standins.engine import no_sleep
-from standins.redis_server import RedisServer
+from tests.helpers.engine import no_sleep
+from tests.helpers.redis_server import RedisServer
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
 
@@ -439,8 +439,9 @@ def test_close_from_another_thread_closes_a_running_loops_connections(url: str) 
 def test_the_launcher_runs_a_server_in_the_foreground_until_sigterm() -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "standins.redis_server", "--port", str(port)],
+        [sys.executable, "-m", "tests.helpers.redis_server", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],  # the root: tests.helpers is not installed
     )
     try:
         assert proc.stdout is not None

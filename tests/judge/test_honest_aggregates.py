@@ -14,8 +14,8 @@ from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import no_sleep
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import no_sleep
 
 
 def request(i: int, response: str = "He is ashamed.", respondent: str = "m-a") -> GradeRequest:

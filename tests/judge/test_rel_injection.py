@@ -30,7 +30,7 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from rubrics.loader import fence_tag, load_library
 from rubrics.schema import TASK_VARIABLES
-from standins.faults import Injection, injection_corpus, task_of_call
+from tests.helpers.faults import Injection, injection_corpus, task_of_call
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -29,7 +29,7 @@ from api.jobs import Chunk, JobItem, JobStore
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement
-from standins.engine import numbered_request as request
+from tests.helpers.engine import numbered_request as request
 
 NUMBER = re.compile(r"answer-(\d+)\b")
 

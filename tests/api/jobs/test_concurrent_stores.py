@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from api.errors import QuotaExceeded
 from api.jobs import Chunk, JobItem, JobStore, Quota
 from api.jobs.schema import results
-from standins.engine import numbered_request as request
+from tests.helpers.engine import numbered_request as request
 
 _T = TypeVar("_T")
 

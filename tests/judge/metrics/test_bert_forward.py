@@ -22,7 +22,7 @@ import pytest
 from judge.metrics import bert_forward, get_encoder, resolve_encoder
 from judge.metrics.bert_forward import BertFolder, inspect_folder, unsupported_reason
 from judge.metrics.encoders import BERT_LAYERS
-from standins.processes import run_python
+from tests.helpers.processes import run_python
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -35,7 +35,7 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from standins import OpenAIStandIn, Reply, ToolCall, find_embedded_schema
-from standins.faults import (
+from tests.helpers.faults import (
     default_workload,
     item_of_text,
     load_workload,
