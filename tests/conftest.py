@@ -13,6 +13,13 @@ import os
 from collections.abc import Generator
 from typing import Any
 
+# Offline, once for every test file, as scripts/*.sh run them (a bare `pytest` too): set at this
+# conftest's import, before any test module is imported, because huggingface_hub and transformers
+# read their variable when first imported and litellm would fetch its price list over the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 import pytest
 from hypothesis import settings
 

@@ -9,11 +9,7 @@ Open the app with ``TestClient(app)`` as a context manager: its lifespan then ru
 
 from __future__ import annotations
 
-import os
 import shutil
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

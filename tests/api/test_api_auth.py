@@ -1,10 +1,6 @@
 """API keys: 401 without one, digests at rest, jobs owned by the key that made them."""
 
 import hashlib
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 

@@ -1,8 +1,6 @@
 """Error statuses and the uniform error body: 422 naming the field, 413, 404, 503, 500."""
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from collections.abc import Callable, Iterator
 from typing import Any

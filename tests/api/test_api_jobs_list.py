@@ -1,12 +1,8 @@
 """GET /v1/jobs: the caller's grading jobs, newest first, in offset pages; both clients."""
 
 import asyncio
-import os
 import threading
 import time
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any

@@ -5,14 +5,11 @@ also when no request comes to find out (a load balancer sends none to a service 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient

@@ -31,8 +31,6 @@ from judge.providers.litellm import LiteLLMProvider
 from standins.openai_server import FaultPlan, OpenAIStandIn
 from tests.helpers.faults import RecordingSleep
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_SECRET = "sk-PROVIDER-SECRET-93f1c2"
 KEY_A = "client-key-A-SECRET-5d0e"

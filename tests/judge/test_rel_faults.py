@@ -11,7 +11,6 @@ the faults its own requests got.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import statistics
 import time
@@ -41,8 +40,6 @@ from tests.helpers.faults import (
     load_workload,
     tag_response,
 )
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MIX: dict[FaultKind, float] = {
     "malformed_json": 0.30,

@@ -9,10 +9,6 @@ a DELETE through one stops the job on both.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import re
 import threading

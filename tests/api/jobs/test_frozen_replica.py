@@ -25,8 +25,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import httpx
 import psutil
 import psycopg

@@ -5,14 +5,10 @@ Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftes
 
 import asyncio
 import json
-import os
 import re
 import threading
 import time
 from collections import Counter
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable
 from typing import Any
 

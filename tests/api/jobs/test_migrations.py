@@ -3,10 +3,6 @@ the code describes; several processes opening one new database at once migrate i
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import sqlite3
 import subprocess

@@ -3,9 +3,7 @@
 Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
 """
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import asyncio
 import base64

@@ -6,10 +6,6 @@ Each replica has its own data folder, so nothing reaches the second one but the 
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import time
 from collections.abc import Callable

@@ -4,9 +4,7 @@ Tests of what both stores do run on each (``jobs_url``/``open_store`` in conftes
 on-disk size and the pre-Alembic rows are SQLite's alone.
 """
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
 import random

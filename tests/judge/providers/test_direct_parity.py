@@ -16,11 +16,6 @@ interleave differently.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import zlib
 from collections import Counter
 from collections.abc import Mapping
