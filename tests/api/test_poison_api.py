@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import levin_item
 
 DEEP = "[" * 5000 + "]" * 5000
 """JSON nested far past the parser's recursion limit."""
@@ -27,14 +28,7 @@ def nested(levels: int) -> dict[str, Any]:
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        **extra,
-    }
+    return levin_item(n, **extra)
 
 
 def mcq_item(n: int) -> dict[str, Any]:

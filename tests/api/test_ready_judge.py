@@ -19,14 +19,9 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "id": "it-1",
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item(id="it-1")
 
 DOWN = ProviderError("503 from the provider", reason="provider_error", retryable=True,
                      status=503)

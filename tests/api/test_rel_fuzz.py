@@ -25,6 +25,8 @@ from schemathesis.checks import response_schema_conformance
 from schemathesis.core.control import SkipTest
 from schemathesis.python import asgi as schemathesis_asgi
 
+from tests.helpers.engine import levin_item
+
 KEY = "fuzz-key-1"
 EXAMPLES = settings().max_examples // 5
 """Examples per operation and generation mode (about 40 operation-modes in all): a fifth of the
@@ -123,12 +125,7 @@ def client(fuzz_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
         yield test_client
 
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 
 
 def error_of(response: Any, status: int) -> dict[str, Any]:

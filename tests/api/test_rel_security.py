@@ -29,6 +29,7 @@ from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
 from standins.openai_server import FaultPlan, OpenAIStandIn
+from tests.helpers.engine import levin_item
 from tests.helpers.faults import RecordingSleep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +37,7 @@ PROVIDER_SECRET = "sk-PROVIDER-SECRET-93f1c2"
 KEY_A = "client-key-A-SECRET-5d0e"
 KEY_B = "client-key-B-SECRET-77aa"
 SECRETS = (PROVIDER_SECRET, KEY_A, KEY_B)
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 
 
 def auth(key: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from api.jobs.schema import jobs, results
 from api.services.calibration import REPORTS
 from bonusjudge_client.wire.grading import GradeRequest
 from judge.engine import Grader
+from tests.helpers.engine import levin_item
 
 TEXT = (
     "Levin Kitty Anna Vronsky Stiva Dolly Moscow Petersburg estate mowing peasants ball "
@@ -46,14 +47,7 @@ def app_for(
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": f"How does Levin feel? ({n})",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        **extra,
-    }
+    return levin_item(n, **{"question": f"How does Levin feel? ({n})", **extra})
 
 
 def wait_for(
