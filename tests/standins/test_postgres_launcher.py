@@ -1,4 +1,4 @@
-"""The PostgreSQL the job-store tests and the cluster demo run (standins/postgres_server.py):
+"""The PostgreSQL the job-store tests and the cluster demo run (tests/helpers/postgres_server.py):
 foreground mode until SIGTERM, a kept cluster reused, and a clear error when it cannot start."""
 
 from __future__ import annotations
