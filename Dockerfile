@@ -17,6 +17,8 @@ COPY judge judge
 COPY calibration calibration
 COPY api api
 COPY cli cli
+# standins/ is the stand-in judge server alone (python -m standins.openai_server, a judge without
+# an API key); the tests and their helpers (tests/helpers) stay out of the image.
 COPY standins standins
 RUN pip install -c constraints.txt ./client . && useradd --create-home bonusjudge \
     && mkdir -p /data && chown bonusjudge /data

@@ -37,7 +37,7 @@ SHARES = (0.25, 0.5)
 
 
 def _serve(server: Any, folder: Path, limit: float | None) -> Any:
-    from standins.processes import ServiceProcess
+    from tests.helpers.processes import ServiceProcess
 
     args = ["--model", MODEL, "--api-base", server.base_url, "--metrics", "coverage,defects",
             "--cache-dir", str(folder / "cache"), "--no-preflight"]

@@ -38,7 +38,7 @@ from bench.common import (
     write_json,
 )
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, filled_disk_cache, sqlite_write_lock
+from tests.helpers.processes import ServiceProcess, filled_disk_cache, sqlite_write_lock
 
 __all__ = ["main"]
 

@@ -26,7 +26,7 @@ import httpx
 
 from bench.common import log, machine, section_parser, set_bench_env, write_json
 from bench.standin import StandInProcess
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 __all__ = ["main"]
 

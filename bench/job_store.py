@@ -46,7 +46,7 @@ _PROBE = r"""
 import json, sys, tempfile, time
 from pathlib import Path
 from api.jobs import JobItem, JobStore
-from standins.engine import numbered_request as request
+from tests.helpers.engine import numbered_request as request
 
 repeat = int(sys.argv[1])
 store = JobStore(Path(tempfile.mkdtemp()) / "jobs.sqlite3", chunk_items=4)

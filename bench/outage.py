@@ -56,7 +56,7 @@ def run_service(
 ) -> dict[str, Any]:
     """One service job over ``items`` with the outage at its start."""
     from bonusjudge_client import JudgeClient
-    from standins.processes import ServiceProcess
+    from tests.helpers.processes import ServiceProcess
 
     args = ["--model", "openai/standin", "--api-base", server.base_url,
             "--metrics", "coverage,defects", "--cache-dir", str(tmp / "service-cache")]
@@ -79,7 +79,7 @@ def run_service(
 
 def run_cli(server: Any, source: Path, outage: float, tmp: Path) -> dict[str, Any]:
     """One ``bonusjudge grade`` run over ``source`` with the outage at its start."""
-    from standins.processes import run_cli as cli
+    from tests.helpers.processes import run_cli as cli
 
     out, summary_path = tmp / "cli.jsonl", tmp / "cli-summary.json"
     server.reset_stats()

@@ -32,7 +32,7 @@ from bench.common import log, machine, older_checkout, section_parser, set_bench
 from standins.openai_server import FaultPlan, OpenAIStandIn
 from standins.openai_server.replies import default_reply
 from standins.openai_server.wire import analyse
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 BEFORE = "9a49e40~1"
 """The commit before the isolated breaker and the request accounting (9a49e40's parent)."""

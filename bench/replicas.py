@@ -222,8 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_section_args(parser, argv)
     one_job = args.mode == "one-job"
     n_items = args.items if args.items is not None else (2000 if one_job else 1000)
-    from standins.postgres_server import postgres_server
-    from standins.redis_server import redis_server
+    from tests.helpers.postgres_server import postgres_server
+    from tests.helpers.redis_server import redis_server
 
     # The head of the workload is measured; a few items past it warm each replica up. Copies
     # past the workload's end have new texts (new cache keys): they cost what new items cost.

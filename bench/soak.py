@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, cast
 from bench.common import log, parse_section_args, peak_rss_mb, section_parser, write_json
 
 if TYPE_CHECKING:
-    from standins.faults import Task
     from standins.openai_server import FaultKind
+    from tests.helpers.faults import Task
 
 MIX: dict[FaultKind, float] = {
     "malformed_json": 0.30,
@@ -70,8 +70,8 @@ async def _round(
     from judge.engine import Grader
     from judge.providers.litellm import LiteLLMProvider
     from judge.retry import CircuitBreaker, RetryBudget
-    from standins.faults import RecordingSleep, check_results, ledger_from_standin
     from standins.openai_server import FaultPlan
+    from tests.helpers.faults import RecordingSleep, check_results, ledger_from_standin
 
     plan = FaultPlan(MIX, seed=args.seed + number, retry_after=1.0)
     server.faults = plan  # restarts the fault draws, so the replay starts at request 0
@@ -155,8 +155,8 @@ async def _round(
 
 
 async def _soak(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from standins.faults import default_workload, load_workload
     from standins.openai_server import OpenAIStandIn
+    from tests.helpers.faults import default_workload, load_workload
 
     path = default_workload()
     if path is None:

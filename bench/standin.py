@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any, Self
 
+from standins.lifecycle import StartStop
 from standins.openai_server import OpenAIStandIn, StandInStats
 from standins.openai_server import main as _standin_main
-from standins.processes import StartStop
 
 __all__ = ["StandInProcess", "main"]
 

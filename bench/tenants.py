@@ -48,7 +48,7 @@ from bench.common import (
 from bench.replicas import new_database
 from bench.standin import StandInProcess
 from core.processes import free_port, wait_until_answers
-from standins.tenants import FloodRun, big_batch_body, flood, probe
+from tests.helpers.tenants import FloodRun, big_batch_body, flood, probe
 
 __all__ = ["main"]
 
@@ -59,8 +59,8 @@ class Servers:
     """A Redis cache and a Postgres job store (``--servers``), as a shared deployment runs."""
 
     def __init__(self, stack: contextlib.ExitStack) -> None:
-        from standins.postgres_server import postgres_server
-        from standins.redis_server import redis_server
+        from tests.helpers.postgres_server import postgres_server
+        from tests.helpers.redis_server import redis_server
 
         self.cache_url = stack.enter_context(redis_server())
         self.postgres_url = stack.enter_context(postgres_server())

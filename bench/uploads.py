@@ -43,8 +43,8 @@ import httpx
 from bench.common import log, machine, parse_section_args, section_parser, write_json
 from bench.standin import StandInProcess
 from bench.tenants import KEY_A, KEY_B, Service
-from standins.tenants import grade_item, probe
-from standins.uploads import (
+from tests.helpers.tenants import grade_item, probe
+from tests.helpers.uploads import (
     bad_lines,
     grade_every,
     job_body,

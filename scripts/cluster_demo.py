@@ -4,7 +4,7 @@ Run by ``scripts/cluster-demo.sh`` (``.venv/bin/python scripts/cluster_demo.py``
 listens on loopback ports and lives in a temporary folder; everything is stopped at the end,
 whatever happens. The steps:
 
-1. start Redis (``standins.redis_server``), PostgreSQL (``standins.postgres_server``)
+1. start Redis (``tests.helpers.redis_server``), PostgreSQL (``tests.helpers.postgres_server``)
    and the OpenAI-compatible stand-in judge (``standins.openai_server``, a fixed latency);
 2. start two ``bonusjudge serve`` replicas, A and B, both with ``--cache-url`` on the Redis and
    ``--jobs-url`` on the Postgres;
@@ -186,10 +186,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         redis_port, pg_port, judge_port = free_port(), free_port(), free_port()
         _log(f"starting Redis on 127.0.0.1:{redis_port}")
-        processes.start("redis", [PYTHON, "-m", "standins.redis_server",
+        processes.start("redis", [PYTHON, "-m", "tests.helpers.redis_server",
                                   "--port", str(redis_port)])
         _log(f"starting PostgreSQL on 127.0.0.1:{pg_port}")
-        processes.start("postgres", [PYTHON, "-m", "standins.postgres_server",
+        processes.start("postgres", [PYTHON, "-m", "tests.helpers.postgres_server",
                                      "--port", str(pg_port), "--data", str(work / "pgdata")])
         _log(f"starting the stand-in judge on 127.0.0.1:{judge_port} ({args.latency} s/call)")
         processes.start("judge", [PYTHON, "-m", "standins.openai_server",

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh dev
 export LITELLM_LOCAL_MODEL_COST_MAP=True HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check .
-.venv/bin/mypy client core rubrics judge calibration api cli standins
+.venv/bin/mypy client core rubrics judge calibration api cli standins tests/helpers
 .venv/bin/lint-imports
 # The docs site: a broken link or anchor fails here (strict). Built into a git-ignored folder;
 # nothing is fetched (no web fonts, the offline plugin's shim vendored).

@@ -1,18 +1,20 @@
-"""Test doubles that ship with bonusjudge: a stand-in judge server for three providers' APIs.
+"""The stand-in judge server that ships with bonusjudge, for three providers' APIs.
 
 The stand-in speaks OpenAI's chat completions, Anthropic's Messages API and Gemini's
 ``generateContent`` on one port, each as strict as the real API: an unknown request field gets
 HTTP 400 in that API's own error shape (``OpenAIStandIn(strict=False)`` for lenient local
 servers).
 
-Tests, benchmarks (``bench/``) and the fault-injection suite import from here, so the stand-in
-is part of the package rather than of the test tree.
+It ships because more than the tests use it: a harness author runs bonusjudge against it
+without an API key (``python -m standins.openai_server``), as do the benchmarks (``bench/``) and
+the cluster demo. Only the server and what it needs ship (:mod:`standins.schemas`,
+:mod:`standins.lifecycle`); the tests' own helpers are the unshipped :mod:`tests.helpers`.
 
 The public names are those of :mod:`standins.openai_server` (its command-line ``main``
 aside) and :mod:`standins.schemas`, as their ``__all__`` lists them. They are loaded on first
 access (PEP 562) rather than at import: the stand-in pulls in aiohttp and the openai SDK (most of
 a second), which code that only needs :func:`schema_instance` or
-:mod:`standins.processes` should not pay for.
+:class:`standins.lifecycle.StartStop` should not pay for.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def __getattr__(name: str) -> Any:
     if name == "__all__":
         value: Any = _public_names()
     else:
-        # A dunder probe, or a submodule not imported yet (``from standins import faults``
+        # A dunder probe, or a submodule not imported yet (``from standins import schemas``
         # asks here first), is no public name: answer at once, without loading the server.
         if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
             module = None

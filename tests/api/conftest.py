@@ -9,11 +9,7 @@ Open the app with ``TestClient(app)`` as a context manager: its lifespan then ru
 
 from __future__ import annotations
 
-import os
 import shutil
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,27 +24,17 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
 from judge.providers.base import Provider
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import plain_answer
 
 METRICS: tuple[MetricName, ...] = ("coverage", "defects", "rouge_l")
 """The fake judge's metrics unless a test chooses others."""
 
 
-def answer(call: FakeCall) -> FakeOutput:
-    """The scripted judge: no defect, the first bonus point covered, one point extracted."""
-    if call.response_model is DefectJudgement:
-        return defects()
-    context = call.validation_context or {}
-    if "n_points" in context:
-        return covering(1, n=int(context["n_points"]))
-    return {"points": ["The reference's one point."]}
-
-
 @pytest.fixture
 def fake_judge() -> Callable[[FakeCall], FakeOutput]:
     """The scripted judge's handler (for a ``FakeProvider`` a test builds itself)."""
-    return answer
+    return plain_answer
 
 
 @pytest.fixture(scope="session")
@@ -91,7 +77,7 @@ def make_grader(tmp_path: Path, empty_judge_cache: Path) -> Callable[..., Grader
             shutil.copytree(empty_judge_cache, folder)
         return cls(
             config,
-            provider=provider if provider is not None else FakeProvider(handler=answer),
+            provider=provider if provider is not None else FakeProvider(handler=plain_answer),
             cache=JudgeCache(folder) if cache else None,
             **grader_options,
         )

@@ -1,10 +1,6 @@
 """API keys: 401 without one, digests at rest, jobs owned by the key that made them."""
 
 import hashlib
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,13 +12,9 @@ from api.deps import get_settings
 from api.serve import check_bind, is_loopback
 from core.errors import ConfigError
 from judge.config import Settings
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item(bonus_points=["Levin feels humiliated"])
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"
 

@@ -6,10 +6,6 @@ the file name in it, as the OS's does); a corrupt ``cache.db`` is written for re
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import time
 from collections.abc import Callable
 from pathlib import Path

@@ -4,13 +4,10 @@ Runs use the bundled `example` set with ROUGE-L only (no encoder, no judge): a s
 """
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI

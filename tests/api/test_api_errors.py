@@ -1,8 +1,6 @@
 """Error statuses and the uniform error body: 422 naming the field, 413, 404, 503, 500."""
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,13 +12,9 @@ from fastapi.testclient import TestClient
 from core.errors import ConfigError
 from judge.engine import Grader
 from judge.providers.fake import FakeProvider
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 
 
 @pytest.fixture

@@ -1,12 +1,8 @@
 """GET /v1/jobs: the caller's grading jobs, newest first, in offset pages; both clients."""
 
 import asyncio
-import os
 import threading
 import time
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,32 +17,20 @@ from api.jobs import GRADE, JobStore
 from bonusjudge_client import AsyncJudgeClient, ClientHTTPError, JudgeClient, RetryPolicy
 from judge.config import JudgeConfig
 from judge.providers.base import Completion
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.providers.fake import FakeProvider
+from tests.helpers.engine import levin_item, plain_answer
 
 DATA = Path(__file__).resolve().parents[2] / "judge" / "data"
 KEY_A = "list-key-a-0123456789"
 KEY_B = "list-key-b-9876543210"
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated"],
-    "response": "Levin is humiliated.",
-}
-
-
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
+ITEM = levin_item(bonus_points=["Levin feels humiliated"])
 
 
 class HeldProvider:
     """The fake judge, answering only once ``gate`` is set (jobs stay active until then)."""
 
     def __init__(self) -> None:
-        self.inner = FakeProvider(handler=handler)
+        self.inner = FakeProvider(handler=plain_answer)
         self.gate = threading.Event()
 
     async def complete(

@@ -1,14 +1,11 @@
 """Multiple-choice scoring over HTTP: one call, jobs, the CLI's numbers, options, restarts."""
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI

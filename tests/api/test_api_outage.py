@@ -3,13 +3,10 @@ is open, and a finished job's unscored items can be graded again."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI
@@ -21,16 +18,11 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement
+from tests.helpers.engine import levin_item
 
 
 def item(n: int) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-    }
+    return levin_item(n)
 
 
 @pytest.fixture

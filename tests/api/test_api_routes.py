@@ -1,10 +1,6 @@
 """Routes of the service, in-process, with a scripted judge (no LLM, no network)."""
 
-import os
 import time
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from pathlib import Path
 

@@ -16,7 +16,7 @@ import pytest
 from bonusjudge_client import JudgeClient
 from judge.io import read_items
 from standins.openai_server import FaultPlan, OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 pytestmark = pytest.mark.process
 

@@ -22,8 +22,8 @@ from bonusjudge_client import ClientInputError, JudgeClient
 from core.errors import ConfigError
 from judge.config import Settings
 from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.providers.fake import FakeProvider
+from tests.helpers.engine import plain_answer
 
 KEYS = {"a": "budget-key-a", "b": "budget-key-b"}
 MODEL = "openai/gpt-4o-mini"
@@ -41,10 +41,6 @@ def item(n: int) -> dict[str, Any]:
         "id": f"i{n}", "question": "How does Levin feel?", "reference": "He feels humiliated.",
         "bonus_points": ["Levin feels humiliated"], "response": f"He is ashamed ({n}).",
     }
-
-
-def answer(call: FakeCall) -> Any:
-    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
 
 
 def priced(make_grader: Callable[..., Grader], provider: FakeProvider, **judge: Any) -> Grader:
@@ -73,7 +69,7 @@ def wait_job(http: TestClient, job_id: str, who: str, until: Callable[[dict[str,
 def test_a_key_over_its_day_budget_gets_429_budget_exhausted_and_another_key_does_not(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
-    provider = FakeProvider(handler=answer)
+    provider = FakeProvider(handler=plain_answer)
     limit = 10 * REQUEST_USD
     app = make_app(priced(make_grader, provider), api_keys=list(KEYS.values()),
                    max_cost_per_key_usd=limit)
@@ -116,7 +112,7 @@ def test_a_key_over_its_day_budget_gets_429_budget_exhausted_and_another_key_doe
 def test_a_job_pauses_at_the_key_budget_keeps_its_items_and_resumes_with_a_higher_limit(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
-    provider = FakeProvider(handler=answer)
+    provider = FakeProvider(handler=plain_answer)
     items = [item(n) for n in range(12)]
     app = make_app(priced(make_grader, provider, concurrency=1),
                    api_keys=list(KEYS.values()), max_cost_per_key_usd=9 * REQUEST_USD)
@@ -152,7 +148,7 @@ def test_a_job_pauses_at_the_key_budget_keeps_its_items_and_resumes_with_a_highe
 def test_a_job_paused_at_the_key_budget_resumes_on_the_next_day(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
-    provider = FakeProvider(handler=answer)
+    provider = FakeProvider(handler=plain_answer)
     app = make_app(priced(make_grader, provider, concurrency=1),
                    api_keys=list(KEYS.values()), max_cost_per_key_usd=12 * REQUEST_USD)
     budgets = app.state.jobs.budgets
@@ -192,7 +188,7 @@ def test_a_job_paused_at_the_key_budget_resumes_on_the_next_day(
 def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
-    provider = FakeProvider(handler=answer)
+    provider = FakeProvider(handler=plain_answer)
     app = make_app(priced(make_grader, provider, concurrency=1),
                    api_keys=list(KEYS.values()))
     with TestClient(app) as http:
@@ -252,7 +248,7 @@ def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
 def test_the_client_sends_a_jobs_max_cost_with_items_and_with_a_file(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
-    provider = FakeProvider(handler=answer)
+    provider = FakeProvider(handler=plain_answer)
     app = make_app(priced(make_grader, provider, concurrency=1), api_keys=list(KEYS.values()))
     lines = "".join(json.dumps(item(n)) + "\n" for n in range(40)).encode()
     with TestClient(app) as http, \
@@ -291,7 +287,7 @@ def test_a_non_finite_max_cost_or_price_is_refused_naming_the_field(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader], value: str
 ) -> None:
     # max_cost=inf was accepted as a job without a cap (NaN was refused only as "not >= 0").
-    app = make_app(priced(make_grader, FakeProvider(handler=answer)),
+    app = make_app(priced(make_grader, FakeProvider(handler=plain_answer)),
                    api_keys=list(KEYS.values()))
     lines = json.dumps(item(1)) + "\n"
     with TestClient(app) as http:

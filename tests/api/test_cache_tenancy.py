@@ -3,12 +3,9 @@ the same item (issue: cross-key cache oracle)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI
@@ -16,13 +13,9 @@ from fastapi.testclient import TestClient
 
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item(bonus_points=["Levin feels humiliated"])
 KEY_A, KEY_B = "key-a-0123456789", "key-b-9876543210"
 
 

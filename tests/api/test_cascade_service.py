@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from bonusjudge_client import JudgeClient
 from judge.engine import Grader
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ANSWERS = {
     "exact": "Levin feels humiliated and he wants to return to his estate.",

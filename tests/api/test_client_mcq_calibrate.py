@@ -7,12 +7,9 @@ lifespan entered by hand. A few tests pin the request shapes on ``httpx.MockTran
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx
 import pytest

@@ -10,13 +10,10 @@ resumed at start-up used to fail with an ``ImportError``).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient

@@ -1,10 +1,6 @@
 """/docs and /redoc load every asset from the service itself, never from a CDN."""
 
-import os
 import re
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 

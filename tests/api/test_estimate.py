@@ -16,7 +16,7 @@ import pytest
 from bonusjudge_client import JudgeClient, JudgeClientError
 from judge.io import read_items
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 pytestmark = pytest.mark.process
 

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import levin_item
 
 DEEP = "[" * 5000 + "]" * 5000
 """JSON nested far past the parser's recursion limit."""
@@ -30,14 +28,7 @@ def nested(levels: int) -> dict[str, Any]:
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        **extra,
-    }
+    return levin_item(n, **extra)
 
 
 def mcq_item(n: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, run_python
+from tests.helpers.processes import ServiceProcess, run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -5,14 +5,11 @@ also when no request comes to find out (a load balancer sends none to a service 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -22,14 +19,9 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from judge.retry import CircuitBreaker
 from judge.verdicts import DefectJudgement
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "id": "it-1",
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item(id="it-1")
 
 DOWN = ProviderError("503 from the provider", reason="provider_error", retryable=True,
                      status=503)

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from api.services.health import STORE_CHECK_TTL
 from core.processes import free_port
-from standins.postgres_server import LocalPostgres
+from tests.helpers.postgres_server import LocalPostgres
 
 ITEM = {"question": "Q?", "reference": "A reference.", "response": "An answer."}
 

@@ -25,7 +25,7 @@ from core.processes import free_port
 from standins.openai_server import FaultPlan, OpenAIStandIn
 from standins.openai_server.replies import default_reply
 from standins.openai_server.wire import analyse
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 pytestmark = pytest.mark.process
 

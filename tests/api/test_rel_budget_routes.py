@@ -23,7 +23,7 @@ from api.jobs import JOBS_DB, JobStore
 from api.jobs.spend import utc_day
 from calibration.sets import example_set_path
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 pytestmark = pytest.mark.process
 

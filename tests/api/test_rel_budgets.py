@@ -19,7 +19,7 @@ from api.jobs.spend import utc_day
 from bonusjudge_client import JudgeClient
 from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, run_cli
+from tests.helpers.processes import ServiceProcess, run_cli
 
 pytestmark = pytest.mark.process
 

@@ -6,7 +6,7 @@ tell, item by item: the call showed ``prompt_tokens: null, cost_usd: null, laten
 ``/v1/usage`` counted 40 cache hits of 40. A service with API keys now keeps each key's cache
 apart unless its operator shares it (its metric values and matcher verdicts too: with the
 embedded matcher and BERTScore the time alone told 40 of 40). On ``bonusjudge serve`` with two
-keys and the stand-in judge (``standins.cache_oracle``): B grades A's 40 items and 40 of its
+keys and the stand-in judge (``tests.helpers.cache_oracle``): B grades A's 40 items and 40 of its
 own, shuffled, and classifies each from what it observes; it must do no better than chance.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from standins.cache_oracle import measure, serve_args, serve_env
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.cache_oracle import measure, serve_args, serve_env
+from tests.helpers.processes import ServiceProcess
 
 pytestmark = pytest.mark.process
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from core.processes import free_port
-from standins.processes import cli_env
+from tests.helpers.processes import cli_env
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

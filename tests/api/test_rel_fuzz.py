@@ -9,7 +9,6 @@ response schemas. Examples are bounded so the run stays well under a minute.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from schemathesis.checks import response_schema_conformance
 from schemathesis.core.control import SkipTest
 from schemathesis.python import asgi as schemathesis_asgi
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from tests.helpers.engine import levin_item
 
 KEY = "fuzz-key-1"
 EXAMPLES = settings().max_examples // 5
@@ -126,12 +125,7 @@ def client(fuzz_app: Callable[..., FastAPI]) -> Iterator[TestClient]:
         yield test_client
 
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 
 
 def error_of(response: Any, status: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from api.serve import KEEP_ALIVE_SECONDS, MAX_HEADER_BYTES, uvicorn_options, wri
 from judge.cache import JudgeCache
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 KEY = "hostile-test-key-1"
 AUTH = {"Authorization": f"Bearer {KEY}"}

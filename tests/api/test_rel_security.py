@@ -28,22 +28,16 @@ from core.processes import free_port
 from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
-from standins.faults import RecordingSleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from tests.helpers.engine import levin_item
+from tests.helpers.faults import RecordingSleep
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVIDER_SECRET = "sk-PROVIDER-SECRET-93f1c2"
 KEY_A = "client-key-A-SECRET-5d0e"
 KEY_B = "client-key-B-SECRET-77aa"
 SECRETS = (PROVIDER_SECRET, KEY_A, KEY_B)
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 
 
 def auth(key: str) -> dict[str, str]:

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
-from standins.tenants import big_batch_body, flood, probe
+from tests.helpers.processes import ServiceProcess
+from tests.helpers.tenants import big_batch_body, flood, probe
 
 pytestmark = pytest.mark.process
 

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
-from standins.tenants import probe
-from standins.uploads import (
+from tests.helpers.processes import ServiceProcess
+from tests.helpers.tenants import probe
+from tests.helpers.uploads import (
     bad_lines,
     grade_every,
     job_body,

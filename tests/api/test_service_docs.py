@@ -20,7 +20,7 @@ import pytest
 from fastapi import FastAPI
 from starlette.routing import Route
 
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "service.md"

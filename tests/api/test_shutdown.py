@@ -32,7 +32,7 @@ from bonusjudge_client import JudgeClient
 from core.processes import free_port
 from judge.providers.local_llm import COMMAND_ENV
 from standins.openai_server import OpenAIStandIn
-from standins.processes import cli_env
+from tests.helpers.processes import cli_env
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

@@ -23,8 +23,8 @@ import pytest
 from api.jobs import JOBS_DB
 from api.jobs.sqlite import BUSY_TIMEOUT_S
 from core.processes import free_port
-from standins.postgres_server import LocalPostgres
-from standins.processes import ServiceProcess, sqlite_write_lock
+from tests.helpers.postgres_server import LocalPostgres
+from tests.helpers.processes import ServiceProcess, sqlite_write_lock
 
 pytestmark = pytest.mark.process
 

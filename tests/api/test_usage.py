@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from bonusjudge_client import JudgeClient
 from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.providers.fake import FakeProvider
+from tests.helpers.engine import plain_answer
 
 KEYS = {"a": "usage-key-a", "b": "usage-key-b"}
 
@@ -29,12 +29,8 @@ def item(n: int) -> dict[str, Any]:
     }
 
 
-def answer(call: FakeCall) -> Any:
-    return defects() if call.response_model is DefectJudgement else covering(1, n=1)
-
-
 def test_each_key_sees_its_own_usage_only(make_app: Callable[..., FastAPI]) -> None:
-    provider = FakeProvider(handler=answer, prompt_tokens=100, completion_tokens=20)
+    provider = FakeProvider(handler=plain_answer, prompt_tokens=100, completion_tokens=20)
     app = make_app(provider=provider, api_keys=list(KEYS.values()))
     with TestClient(app) as http:
         assert http.get("/v1/usage").status_code == 401
@@ -66,7 +62,7 @@ def test_the_items_of_a_refused_request_are_refused_not_unscored(
     make_app: Callable[..., FastAPI], make_grader: Callable[..., Grader]
 ) -> None:
     # A request answered with an error gave no grade; its items were counted as unscored.
-    provider = FakeProvider(handler=answer, prompt_tokens=100, completion_tokens=20)
+    provider = FakeProvider(handler=plain_answer, prompt_tokens=100, completion_tokens=20)
     request_usd = (100 * 0.15 + 20 * 0.6) / 1e6  # openai/gpt-4o-mini's price of one request
     grader = make_grader(provider, model="openai/gpt-4o-mini", metrics=("coverage", "defects"),
                          concurrency=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import build_parser
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from standins.openai_server import FaultPlan, OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 pytestmark = pytest.mark.process
 

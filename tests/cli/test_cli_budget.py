@@ -16,7 +16,7 @@ import pytest
 
 from judge.estimate import model_prices
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 pytestmark = pytest.mark.process
 

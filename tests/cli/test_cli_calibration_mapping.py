@@ -15,7 +15,7 @@ import pytest
 
 from judge.mapping import MIN_ITEMS, CalibratedMapping, CVErrors, CVFigures, Scale
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 # Every test here starts a process (the CLI, a stand-in server): not in the fast loop.
 pytestmark = pytest.mark.process

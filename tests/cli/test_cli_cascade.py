@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from standins.openai_server import FaultPlan, OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 pytestmark = pytest.mark.process
 

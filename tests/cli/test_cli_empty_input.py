@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 # Every test here starts a process (the CLI, a stand-in server): not in the fast loop.
 pytestmark = pytest.mark.process

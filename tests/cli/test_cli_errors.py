@@ -17,7 +17,7 @@ import pytest
 
 from core.processes import free_port
 from standins.openai_server import FaultPlan, OpenAIStandIn
-from standins.processes import cli_env, run_cli
+from tests.helpers.processes import cli_env, run_cli
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli, run_python
+from tests.helpers.processes import run_cli, run_python
 
 pytestmark = pytest.mark.process
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, run_cli
+from tests.helpers.processes import ServiceProcess, run_cli
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

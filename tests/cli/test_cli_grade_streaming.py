@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

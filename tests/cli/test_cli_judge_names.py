@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli.common import closest_judge
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

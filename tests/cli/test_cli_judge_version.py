@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from judge.identity import MATCHER_VERSION
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 pytestmark = pytest.mark.process
 

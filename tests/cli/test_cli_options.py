@@ -16,7 +16,7 @@ from bonusjudge_client.wire.vocab import MetricName
 from cli.common import JUDGE_FIELDS, Parser, add_judge_options, add_model_options
 from cli.main import build_parser
 from judge.config import JudgeConfig, JudgeOverrides, StructuredMode
-from standins.processes import cli_env, run_cli
+from tests.helpers.processes import cli_env, run_cli
 
 SUBCOMMANDS = ("grade", "serve", "calibrate", "mcq", "rubrics", "hash-key")
 

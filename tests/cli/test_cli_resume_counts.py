@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 pytestmark = pytest.mark.process
 

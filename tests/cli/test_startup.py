@@ -22,7 +22,7 @@ import pytest
 from cli.main import SUBCOMMANDS, build_parser, chosen_subcommand
 from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
-from standins.processes import cli_env
+from tests.helpers.processes import cli_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

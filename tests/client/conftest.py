@@ -31,7 +31,7 @@ from bonusjudge_client import GradeResult, JudgeClient, Summary
 from judge.aggregate import Aggregator
 from judge.io import chartom_to_request
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / os.environ.get("HARNESS_DIR", ".harness")

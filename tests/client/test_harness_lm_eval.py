@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "lm_eval"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

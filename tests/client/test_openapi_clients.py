@@ -24,7 +24,7 @@ import pytest
 
 from bonusjudge_client import GradeResult
 from judge.io import chartom_to_request
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "docs" / "openapi.json"

@@ -22,8 +22,8 @@ from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.io import read_items
 from judge.providers.fake import FakeProvider, covering, defects
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import no_sleep
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import no_sleep
 
 LINE = {
     "question": "How does Levin feel after Kitty refuses him?",

@@ -18,10 +18,10 @@ from judge.config import JudgeConfig
 from judge.providers.fake import FakeProvider, covering, defects
 from judge.verdicts import DefectJudgement, coverage_model
 from rubrics.loader import load_library
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import by_task
-from standins.engine import levin_request as request
-from standins.engine import quiet_grader as grader
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import by_task
+from tests.helpers.engine import levin_request as request
+from tests.helpers.engine import quiet_grader as grader
 
 
 def answers(n: int = 10) -> FakeProvider:

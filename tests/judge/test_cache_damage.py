@@ -20,11 +20,11 @@ import pytest
 from bonusjudge_client.wire.grading import GradeRequest
 from judge.cache import JudgeCache
 from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import no_sleep
+from judge.providers.fake import FakeProvider
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import no_sleep, plain_answer
+from tests.helpers.processes import run_cli
 
 ITEM = {
     "question": "How does Levin feel after Kitty refuses him?",
@@ -34,14 +34,8 @@ ITEM = {
 }
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if "[Bonus Points]" in call.user:
-        return covering(1, n=2)
-    return defects()
-
-
 def grader(cache: JudgeCache) -> tuple[Grader, FakeProvider]:
-    provider = FakeProvider(handler=handler)
+    provider = FakeProvider(handler=plain_answer)
     engine = Grader(CFG, provider=provider, cache=cache, sleep=no_sleep, rng=random.Random(0))
     return engine, provider
 

@@ -27,7 +27,7 @@ import pytest
 
 from judge.cache import JudgeCache
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, filled_disk_cache, run_cli, sqlite_write_lock
+from tests.helpers.processes import ServiceProcess, filled_disk_cache, run_cli, sqlite_write_lock
 
 SIZES = {"zero": lambda size: 0, "half": lambda size: size // 2}
 """How far ``cache.db`` is truncated: to nothing, or to half its size."""

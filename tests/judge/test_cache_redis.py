@@ -31,18 +31,11 @@ from core.processes import free_port
 from judge.cache import JudgeCache, RedisCache, open_cache, redact_url
 from judge.config import JudgeConfig, Settings
 from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from standins.engine import no_sleep
-from standins.redis_server import RedisServer
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import levin_request, no_sleep, plain_answer
+from tests.helpers.redis_server import RedisServer
 
 CFG = JudgeConfig(model="fake/judge", metrics=("coverage", "defects", "rouge_l"))
-
-ITEM = {
-    "question": "How does Levin feel after Kitty refuses him?",
-    "reference": "He feels humiliated and wants to return to his estate.",
-    "bonus_points": ["Levin feels humiliated", "He wants to return to his estate"],
-    "tom_dimension": "emotion",
-}
 
 VALUES: list[Any] = [
     {"value": {"verdicts": [1, 2]}, "raw": "{\"a\": 1}", "tenant": None},
@@ -70,21 +63,15 @@ def raw_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True)
 
 
-def handler(call: FakeCall) -> FakeOutput:
-    if "[Bonus Points]" in call.user:
-        return covering(1, n=2)
-    return defects()
-
-
 def grader(cache: Any, provider: FakeProvider | None = None) -> tuple[Grader, FakeProvider]:
-    provider = provider or FakeProvider(handler=handler)
+    provider = provider or FakeProvider(handler=plain_answer)
     engine = Grader(CFG, provider=provider, cache=cache, sleep=no_sleep, rng=random.Random(0))
     return engine, provider
 
 
 def requests(n: int, tag: str = "") -> list[GradeRequest]:
     return [
-        GradeRequest(id=f"q{i}", response=f"He is ashamed{tag} ({i}).", **ITEM) for i in range(n)
+        levin_request(id=f"q{i}", response=f"He is ashamed{tag} ({i}).") for i in range(n)
     ]
 
 
@@ -250,7 +237,7 @@ async def test_grading_goes_on_when_redis_is_stopped_mid_run(
         calls["n"] += 1
         if calls["n"] == 3:
             server.stop()  # the server dies while the run goes on
-        return handler(call)
+        return plain_answer(call)
 
     try:
         engine, provider = grader(cache, FakeProvider(handler=stop_after_three))
@@ -439,8 +426,9 @@ def test_close_from_another_thread_closes_a_running_loops_connections(url: str) 
 def test_the_launcher_runs_a_server_in_the_foreground_until_sigterm() -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "standins.redis_server", "--port", str(port)],
+        [sys.executable, "-m", "tests.helpers.redis_server", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],  # the root: tests.helpers is not installed
     )
     try:
         assert proc.stdout is not None

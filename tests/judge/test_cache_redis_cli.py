@@ -16,8 +16,8 @@ import redis
 
 from core.processes import free_port
 from standins.openai_server import OpenAIStandIn
-from standins.processes import run_cli
-from standins.redis_server import RedisServer
+from tests.helpers.processes import run_cli
+from tests.helpers.redis_server import RedisServer
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

@@ -23,8 +23,8 @@ from core.processes import free_port
 from judge.cache import RedisCache
 from judge.config import JudgeConfig, Settings
 from standins.openai_server import OpenAIStandIn
-from standins.processes import cli_env
-from standins.redis_server import RedisServer
+from tests.helpers.processes import cli_env
+from tests.helpers.redis_server import RedisServer
 
 ITEM = {
     "id": "levin-1",

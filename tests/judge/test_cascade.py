@@ -19,9 +19,9 @@ from judge.config import JudgeConfig, JudgeOverrides, load_settings
 from judge.identity import matcher_identity
 from judge.matcher import MODEL_KINDS, CascadeBand
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
-from standins.engine import by_task
-from standins.engine import levin_request as request
-from standins.engine import quiet_grader as grader
+from tests.helpers.engine import by_task
+from tests.helpers.engine import levin_request as request
+from tests.helpers.engine import quiet_grader as grader
 
 CASCADE = JudgeConfig(model="fake/judge", judge="cascade", metrics=("coverage", "defects"))
 

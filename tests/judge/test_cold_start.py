@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from standins.processes import cli_env, run_python
+from tests.helpers.processes import cli_env, run_python
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process

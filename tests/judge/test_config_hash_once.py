@@ -7,7 +7,7 @@ import pytest
 
 from judge.config import JudgeConfig
 from judge.engine import Grader
-from standins.engine import levin_request
+from tests.helpers.engine import levin_request
 
 
 async def test_the_config_is_hashed_once_per_judge_not_per_item(

@@ -14,7 +14,7 @@ from judge.aggregate import summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.io import read_items
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "judge" / "data" / "examples_chartom.jsonl"

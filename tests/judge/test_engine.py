@@ -21,10 +21,10 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig, JudgeOverrides
 from judge.providers.base import Completion
 from judge.providers.fake import FakeCall, FakeProvider, FakeProviderExhausted, covering, defects
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import by_task
-from standins.engine import levin_request as request
-from standins.engine import quiet_grader as grader
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import by_task
+from tests.helpers.engine import levin_request as request
+from tests.helpers.engine import quiet_grader as grader
 
 
 async def test_structured_verdicts_make_coverage_and_penalty():

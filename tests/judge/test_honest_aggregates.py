@@ -14,20 +14,12 @@ from judge.aggregate import Aggregator, format_table, summarize
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import no_sleep
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import levin_request, no_sleep
 
 
 def request(i: int, response: str = "He is ashamed.", respondent: str = "m-a") -> GradeRequest:
-    return GradeRequest(
-        id=f"q{i}",
-        question="How does Levin feel after Kitty refuses him?",
-        reference="He feels humiliated and wants to return to his estate.",
-        bonus_points=["Levin feels humiliated", "He wants to return to his estate"],
-        response=response,
-        tom_dimension="emotion",
-        respondent=respondent,
-    )
+    return levin_request(id=f"q{i}", response=response, respondent=respondent)
 
 
 def grader(provider: FakeProvider, config: JudgeConfig = CFG) -> Grader:

@@ -22,7 +22,7 @@ from bonusjudge_client.wire.mcq import McqItem
 from core.jsonl import BadLine, parse_line
 from judge.io import read_items
 from judge.mcq.runner import read_items as read_mcq_items
-from standins.processes import run_cli
+from tests.helpers.processes import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 MCQ_EXAMPLES = ROOT / "judge" / "data" / "mcq_example_tombench.jsonl"

@@ -2,7 +2,7 @@
 30% malformed + 10% 429 + 10% 5xx, retry budget and backoff, and the circuit breaker.
 
 Faults come from the loopback OpenAI stand-in (through litellm + instructor, exactly as in
-production) or, for the full workload, from ``standins.faults.FaultInjector``, which raises
+production) or, for the full workload, from ``tests.helpers.faults.FaultInjector``, which raises
 what the LiteLLM provider raises for each fault (the per-kind HTTP tests below pin that mapping).
 Each request is traced to its item by a tag in the response, so every result is checked against
 the faults its own requests got.
@@ -11,7 +11,6 @@ the faults its own requests got.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import statistics
 import time
@@ -28,7 +27,8 @@ from judge.engine import Grader
 from judge.providers.fake import FakeProvider
 from judge.providers.litellm import LiteLLMProvider
 from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
-from standins.faults import (
+from standins.openai_server import FAULT_KINDS, FaultKind, FaultPlan, OpenAIStandIn
+from tests.helpers.faults import (
     FAULT_REASON,
     HTTP_FAULTS,
     FaultInjector,
@@ -40,9 +40,6 @@ from standins.faults import (
     load_workload,
     tag_response,
 )
-from standins.openai_server import FAULT_KINDS, FaultKind, FaultPlan, OpenAIStandIn
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MIX: dict[FaultKind, float] = {
     "malformed_json": 0.30,

@@ -16,7 +16,6 @@ recording the exact prompts) with a benign response and with each injection, and
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from typing import Any
 
@@ -30,9 +29,7 @@ from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeProvider, covering, defects
 from rubrics.loader import fence_tag, load_library
 from rubrics.schema import TASK_VARIABLES
-from standins.faults import Injection, injection_corpus, task_of_call
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from tests.helpers.faults import Injection, injection_corpus, task_of_call
 
 ITEMS: dict[str, dict[str, Any]] = {
     "en": {

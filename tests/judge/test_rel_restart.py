@@ -22,8 +22,8 @@ import pytest
 
 from bonusjudge_client.wire.grading import GradeResult
 from judge.cache import JudgeCache
-from standins.faults import item_of_text, tag_response
 from standins.openai_server import OpenAIStandIn
+from tests.helpers.faults import item_of_text, tag_response
 
 ROOT = Path(__file__).resolve().parents[2]
 N_ITEMS = 80

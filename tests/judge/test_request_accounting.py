@@ -18,8 +18,8 @@ from judge.aggregate import ProvenanceCalls
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from standins import OpenAIStandIn
-from standins.faults import load_workload
 from standins.openai_server import FaultPlan
+from tests.helpers.faults import load_workload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "judge" / "data" / "examples_chartom.jsonl"
 

@@ -28,10 +28,10 @@ from judge.retry import CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
 from judge.verdicts import DefectJudgement
 from rubrics.loader import load_library
-from standins.engine import ENGINE_CONFIG as CFG
-from standins.engine import by_task
-from standins.engine import levin_request as request
-from standins.engine import quiet_grader as grader
+from tests.helpers.engine import ENGINE_CONFIG as CFG
+from tests.helpers.engine import by_task
+from tests.helpers.engine import levin_request as request
+from tests.helpers.engine import quiet_grader as grader
 
 RATE_LIMITED = ProviderError("429", reason="rate_limited", retryable=True, status=429)
 DOWN = ProviderError("503", reason="provider_error", retryable=True, status=503)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""The PostgreSQL the job-store tests and the cluster demo run (standins/postgres_server.py):
+"""The PostgreSQL the job-store tests and the cluster demo run (tests/helpers/postgres_server.py):
 foreground mode until SIGTERM, a kept cluster reused, and a clear error when it cannot start."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from core.processes import free_port
-from standins.postgres_server import postgres_server
+from tests.helpers.postgres_server import postgres_server
 
 # Every test here starts a process (the CLI, an interpreter, a server): not in the fast loop.
 pytestmark = pytest.mark.process
@@ -36,7 +36,7 @@ def folder() -> Iterator[Path]:
 
 def serve(port: int, data: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "standins.postgres_server", "--port", str(port),
+        [sys.executable, "-m", "tests.helpers.postgres_server", "--port", str(port),
          "--data", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )

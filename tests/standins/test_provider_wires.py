@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # litellm fetches Anthropic's beta-header table from GitHub on first use unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS", "True")
 

@@ -1,4 +1,4 @@
-"""The two-tenant load helpers (``standins.tenants``) of the tenant tests and bench.tenants."""
+"""The two-tenant load helpers (``tests.helpers.tenants``) of the tenant tests and bench.tenants."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from standins.tenants import probe
+from tests.helpers.tenants import probe
 
 
 def answering(statuses: list[int]) -> httpx.AsyncClient:

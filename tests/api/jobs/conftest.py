@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.jobs import JOBS_DB, JobStore
-from standins.processes import ServiceProcess
+from tests.helpers.processes import ServiceProcess
 
 LEASE_SECONDS = 3
 """The job lease of the replicas ``replica`` builds (30 s by default)."""

@@ -9,10 +9,6 @@ a DELETE through one stops the job on both.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import re
 import threading
@@ -27,9 +23,10 @@ from fastapi.testclient import TestClient
 
 from api.jobs import Chunk, JobItem, JobStore
 from judge.engine import Grader
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 from judge.verdicts import DefectJudgement
-from standins.engine import numbered_request as request
+from tests.helpers.engine import levin_item, plain_answer
+from tests.helpers.engine import numbered_request as request
 
 NUMBER = re.compile(r"answer-(\d+)\b")
 
@@ -161,10 +158,7 @@ def test_a_job_s_run_is_one_over_every_replica(open_store: Callable[..., JobStor
 
 
 def item(n: int) -> dict[str, Any]:
-    return {"id": f"it-{n}", "question": "How does Levin feel?",
-            "reference": "He feels humiliated and hurt.",
-            "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-            "response": f"Levin is humiliated (answer-{n}).", "tom_dimension": "emotion"}
+    return levin_item(n, tom_dimension="emotion")
 
 
 class Recorder:
@@ -180,10 +174,7 @@ class Recorder:
         task = "defects" if call.response_model is DefectJudgement else "coverage"
         with self.lock:
             self.calls[(match.group(1), task)] += 1
-        if task == "defects":
-            return defects()
-        assert call.validation_context is not None
-        return covering(1, n=int(call.validation_context["n_points"]))
+        return plain_answer(call)
 
     def items(self) -> set[str]:
         with self.lock:

@@ -5,10 +5,6 @@ applies."""
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import random
 import threading
@@ -23,7 +19,7 @@ from sqlalchemy import func, select
 from api.errors import QuotaExceeded
 from api.jobs import Chunk, JobItem, JobStore, Quota
 from api.jobs.schema import results
-from standins.engine import numbered_request as request
+from tests.helpers.engine import numbered_request as request
 
 _T = TypeVar("_T")
 

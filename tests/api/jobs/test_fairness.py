@@ -3,9 +3,7 @@
 Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
 """
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import re
 import time
@@ -19,6 +17,7 @@ from api.jobs import JobItem, JobStore
 from bonusjudge_client.wire.grading import GradeRequest
 from judge.engine import Grader
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
+from tests.helpers.engine import levin_item
 
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"
@@ -31,13 +30,7 @@ def auth(key: str) -> dict[str, str]:
 
 def item(n: int) -> dict[str, Any]:
     # Every item differs (its answer number), so no judge call is a cache hit.
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-    }
+    return levin_item(n)
 
 
 def wait_for(

@@ -25,8 +25,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import httpx
 import psutil
 import psycopg
@@ -42,10 +40,10 @@ from api.jobs.postgres import RoundTripWatchdog
 from api.jobs.schema import jobs
 from core.processes import free_port
 from judge.config import Settings
-from standins.engine import numbered_request as request
 from standins.openai_server import OpenAIStandIn
-from standins.postgres_server import LocalPostgres
-from standins.processes import ServiceProcess
+from tests.helpers.engine import numbered_request as request
+from tests.helpers.postgres_server import LocalPostgres
+from tests.helpers.processes import ServiceProcess
 
 ITEM = {"question": "How does Levin feel?", "reference": "He feels humiliated.",
         "bonus_points": ["Levin feels humiliated"], "response": "Levin is humiliated."}

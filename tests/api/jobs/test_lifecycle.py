@@ -5,14 +5,10 @@ Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftes
 
 import asyncio
 import json
-import os
 import re
 import threading
 import time
 from collections import Counter
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +22,9 @@ from bonusjudge_client.wire.grading import GradeRequest
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.base import Completion, Provider
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
+from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
 from judge.verdicts import DefectJudgement
+from tests.helpers.engine import levin_item, plain_answer
 
 NUMBER = re.compile(r"answer-(\d+)\b")
 
@@ -39,20 +36,7 @@ def number_in(text: str) -> str:
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        "tom_dimension": "emotion",
-        **extra,
-    }
-
-
-def points_of(call: FakeCall) -> int:
-    assert call.validation_context is not None
-    return int(call.validation_context["n_points"])
+    return levin_item(n, **{"tom_dimension": "emotion", **extra})
 
 
 class Recorder:
@@ -66,9 +50,7 @@ class Recorder:
         task = "defects" if call.response_model is DefectJudgement else "coverage"
         with self.lock:
             self.calls[(number_in(call.user), task)] += 1
-        if task == "defects":
-            return defects()
-        return covering(1, n=points_of(call))
+        return plain_answer(call)
 
 
 class GatedProvider:

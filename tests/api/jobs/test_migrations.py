@@ -3,10 +3,6 @@ the code describes; several processes opening one new database at once migrate i
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import sqlite3
 import subprocess
@@ -25,7 +21,7 @@ from api.jobs.codec import REQUESTS, RESULTS, pack
 from api.jobs.schema import metadata
 from api.jobs.sqlite import _use_wal
 from core.errors import ConfigError
-from standins.engine import numbered_request as request
+from tests.helpers.engine import numbered_request as request
 
 # The schema of version 3 exactly as api/jobs/sqlite.py created it before the store moved to
 # SQLAlchemy and Alembic (its _SCHEMA and _INDEXES, then PRAGMA user_version = 3): a file

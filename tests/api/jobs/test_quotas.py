@@ -3,9 +3,7 @@
 Every test runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
 """
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import asyncio
 import base64
@@ -23,8 +21,8 @@ from pydantic import BaseModel
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.base import Completion
-from judge.providers.fake import FakeCall, FakeOutput, FakeProvider, covering, defects
-from judge.verdicts import DefectJudgement
+from judge.providers.fake import FakeProvider
+from tests.helpers.engine import levin_item, plain_answer
 
 KEY_A = "key-a-0123456789"
 KEY_B = "key-b-9876543210"
@@ -35,28 +33,14 @@ def auth(key: str) -> dict[str, str]:
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": "How does Levin feel?",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        **extra,
-    }
-
-
-def handler(call: FakeCall) -> FakeOutput:
-    if call.response_model is DefectJudgement:
-        return defects()
-    assert call.validation_context is not None
-    return covering(1, n=int(call.validation_context["n_points"]))
+    return levin_item(n, **{"bonus_points": ["Levin feels humiliated"], **extra})
 
 
 class Held:
     """A judge that answers only once ``gate`` is set: submitted jobs stay unfinished."""
 
     def __init__(self) -> None:
-        self.inner = FakeProvider(handler=handler)
+        self.inner = FakeProvider(handler=plain_answer)
         self.gate = threading.Event()
 
     async def complete(

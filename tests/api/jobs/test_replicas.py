@@ -6,10 +6,6 @@ Each replica has its own data folder, so nothing reaches the second one but the 
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import time
 from collections.abc import Callable
@@ -26,6 +22,7 @@ from api.services.calibration import CALIBRATE, INPUT_FILE, REPORTS
 from calibration.sets import example_set_path
 from judge.config import Settings
 from judge.engine import Grader
+from tests.helpers.engine import levin_item
 
 KEY = "replica-key-0123456789"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -34,10 +31,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def item(n: int) -> dict[str, Any]:
-    return {"id": f"it-{n}", "question": "How does Levin feel?",
-            "reference": "He feels humiliated and hurt.",
-            "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-            "response": f"Levin is humiliated (answer-{n}).", "tom_dimension": "emotion"}
+    return levin_item(n, tom_dimension="emotion")
 
 
 def example_lines() -> list[dict[str, Any]]:

@@ -8,13 +8,10 @@ jobs and 181 unfinished items. Every test runs on both job stores.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 from fastapi import FastAPI

@@ -4,9 +4,7 @@ Tests of what both stores do run on each (``jobs_url``/``open_store`` in conftes
 on-disk size and the pre-Alembic rows are SQLite's alone.
 """
 
-import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
 import random
@@ -26,6 +24,7 @@ from api.jobs.schema import jobs, results
 from api.services.calibration import REPORTS
 from bonusjudge_client.wire.grading import GradeRequest
 from judge.engine import Grader
+from tests.helpers.engine import levin_item
 
 TEXT = (
     "Levin Kitty Anna Vronsky Stiva Dolly Moscow Petersburg estate mowing peasants ball "
@@ -48,14 +47,7 @@ def app_for(
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": f"it-{n}",
-        "question": f"How does Levin feel? ({n})",
-        "reference": "He feels humiliated and hurt.",
-        "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-        "response": f"Levin is humiliated (answer-{n}).",
-        **extra,
-    }
+    return levin_item(n, **{"question": f"How does Levin feel? ({n})", **extra})
 
 
 def wait_for(

@@ -8,14 +8,11 @@ runs on both job stores (SQLite and Postgres: ``jobs_url`` in conftest.py).
 from __future__ import annotations
 
 import errno
-import os
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import psycopg
 import psycopg.errors

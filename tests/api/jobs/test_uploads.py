@@ -11,13 +11,9 @@ from fastapi.testclient import TestClient
 from api.errors import QuotaExceeded
 from api.jobs import Quota, Usage, jsonl_items
 from api.jobs.policy import make_room, share
+from tests.helpers.engine import levin_item
 
-ITEM = {
-    "question": "How does Levin feel?",
-    "reference": "He feels humiliated and hurt.",
-    "bonus_points": ["Levin feels humiliated", "Levin feels hurt"],
-    "response": "Levin is humiliated.",
-}
+ITEM = levin_item()
 NDJSON = {"content-type": "application/x-ndjson"}
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +27,6 @@ from calibration.fit.matcher import (
 from calibration.fit.multilingual import parallel_texts
 from calibration.fit.types import Example, FittedModel, SetSpec
 from judge.matcher import EmbeddedMatcher, MatchInput, PointFeatures, load_params
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def test_balanced_accuracy() -> None:

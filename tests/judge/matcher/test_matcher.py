@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from judge.matcher import (
     split_sentences,
     texts_to_embed,
 )
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 class _NoEncoder:

@@ -20,7 +20,6 @@ to update; what the matcher does reach is asserted plainly.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,9 +31,6 @@ import pytest
 from judge.matcher import EmbeddedMatcher, MatchInput, get_matcher
 from judge.matcher import lexicon as matcher_lexicon
 from judge.matcher.lexicon import Lexicon
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 
 CASES_PATH = Path(__file__).parent / "data" / "matcher_paraphrase_cases.jsonl"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,10 +21,7 @@ import pytest
 from judge.metrics import bert_forward, get_encoder, resolve_encoder
 from judge.metrics.bert_forward import BertFolder, inspect_folder, unsupported_reason
 from judge.metrics.encoders import BERT_LAYERS
-from standins.processes import run_python
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from tests.helpers.processes import run_python
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGED = Path(resolve_encoder().path)

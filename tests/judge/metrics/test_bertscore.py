@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from core.errors import InputError
 from judge.metrics import BertScore, BertScorer, bertscore, get_encoder
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 
 PARAPHRASE = ("He was sad because he lost his friend.", "Losing his friend made him unhappy.")
 UNRELATED = ("He was sad because he lost his friend.", "The stock market closed higher today.")

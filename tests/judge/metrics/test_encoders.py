@@ -20,8 +20,6 @@ from judge.metrics import (
     supports_language,
 )
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 

@@ -9,10 +9,6 @@ breaker decide on exactly these). The status table of the direct path alone is i
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import socket
 from typing import Any
 

@@ -16,11 +16,6 @@ interleave differently.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -35,7 +30,7 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from standins import OpenAIStandIn, Reply, ToolCall, find_embedded_schema
-from standins.faults import (
+from tests.helpers.faults import (
     default_workload,
     item_of_text,
     load_workload,

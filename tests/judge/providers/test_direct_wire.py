@@ -11,10 +11,6 @@ fails here as it would against OpenAI.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any

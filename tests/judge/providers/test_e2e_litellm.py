@@ -19,8 +19,8 @@ from judge.cache import JudgeCache
 from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
-from standins.engine import no_sleep
 from standins.openai_server import FaultPlan, OpenAIStandIn
+from tests.helpers.engine import no_sleep
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "judge" / "data" / "examples_chartom.jsonl"
 

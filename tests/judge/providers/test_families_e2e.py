@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from standins.engine import levin_request
 from standins.openai_server import OpenAIStandIn
-from standins.processes import ServiceProcess, run_cli
+from tests.helpers.engine import levin_request
+from tests.helpers.processes import ServiceProcess, run_cli
 
 pytestmark = pytest.mark.process
 

@@ -13,11 +13,6 @@ the contract tests cannot pass vacuously.
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import json
 import math
 import subprocess

@@ -8,7 +8,7 @@ the request's time, and B's own ``/v1/usage`` before and after it (``cache_hits`
 ``provider_requests``). A classifier that can tell has a hit rate near 1 on A's items and a
 false-alarm rate near 0 on the controls; one that cannot is at chance (accuracy 0.5).
 
-``python -m standins.cache_oracle [--scope shared|per_key] [--embedded] [--code CHECKOUT]``
+``python -m tests.helpers.cache_oracle [--scope shared|per_key] [--embedded] [--code CHECKOUT]``
 starts the stand-in judge and ``bonusjudge serve`` (with two API keys; ``--scope`` sets
 ``BONUSJUDGE_CACHE_SCOPE``, left to the service's default without it; ``--embedded`` grades
 with the embedded matcher and BERTScore instead of an LLM judge, where only the time tells) and
@@ -213,9 +213,11 @@ def serve_env(work: Path, scope: str | None) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Measure the oracle against a fresh service; print its figures."""
     from standins.openai_server import OpenAIStandIn
-    from standins.processes import ServiceProcess
+    from tests.helpers.processes import ServiceProcess
 
-    parser = argparse.ArgumentParser(prog="python -m standins.cache_oracle", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.helpers.cache_oracle", description=__doc__
+    )
     parser.add_argument("--scope", choices=["shared", "per_key"], default=None,
                         help="BONUSJUDGE_CACHE_SCOPE (default: the service's own default)")
     parser.add_argument("--embedded", action="store_true",

@@ -10,10 +10,10 @@ tests and demos on this machine: ``fsync`` is off, so a crash of the machine may
     with postgres_server() as url:          # a new cluster in a temporary folder
         ...                                  # url = postgresql://postgres:<password>@127.0.0.1:<port>/postgres
 
-    python -m standins.postgres_server --port 5433 --data /tmp/pg   # until SIGTERM or Ctrl-C
+    python -m tests.helpers.postgres_server --port 5433 --data /tmp/pg   # until SIGTERM or Ctrl-C
 
 PostgreSQL refuses to run as root: under root the server runs as the unprivileged ``nobody``
-account, which then owns its data folder. Of bonusjudge it imports only ``standins.processes``.
+account, which then owns its data folder. Of bonusjudge it imports only ``tests.helpers.processes``.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def postgres_server(*, port: int | None = None, password: str | None = None) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one PostgreSQL server in the foreground until SIGTERM or SIGINT; print its URL first."""
     parser = argparse.ArgumentParser(
-        prog="python -m standins.postgres_server",
+        prog="python -m tests.helpers.postgres_server",
         description="Run PostgreSQL (pgserver's binaries) on 127.0.0.1 until SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")

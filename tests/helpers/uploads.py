@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from standins.tenants import grade_item
+from tests.helpers.tenants import grade_item
 
 __all__ = [
     "StoreUse",

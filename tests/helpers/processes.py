@@ -20,28 +20,7 @@ from pathlib import Path
 from typing import Self
 
 from core.processes import checkout_pythonpath, free_port, wait_until_answers
-
-
-class StartStop:
-    """``with x:`` starts ``x`` and stops it on the way out, whatever happened inside.
-
-    For the servers and processes that tests and benchmarks run (the stand-in judge, ``bonusjudge
-    serve``): each defines ``start`` (returning itself, once it answers) and ``stop``.
-    """
-
-    def start(self) -> Self:
-        """Start, and return once ready."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop (a no-op when not running)."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+from standins.lifecycle import StartStop
 
 
 def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

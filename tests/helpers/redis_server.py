@@ -12,7 +12,7 @@ a dev dependency): no system Redis needed. It runs in a temporary folder with pe
     server = RedisServer().start()       # the object, to pause or stop it mid-test
     server.stop()
 
-From a shell (the cluster demo): ``python -m standins.redis_server --port 6390`` runs one in
+From a shell (the cluster demo): ``python -m tests.helpers.redis_server --port 6390`` runs one in
 the foreground until SIGTERM or SIGINT, then stops it and exits 0.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Self
 
 from core.processes import free_port
-from standins.processes import StartStop
+from standins.lifecycle import StartStop
 
 __all__ = ["RedisServer", "main", "redis_server", "server_binary"]
 
@@ -220,13 +220,13 @@ def redis_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m standins.redis_server``: one server in the foreground until a signal.
+    """``python -m tests.helpers.redis_server``: one server in the foreground until a signal.
 
     Prints the URL once the server answers, then waits; SIGTERM or SIGINT stops the server and
     exits 0. Exits 1 when the server cannot start or dies on its own.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m standins.redis_server",
+        prog="python -m tests.helpers.redis_server",
         description="Run a throwaway Redis server (no persistence) until SIGTERM or SIGINT.",
     )
     parser.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
