@@ -274,3 +274,105 @@ def test_every_plot_title_fits_its_figure(tmp_path: Path, metric: str) -> None:
         assert squeezed.startswith(metric + ":") and squeezed.endswith(")")
     scatter_title = "".join(figures[0].axes[0].title.get_text().split())
     assert scatter_title.endswith("(n=16,unscored=0)")
+
+
+# --- issue 42: render_markdown's output, pinned byte for byte ----------------------------------
+
+
+def _estimate(
+    value: float | None, low: float | None = None, high: float | None = None, note: str = ""
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": value, "ci_low": low, "ci_high": high}
+    if note:
+        out["note"] = note
+    return out
+
+
+# Every row and section render_markdown can write: a 0-1 metric with binary, key-point and
+# mapping rows, a raw-scale metric with no configuration, notes, a missing group value, pairs,
+# test-retest, plots. Only the fields render_markdown reads.
+GOLDEN_DATA: dict[str, Any] = {
+    "set": {
+        "name": "golden", "hash": "0123456789abcdef" * 4, "n_items": 6, "n_problems": 2,
+        "scale": {"kind": "likert", "lo": 1.0, "hi": 5.0, "text": "1=wrong, 5=right"},
+    },
+    "options": {
+        "seed": 7, "n_resamples": 200, "n_folds": 3, "group_by_question": True,
+        "group_fields": ["system"],
+    },
+    "configs": {
+        "coverage": {"hash": "aaaa1111bbbb2222", "config": {"model": "m", "api_key": "***"}},
+        "raw": {"hash": "cccc3333dddd4444", "config": {"metric": "raw"}},
+    },
+    "metrics": {
+        "coverage": {
+            "config": "coverage", "config_hash": "aaaa1111bbbb2222", "judge_version": "v2",
+            "agreement": {
+                "n": 6, "n_unscored": 0, "n_missing": 0,
+                "pearson": _estimate(0.81234, 0.5, 0.95),
+                "spearman": _estimate(0.7),
+                "kendall": _estimate(None, note="too few pairs"),
+                "unscored_reasons": {},
+                "binary": {
+                    "auroc": _estimate(0.9, 0.75, 1.0),
+                    "cv": {"accuracy": 0.8333, "f1": 0.8, "kappa": None,
+                           "threshold_all_data": 0.55, "note": "3 folds only"},
+                },
+                "keypoints": {
+                    "accuracy": 0.75, "kappa": 0.5, "contradicted_judged_covered": 0.0,
+                    "contradicted_defect_rate": 1.0, "other_defect_rate": 0.25,
+                },
+            },
+            "by_group": {"system": {
+                "sys_a": {"pearson": _estimate(0.9, 0.8, 1.0), "n": 3,
+                          "binary": {"auroc": {"value": 1.0}}},
+                "sys_b": {"pearson": _estimate(0.6), "n": 3, "binary": None},
+            }},
+            "mapping": {"cv": {"primary": "brier", "mapped": {"brier": 0.12},
+                               "constant": {"brier": 0.25}, "identity": {"brier": 0.2}}},
+        },
+        "raw": {
+            "config": None, "config_hash": None, "judge_version": None,
+            "agreement": {
+                "n": 5, "n_unscored": 1, "n_missing": 0,
+                "pearson": _estimate(-0.25, -0.9, 0.6),
+                "spearman": _estimate(None, note="constant scores"),
+                "kendall": _estimate(0.1, 0.0, 0.2),
+                "unscored_reasons": {"parse_failure": 1},
+                "binary": None, "keypoints": None,
+            },
+            "by_group": {"system": {"sys_c": {"pearson": _estimate(None), "n": 1}}},
+            "mapping": {"note": "no judge configuration linked to this metric: no mapping fitted"},
+        },
+    },
+    "human_ceiling": {"alpha": 0.66, "level": "interval", "n_items": 6, "n_annotators": 3,
+                      "from": "meta.annotators"},
+    "judge_vs_judge": [{
+        "a": "coverage", "b": "raw", "n": 5, "pearson": _estimate(0.3, 0.1, 0.5),
+        "spearman": _estimate(None), "kappa": 0.2, "exact_agreement": 0.4, "mean_abs_diff": 1.25,
+    }],
+    "test_retest": {"coverage": {"n": 6, "pearson": _estimate(0.99, 0.95, 1.0),
+                                 "exact_agreement": 1.0, "mean_abs_diff": 0.0}},
+    "table7": {
+        "sys_a": {"n": 3, "human": 0.75, "coverage": 0.7, "raw": 3.5},
+        "sys_b": {"n": 3, "human": 0.5, "coverage": 0.45, "raw": None},
+        "All": {"n": 6, "human": 0.625, "coverage": 0.575, "raw": 3.5},
+    },
+    "plots": {"scatter": {"coverage": "scatter_coverage.png", "raw": "scatter_raw.png"},
+              "reliability": {"coverage": "reliability_coverage.png"}},
+}  # fmt: skip
+
+
+def test_markdown_matches_the_golden_file() -> None:
+    # data/report_golden.md is what render_markdown wrote for GOLDEN_DATA before it was split
+    # into one helper per section: a change to report.md shows here, and is then deliberate.
+    golden = Path(__file__).parent / "data" / "report_golden.md"
+    assert render_markdown(GOLDEN_DATA) == golden.read_text(encoding="utf-8")
+
+
+def test_markdown_leaves_out_empty_sections() -> None:
+    data = {**GOLDEN_DATA, "judge_vs_judge": [], "test_retest": {}, "plots": {}}
+    text = render_markdown(data)
+    for heading in ("## Judge vs judge", "## Test-retest", "## Plots"):
+        assert heading not in text
+    assert text.endswith('| raw | `cccc3333dddd4444` | `{"metric": "raw"}` |\n')
