@@ -213,6 +213,29 @@ def _system_means(
     return out
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every metric of one report is measured against, and with which options."""
+
+    items: Sequence[CalibrationItem]
+    set_name: str
+    set_hash: str
+    configs: Mapping[str, Mapping[str, Any]]
+    config_info: dict[str, dict[str, Any]]
+    metric_configs: Mapping[str, str] | None
+    fields: list[str]
+    seed: int
+    n_resamples: int
+    n_folds: int
+    group_by_question: bool
+    objective: Objective
+
+    @property
+    def common(self) -> dict[str, Any]:
+        """The bootstrap options shared by every figure with an interval."""
+        return {"n_resamples": self.n_resamples, "seed": self.seed}
+
+
 def build_report(
     dataset: LoadedSet | Sequence[CalibrationItem],
     *,
@@ -262,6 +285,33 @@ def build_report(
             message names the metric).
         ConfigError: A metric linked to an unknown configuration.
     """
+    items, name, digest, n_problems = _read_set(dataset, set_name, set_hash)
+    if not scores:
+        raise InputError("no metric scores given", field="scores")
+    run = _Run(
+        items=items, set_name=name, set_hash=digest, configs=configs,
+        config_info=_config_info(configs), metric_configs=metric_configs,
+        fields=_auto_groups(items, group_fields), seed=seed, n_resamples=n_resamples,
+        n_folds=n_folds, group_by_question=group_by_question, objective=objective,
+    )  # fmt: skip
+    report = CalibrationReport(data={})
+    reasons = unscored or {}
+    metrics_json: dict[str, Any] = {}
+    for metric, per_item in scores.items():
+        metrics_json[metric] = _metric_entry(
+            report, run, metric, per_item, reasons.get(metric),
+            (point_verdicts or {}).get(metric), (defects or {}).get(metric),
+        )  # fmt: skip
+    pairs = _judge_pairs(run, scores, reasons)
+    retest_json = _retests(run, scores, retest or {})
+    report.data = _report_data(run, n_problems, scores, metrics_json, pairs, retest_json)
+    return report
+
+
+def _read_set(
+    dataset: LoadedSet | Sequence[CalibrationItem], set_name: str | None, set_hash: str | None
+) -> tuple[Sequence[CalibrationItem], str, str, int]:
+    """The items, name, hash and count of lines not loaded of the set a report is about."""
     if isinstance(dataset, LoadedSet):
         items: Sequence[CalibrationItem] = dataset.items
         name = set_name or dataset.name
@@ -274,10 +324,12 @@ def build_report(
         name, digest, n_problems = set_name, set_hash, 0
     if not items:
         raise InputError(f"calibration set {name!r} has no items", field="dataset")
-    if not scores:
-        raise InputError("no metric scores given", field="scores")
-    scale = items[0].scale
-    config_info = {
+    return items, name, digest, n_problems
+
+
+def _config_info(configs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each judge configuration as the report shows it: hash, version, redacted settings."""
+    return {
         cname: {
             "hash": config_hash(cfg),
             "judge_version": cfg.get("judge_version"),
@@ -287,113 +339,152 @@ def build_report(
         }
         for cname, cfg in configs.items()
     }
-    fields = _auto_groups(items, group_fields)
-    common: dict[str, Any] = {"n_resamples": n_resamples, "seed": seed}
-    report = CalibrationReport(data={})
-    metrics_json: dict[str, Any] = {}
-    for metric, per_item in scores.items():
-        reasons = (unscored or {}).get(metric)
-        cname = _metric_config(metric, configs, metric_configs)
-        # The whole set and each of its groups are measured with the same options.
-        options: dict[str, Any] = {
-            "metric": metric,
-            "unscored_reasons": reasons,
-            "point_verdicts": (point_verdicts or {}).get(metric),
-            "defects": (defects or {}).get(metric),
-            "n_folds": n_folds,
-            "group_by_question": group_by_question,
-            "objective": objective,
-            **common,
-        }
-        try:
-            result = metric_agreement(items, per_item, **options)
-            groups = {
-                group: {
-                    value: _agreement_json(stats)
-                    for value, stats in breakdown(items, per_item, group, **options).items()
-                }
-                for group in fields
-            }
-        except JoinError as exc:
-            raise InputError(f"metric {metric!r}: {exc}", field=f"scores.{metric}") from exc
-        by_id = {item.id: item for item in items}
-        joined_ids = [
-            i for i in by_id if (v := per_item.get(i)) is not None and np.isfinite(float(v))
-        ]
-        report.points[metric] = (
-            joined_ids,
-            [float(per_item[i] or 0.0) for i in joined_ids],
-            [by_id[i].human_score for i in joined_ids],
-        )
-        entry: dict[str, Any] = {
-            "config": cname,
-            "config_hash": config_info[cname]["hash"] if cname else None,
-            "judge_version": config_info[cname]["judge_version"] if cname else None,
-            "agreement": _agreement_json(result),
-            "by_group": groups,
-            "left_out": [to_jsonable(x) for x in result.left_out],
-        }
-        entry["mapping"] = _fit_mapping_entry(
-            report, metric, items, per_item, reasons, config_info, cname, name, digest, n_folds,
-            seed, group_by_question,
-        )  # fmt: skip
-        metrics_json[metric] = entry
 
+
+def _metric_entry(
+    report: CalibrationReport,
+    run: _Run,
+    metric: str,
+    per_item: Mapping[str, float | None],
+    reasons: Mapping[str, str] | None,
+    point_verdicts: Mapping[str, bool | None] | None,
+    defects: Mapping[str, bool | None] | None,
+) -> dict[str, Any]:
+    """One metric's part of the report: agreement, per group, left out, mapping.
+
+    Records the metric's scatter points (and its mapping, when one is fitted) in ``report``.
+    """
+    cname = _metric_config(metric, run.configs, run.metric_configs)
+    # The whole set and each of its groups are measured with the same options.
+    options: dict[str, Any] = {
+        "metric": metric,
+        "unscored_reasons": reasons,
+        "point_verdicts": point_verdicts,
+        "defects": defects,
+        "n_folds": run.n_folds,
+        "group_by_question": run.group_by_question,
+        "objective": run.objective,
+        **run.common,
+    }
+    try:
+        result = metric_agreement(run.items, per_item, **options)
+        groups = {
+            group: {
+                value: _agreement_json(stats)
+                for value, stats in breakdown(run.items, per_item, group, **options).items()
+            }
+            for group in run.fields
+        }
+    except JoinError as exc:
+        raise InputError(f"metric {metric!r}: {exc}", field=f"scores.{metric}") from exc
+    report.points[metric] = _joined_points(run.items, per_item)
+    entry: dict[str, Any] = {
+        "config": cname,
+        "config_hash": run.config_info[cname]["hash"] if cname else None,
+        "judge_version": run.config_info[cname]["judge_version"] if cname else None,
+        "agreement": _agreement_json(result),
+        "by_group": groups,
+        "left_out": [to_jsonable(x) for x in result.left_out],
+    }
+    entry["mapping"] = _fit_mapping_entry(report, run, metric, per_item, reasons, cname)
+    return entry
+
+
+def _joined_points(
+    items: Sequence[CalibrationItem], per_item: Mapping[str, float | None]
+) -> tuple[list[str], list[float], list[float]]:
+    """The (ids, judge scores, raw human scores) of the items the judge scored, for a scatter."""
+    by_id = {item.id: item for item in items}
+    joined_ids = [i for i in by_id if (v := per_item.get(i)) is not None and np.isfinite(float(v))]
+    return (
+        joined_ids,
+        [float(per_item[i] or 0.0) for i in joined_ids],
+        [by_id[i].human_score for i in joined_ids],
+    )
+
+
+def _judge_pairs(
+    run: _Run,
+    scores: Mapping[str, Mapping[str, float | None]],
+    unscored: Mapping[str, Mapping[str, str]],
+) -> list[Any]:
+    """Judge-vs-judge agreement for every pair of metrics, in name order."""
     pairs = []
     for left, right in combinations(sorted(scores), 2):
         pair = judge_vs_judge(
             scores[left],
             scores[right],
             names=(left, right),
-            unscored_reasons=((unscored or {}).get(left), (unscored or {}).get(right)),
-            **common,
+            unscored_reasons=(unscored.get(left), unscored.get(right)),
+            **run.common,
         )
         pairs.append(to_jsonable(pair))
-    retest_json = {}
-    for metric, second in (retest or {}).items():
+    return pairs
+
+
+def _retests(
+    run: _Run,
+    scores: Mapping[str, Mapping[str, float | None]],
+    retest: Mapping[str, Mapping[str, float | None]],
+) -> dict[str, Any]:
+    """Test-retest agreement per metric that was run twice."""
+    out = {}
+    for metric, second in retest.items():
         if metric not in scores:
             raise InputError(f"retest run for unknown metric {metric!r}", field=f"retest.{metric}")
-        retest_json[metric] = to_jsonable(
-            test_retest(scores[metric], second, name=metric, **common)
-        )
+        out[metric] = to_jsonable(test_retest(scores[metric], second, name=metric, **run.common))
+    return out
+
+
+def _human_ceiling(items: Sequence[CalibrationItem]) -> dict[str, Any]:
+    """Inter-annotator agreement, or a note saying why the set cannot give it."""
     ceiling = inter_annotator_agreement(items)
-    report.data = {
+    if ceiling is not None:
+        return {**to_jsonable(ceiling), "from": _annotators_from(items)}
+    return {
+        "alpha": None,
+        "level": items[0].scale.level,
+        "note": "no per-annotator scores in set (annotator_scores, or meta."
+        + ", meta.".join(ANNOTATOR_META_KEYS)
+        + " or meta.rater_*)",
+    }
+
+
+def _report_data(
+    run: _Run,
+    n_problems: int,
+    scores: Mapping[str, Mapping[str, float | None]],
+    metrics_json: dict[str, Any],
+    pairs: list[Any],
+    retest_json: dict[str, Any],
+) -> dict[str, Any]:
+    """``report.json``'s data, its sections in their order (plots are added when written)."""
+    return {
         "format_version": REPORT_FORMAT_VERSION,
         "set": {
-            "name": name,
-            "hash": digest,
-            "n_items": len(items),
+            "name": run.set_name,
+            "hash": run.set_hash,
+            "n_items": len(run.items),
             "n_problems": n_problems,
-            "scale": scale.describe(),
+            "scale": run.items[0].scale.describe(),
         },
         "options": {
-            "seed": seed,
-            "n_resamples": n_resamples,
+            "seed": run.seed,
+            "n_resamples": run.n_resamples,
             "confidence": 0.95,
-            "n_folds": n_folds,
-            "group_by_question": group_by_question,
-            "threshold_objective": objective,
-            "group_fields": fields,
+            "n_folds": run.n_folds,
+            "group_by_question": run.group_by_question,
+            "threshold_objective": run.objective,
+            "group_fields": run.fields,
         },
-        "configs": config_info,
+        "configs": run.config_info,
         "metrics": metrics_json,
-        "human_ceiling": (
-            {**to_jsonable(ceiling), "from": _annotators_from(items)}
-            if ceiling is not None
-            else {
-                "alpha": None,
-                "level": scale.level,
-                "note": "no per-annotator scores in set (annotator_scores, or meta."
-                + ", meta.".join(ANNOTATOR_META_KEYS)
-                + " or meta.rater_*)",
-            }
-        ),
+        "human_ceiling": _human_ceiling(run.items),
         "judge_vs_judge": pairs,
         "test_retest": retest_json,
-        "table7": _system_means(items, scores),
+        "table7": _system_means(run.items, scores),
         "plots": {},
     }
-    return report
 
 
 def _annotators_from(items: Sequence[CalibrationItem]) -> str | None:
@@ -404,36 +495,32 @@ def _annotators_from(items: Sequence[CalibrationItem]) -> str | None:
 
 def _fit_mapping_entry(
     report: CalibrationReport,
+    run: _Run,
     metric: str,
-    items: Sequence[CalibrationItem],
     per_item: Mapping[str, float | None],
     reasons: Mapping[str, str] | None,
-    config_info: Mapping[str, Mapping[str, Any]],
     cname: str | None,
-    set_name: str,
-    set_hash: str,
-    n_folds: int,
-    seed: int,
-    group_by_question: bool,
 ) -> dict[str, Any]:
+    """Fit the metric's calibrated mapping (recorded in ``report``); its part of the report."""
     if cname is None:
         return {"note": "no judge configuration linked to this metric: no mapping fitted"}
     options: dict[str, Any] = {
         "unscored_reasons": reasons,
-        "n_folds": n_folds,
-        "seed": seed,
-        "group_by_question": group_by_question,
+        "n_folds": run.n_folds,
+        "seed": run.seed,
+        "group_by_question": run.group_by_question,
     }
+    info = run.config_info[cname]
     try:
         mapping, cv = fit_mapping_with_cv(
-            items,
+            run.items,
             per_item,
-            judge_config_hash=str(config_info[cname]["hash"]),
-            judge_version=config_info[cname]["judge_version"],
+            judge_config_hash=str(info["hash"]),
+            judge_version=info["judge_version"],
             # ROUGE-L and BERTScore: keyed by the metric's own settings, not by the judge.
-            metric_config=config_info[cname]["metric_settings"].get(metric),
-            set_name=set_name,
-            set_hash=set_hash,
+            metric_config=info["metric_settings"].get(metric),
+            set_name=run.set_name,
+            set_hash=run.set_hash,
             metric=metric,
             **options,
         )
