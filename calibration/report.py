@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -753,10 +753,27 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         data: The report data (``CalibrationReport.data`` or a loaded ``report.json``).
     """
     metrics = list(data["metrics"])
+    lines = [
+        *_md_intro(data),
+        *_md_table7(data, metrics),
+        *_md_agreement(data, metrics),
+        *_md_ceiling(data["human_ceiling"]),
+    ]
+    for group in data["options"]["group_fields"]:
+        lines += _md_group(data, metrics, group)
+    lines += _md_judge_vs_judge(data["judge_vs_judge"])
+    lines += _md_test_retest(data["test_retest"])
+    lines += _md_configurations(data["configs"])
+    lines += _md_plots(data.get("plots") or {})
+    return "\n".join(lines) + "\n"
+
+
+def _md_intro(data: Mapping[str, Any]) -> list[str]:
+    """The title, the set (name, hash, size, scale) and the options the figures used."""
     info = data["set"]
     options = data["options"]
     scale = info["scale"]
-    lines = [
+    return [
         f"# Calibration report: {info['name']}",
         "",
         f"Set `{info['name']}` (sha256 `{info['hash'][:16]}`), {info['n_items']} items"
@@ -766,12 +783,12 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         f"intervals), {options['n_folds']} folds"
         + (", grouped by question" if options["group_by_question"] else "")
         + ".",
-        "",
-        "## Scores and human correlation (CharToM-QA Table 7 layout)",
-        "",
     ]
+
+
+def _md_table7(data: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
+    """Mean scores per system, metrics as columns, and the "Human correlation" row."""
     percent = _percent_metrics(data)
-    header = ["System", "n", "Human", *metrics]
     rows = []
     for system, row in data["table7"].items():
         cells = [system, str(row["n"]), _num(100 * row["human"], 1)]
@@ -787,68 +804,83 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         ["**Human correlation** (Pearson)", "", ""]
         + [_est(data["metrics"][m]["agreement"]["pearson"]) for m in metrics]
     )
-    lines += markdown.table(header, rows)
-    lines += [
+    return [
+        "",
+        "## Scores and human correlation (CharToM-QA Table 7 layout)",
+        "",
+        *markdown.table(["System", "n", "Human", *metrics], rows),
         "",
         "Human and 0-1 metrics are shown x100 (mean per system); other metrics as raw means.",
-        "",
-        "## Agreement with human ratings",
-        "",
     ]
-    detail: list[list[str]] = []
 
-    def add(label: str, cell: Any) -> None:
-        detail.append([label] + [cell(data["metrics"][m]) for m in metrics])
 
-    add("Configuration", _configuration_cell)
-    add("n (paired)", lambda e: str(e["agreement"]["n"]))
-    add("Unscored", lambda e: str(e["agreement"]["n_unscored"]))
-    add("Missing", lambda e: str(e["agreement"]["n_missing"]))
-    add("Pearson [95% CI]", lambda e: _est(e["agreement"]["pearson"]))
-    add("Spearman [95% CI]", lambda e: _est(e["agreement"]["spearman"]))
-    add("Kendall tau-b [95% CI]", lambda e: _est(e["agreement"]["kendall"]))
-    if any(data["metrics"][m]["agreement"]["binary"] for m in metrics):
-        add("AUROC [95% CI]", lambda e: _est(_get(e, "agreement", "binary", "auroc")))
-        for label, key in (
-            ("Accuracy @ CV threshold", "accuracy"),
-            ("F1 @ CV threshold", "f1"),
-            ("Cohen's kappa @ CV threshold", "kappa"),
-            ("Threshold (all data, to deploy)", "threshold_all_data"),
-        ):
-            add(label, lambda e, key=key: _num(_get(e, "agreement", "binary", "cv", key)))
-    if any(data["metrics"][m]["agreement"]["keypoints"] for m in metrics):
-        for label, key in (
-            ("Key-point accuracy", "accuracy"),
-            ("Key-point Cohen's kappa", "kappa"),
-            ("Contradicted points judged covered", "contradicted_judged_covered"),
-            ("Contradicted points -> defect rate", "contradicted_defect_rate"),
-            ("Other points -> defect rate", "other_defect_rate"),
-        ):
-            add(label, lambda e, key=key: _num(_get(e, "agreement", "keypoints", key)))
+# The binary rows (when a metric has a binary analysis) and the key-point rows (K-QA sets) of
+# the agreement table: (label, key) under agreement.binary.cv and agreement.keypoints.
+_BINARY_ROWS = (
+    ("Accuracy @ CV threshold", "accuracy"),
+    ("F1 @ CV threshold", "f1"),
+    ("Cohen's kappa @ CV threshold", "kappa"),
+    ("Threshold (all data, to deploy)", "threshold_all_data"),
+)
+_KEYPOINT_ROWS = (
+    ("Key-point accuracy", "accuracy"),
+    ("Key-point Cohen's kappa", "kappa"),
+    ("Contradicted points judged covered", "contradicted_judged_covered"),
+    ("Contradicted points -> defect rate", "contradicted_defect_rate"),
+    ("Other points -> defect rate", "other_defect_rate"),
+)
 
-    def mapped(e: Mapping[str, Any]) -> str:
-        cv = e["mapping"].get("cv")
-        if not cv:
-            return "—"
-        primary = cv["primary"]
-        text = (
-            f"{primary} {_num(cv['mapped'][primary])} vs constant {_num(cv['constant'][primary])}"
-        )
-        if cv.get("identity"):
-            text += f", raw {_num(cv['identity'][primary])}"
-        return text
 
-    add("Calibrated mapping (CV error)", mapped)
-    lines += markdown.table(["", *metrics], detail)
-    notes = [
-        f"- {m}: {text}"
-        for m in metrics
-        for text in _notes(data["metrics"][m])
-    ]  # fmt: skip
+def _md_agreement(data: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
+    """The agreement-with-humans table (one row per figure, metrics as columns), and notes."""
+    entries = [data["metrics"][m] for m in metrics]
+    cells: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
+        ("Configuration", _configuration_cell),
+        ("n (paired)", lambda e: str(e["agreement"]["n"])),
+        ("Unscored", lambda e: str(e["agreement"]["n_unscored"])),
+        ("Missing", lambda e: str(e["agreement"]["n_missing"])),
+        ("Pearson [95% CI]", lambda e: _est(e["agreement"]["pearson"])),
+        ("Spearman [95% CI]", lambda e: _est(e["agreement"]["spearman"])),
+        ("Kendall tau-b [95% CI]", lambda e: _est(e["agreement"]["kendall"])),
+    ]
+    if any(e["agreement"]["binary"] for e in entries):
+        cells.append(("AUROC [95% CI]", lambda e: _est(_get(e, "agreement", "binary", "auroc"))))
+        cells += [
+            (label, _number_at("agreement", "binary", "cv", key)) for label, key in _BINARY_ROWS
+        ]
+    if any(e["agreement"]["keypoints"] for e in entries):
+        cells += [
+            (label, _number_at("agreement", "keypoints", key)) for label, key in _KEYPOINT_ROWS
+        ]
+    cells.append(("Calibrated mapping (CV error)", _mapping_cell))
+    rows = [[label] + [cell(e) for e in entries] for label, cell in cells]
+    lines = ["", "## Agreement with human ratings", "", *markdown.table(["", *metrics], rows)]
+    notes = [f"- {m}: {text}" for m, e in zip(metrics, entries, strict=True) for text in _notes(e)]
     if notes:
         lines += ["", "Notes:", *notes]
-    ceiling = data["human_ceiling"]
-    lines += [
+    return lines
+
+
+def _number_at(*path: str) -> Callable[[Mapping[str, Any]], str]:
+    """A cell showing the number at ``path`` in a metric's entry ("—" when it is missing)."""
+    return lambda entry: _num(_get(entry, *path))
+
+
+def _mapping_cell(entry: Mapping[str, Any]) -> str:
+    """The calibrated mapping's cross-validated error, against a constant (and the raw score)."""
+    cv = entry["mapping"].get("cv")
+    if not cv:
+        return "—"
+    primary = cv["primary"]
+    text = f"{primary} {_num(cv['mapped'][primary])} vs constant {_num(cv['constant'][primary])}"
+    if cv.get("identity"):
+        text += f", raw {_num(cv['identity'][primary])}"
+    return text
+
+
+def _md_ceiling(ceiling: Mapping[str, Any]) -> list[str]:
+    """Inter-annotator agreement: the ceiling a judge's agreement is read against."""
+    return [
         "",
         "## Human ceiling (inter-annotator agreement)",
         "",
@@ -862,70 +894,87 @@ def render_markdown(data: Mapping[str, Any]) -> str:
         + (f" ({ceiling['note']})" if ceiling.get("note") else "")
         + ".",
     ]
-    for group in options["group_fields"]:
-        lines += ["", f"## By {group}", ""]
-        values = sorted({v for m in metrics for v in data["metrics"][m]["by_group"][group]})
-        rows = []
-        for value in values:
-            cells = [value]
-            for m in metrics:
-                entry = data["metrics"][m]["by_group"][group].get(value)
-                if entry is None:
-                    cells.append("—")
-                    continue
-                text = f"{_est(entry['pearson'])} (n={entry['n']})"
-                if entry.get("binary"):
-                    text += f"; AUROC {_num(entry['binary']['auroc']['value'])}"
-                cells.append(text)
-            rows.append(cells)
-        lines += markdown.table([group, *(f"{m}: Pearson [CI]" for m in metrics)], rows)
-    if data["judge_vs_judge"]:
-        lines += ["", "## Judge vs judge", ""]
-        rows = [
-            [
-                f"{p['a']} vs {p['b']}",
-                str(p["n"]),
-                _est(p["pearson"]),
-                _est(p["spearman"]),
-                _num(p["kappa"]),
-                _num(p["exact_agreement"]),
-                _num(p["mean_abs_diff"]),
-            ]
-            for p in data["judge_vs_judge"]
-        ]
-        lines += markdown.table(
-            ["Pair", "n", "Pearson [CI]", "Spearman [CI]", "kappa", "exact", "mean abs diff"], rows
-        )
-    if data["test_retest"]:
-        lines += ["", "## Test-retest (same configuration twice)", ""]
-        rows = [
-            [
-                m,
-                str(p["n"]),
-                _est(p["pearson"]),
-                _num(p["exact_agreement"]),
-                _num(p["mean_abs_diff"]),
-            ]
-            for m, p in data["test_retest"].items()
-        ]
-        lines += markdown.table(
-            ["Metric", "n", "Pearson [CI]", "exact agreement", "mean abs diff"], rows
-        )
-    lines += ["", "## Judge configurations", ""]
-    lines += markdown.table(
-        ["Name", "Hash", "Settings"],
+
+
+def _md_group(data: Mapping[str, Any], metrics: Sequence[str], group: str) -> list[str]:
+    """Pearson (and AUROC) per value of one group field, metrics as columns."""
+    by_metric = [data["metrics"][m]["by_group"][group] for m in metrics]
+    values = sorted({v for per_value in by_metric for v in per_value})
+    rows = [[value] + [_group_cell(per_value.get(value)) for per_value in by_metric]
+            for value in values]  # fmt: skip
+    return [
+        "",
+        f"## By {group}",
+        "",
+        *markdown.table([group, *(f"{m}: Pearson [CI]" for m in metrics)], rows),
+    ]
+
+
+def _group_cell(entry: Mapping[str, Any] | None) -> str:
+    """One metric's agreement on one group value ("—" when it has no items there)."""
+    if entry is None:
+        return "—"
+    text = f"{_est(entry['pearson'])} (n={entry['n']})"
+    if entry.get("binary"):
+        text += f"; AUROC {_num(entry['binary']['auroc']['value'])}"
+    return text
+
+
+def _md_judge_vs_judge(pairs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Agreement between every two metrics (nothing when there is one metric)."""
+    if not pairs:
+        return []
+    rows = [
         [
-            [cname, f"`{c['hash']}`", f"`{json.dumps(c['config'], sort_keys=True)}`"]
-            for cname, c in data["configs"].items()
-        ],
-    )
-    plots = data.get("plots") or {}
-    if plots.get("scatter") or plots.get("reliability"):
-        lines += ["", "## Plots", ""]
-        for kind in ("scatter", "reliability"):
-            for metric, file in plots.get(kind, {}).items():
-                lines.append(f"![{kind} {metric}]({file})")
-    return "\n".join(lines) + "\n"
+            f"{p['a']} vs {p['b']}",
+            str(p["n"]),
+            _est(p["pearson"]),
+            _est(p["spearman"]),
+            _num(p["kappa"]),
+            _num(p["exact_agreement"]),
+            _num(p["mean_abs_diff"]),
+        ]
+        for p in pairs
+    ]
+    header = ["Pair", "n", "Pearson [CI]", "Spearman [CI]", "kappa", "exact", "mean abs diff"]
+    return ["", "## Judge vs judge", "", *markdown.table(header, rows)]
+
+
+def _md_test_retest(retest: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Agreement of each metric run twice with itself (nothing when none was)."""
+    if not retest:
+        return []
+    rows = [
+        [m, str(p["n"]), _est(p["pearson"]), _num(p["exact_agreement"]), _num(p["mean_abs_diff"])]
+        for m, p in retest.items()
+    ]
+    header = ["Metric", "n", "Pearson [CI]", "exact agreement", "mean abs diff"]
+    return ["", "## Test-retest (same configuration twice)", "", *markdown.table(header, rows)]
+
+
+def _md_configurations(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each judge configuration's name, hash and (redacted) settings."""
+    rows = [
+        [cname, f"`{c['hash']}`", f"`{json.dumps(c['config'], sort_keys=True)}`"]
+        for cname, c in configs.items()
+    ]
+    return ["", "## Judge configurations", "", *markdown.table(["Name", "Hash", "Settings"], rows)]
+
+
+def _md_plots(plots: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Links to the scatter plots, then the reliability diagrams (nothing before writing)."""
+    if not (plots.get("scatter") or plots.get("reliability")):
+        return []
+    return [
+        "",
+        "## Plots",
+        "",
+        *(
+            f"![{kind} {metric}]({file})"
+            for kind in ("scatter", "reliability")
+            for metric, file in plots.get(kind, {}).items()
+        ),
+    ]
 
 
 def _notes(entry: Mapping[str, Any]) -> list[str]:
