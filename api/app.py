@@ -57,8 +57,9 @@ from api.routes import (
 from api.services import calibration as calibration_service
 from api.services import grade_jobs
 from api.services import mcq as mcq_service
+from api.settings import ServiceSettings, load_service_settings
 from judge.cache import open_cache
-from judge.config import JudgeConfig, Settings, load_settings
+from judge.config import JudgeConfig
 from judge.engine import BONUSJUDGE_VERSION, Grader
 
 log = logging.getLogger("bonusjudge.api")
@@ -174,7 +175,7 @@ def install_docs(app: FastAPI) -> None:
         app.add_api_route(path, served(page), methods=["GET"], include_in_schema=False)
 
 
-def build_grader(settings: Settings) -> Grader:
+def build_grader(settings: ServiceSettings) -> Grader:
     """The engine for these settings: the default judge and the cache they choose.
 
     The cache is open even when the default judge config has caching off: a request may turn
@@ -283,7 +284,7 @@ def openapi_document() -> dict[str, Any]:
 
 
 def create_app(
-    settings: Settings | None = None,
+    settings: ServiceSettings | None = None,
     *,
     grader: Grader | None = None,
     lease_seconds: float | None = None,
@@ -294,7 +295,7 @@ def create_app(
     """Build the grading service.
 
     Args:
-        settings: Service settings (default: ``load_settings()`` from the environment / the
+        settings: Service settings (default: ``load_service_settings()`` from the environment / the
             ``BONUSJUDGE_SETTINGS_FILE``; a bad setting raises ``ConfigError`` naming it).
         grader: The engine (default: one built from ``settings.judge`` with the on-disk cache).
             Its config is the default judge. Tests inject one with a ``FakeProvider``.
@@ -309,7 +310,7 @@ def create_app(
     Returns:
         The FastAPI app. Jobs start running in its lifespan.
     """
-    settings = settings if settings is not None else load_settings()
+    settings = settings if settings is not None else load_service_settings()
     owns_grader = grader is None
     engine = grader if grader is not None else build_grader(settings)
     data_dir = settings.resolved_data_dir()
@@ -383,4 +384,4 @@ def app_from_env() -> FastAPI:
 
     Settings come from ``BONUSJUDGE_*`` variables and ``BONUSJUDGE_SETTINGS_FILE``.
     """
-    return create_app(load_settings())
+    return create_app(load_service_settings())

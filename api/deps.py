@@ -20,7 +20,8 @@ from api.errors import Unavailable
 from api.jobs import JobManager
 from api.limits import Allowance
 from api.observability import EncoderWarmup, Observability
-from judge.config import JudgeConfig, Settings
+from api.settings import ServiceSettings
+from judge.config import JudgeConfig
 from judge.engine import TENANT, Grader
 from judge.loading import needs_encoder
 
@@ -45,7 +46,9 @@ def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], Await
     return dependency
 
 
-get_settings = _app_state("settings", Settings, "The service's settings (validated at start-up).")
+get_settings = _app_state(
+    "settings", ServiceSettings, "The service's settings (validated at start-up)."
+)
 get_grader = _app_state(
     "grader", Grader, "The grading engine shared by every request of this process."
 )
@@ -59,7 +62,7 @@ get_sync_items = _app_state(
     "sync_items", Allowance, "Items each API key has in flight on the synchronous grading routes."
 )
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 GraderDep = Annotated[Grader, Depends(get_grader)]
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
 ObservabilityDep = Annotated[Observability, Depends(get_observability)]
@@ -155,7 +158,7 @@ class JobContext:
 
     jobs: JobManager
     grader: Grader
-    settings: Settings
+    settings: ServiceSettings
     owner: str
 
 

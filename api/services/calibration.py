@@ -55,10 +55,11 @@ from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
 from api.jobs.files import MAX_FILE_BYTES
 from api.services.calibration_runs import in_daemon_thread, scratch_folder, try_lock
 from api.services.judges import LLM_METRICS, allowed_models
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, SetProblem
 from core.errors import ConfigError, InputError, JudgeError
 from judge.budget import Budget
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 
 if TYPE_CHECKING:
     from calibration.runner import BudgetStopped, GradedSet
@@ -94,12 +95,12 @@ _MAX_PROBLEMS = 100
 _T = TypeVar("_T")
 
 
-def reports_dir(settings: Settings) -> Path:
+def reports_dir(settings: ServiceSettings) -> Path:
     """The folder holding the runs' scratch folders (``<data dir>/reports``)."""
     return settings.resolved_data_dir() / REPORTS
 
 
-def report_remover(settings: Settings) -> Callable[[str], None]:
+def report_remover(settings: ServiceSettings) -> Callable[[str], None]:
     """What removes a run's scratch folder here, if any, once retention deletes its job.
 
     The files kept in the store go with the job itself.
@@ -186,7 +187,7 @@ def _source_of(name: str) -> str:
     raise InputError(f"set: unknown calibration set {name!r}; known: {known}", field="set")
 
 
-def load_dataset(options: dict[str, Any], folder: Path, settings: Settings) -> LoadedSet:
+def load_dataset(options: dict[str, Any], folder: Path, settings: ServiceSettings) -> LoadedSet:
     """Load the set a calibration job names (blocking: run it in a worker thread).
 
     Raises:
@@ -290,7 +291,7 @@ async def cancel_calibration(job_id: str, *, jobs: JobManager, owner: str) -> Ca
 # -- starting a run ------------------------------------------------------------------------------
 
 
-def _check_judges(body: CalibrateBody, default: str, settings: Settings) -> list[str]:
+def _check_judges(body: CalibrateBody, default: str, settings: ServiceSettings) -> list[str]:
     allowed = allowed_models(default, settings)
     seen: set[str] = set()
     for index, model in enumerate(body.judges):
@@ -440,7 +441,7 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 # -- the runner ----------------------------------------------------------------------------------
 
 
-def make_runner(settings: Settings) -> JobRunner:
+def make_runner(settings: ServiceSettings) -> JobRunner:
     """The ``calibrate`` job runner for a service with these settings.
 
     A run grades with the service's own grader, on the service's event loop: its judge calls

@@ -28,6 +28,7 @@ from api.jobs import check_request
 from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
 from api.services.judges import select_judge
+from api.settings import ServiceSettings
 from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
 from bonusjudge_client.wire.schemas import (
@@ -39,13 +40,13 @@ from bonusjudge_client.wire.schemas import (
     ItemError,
 )
 from core.errors import InputError, JudgeError
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import TENANT, Grader
 
 
 async def grade_one(
-    body: GradeBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str, budgets: KeyBudgets,
+    body: GradeBody, *, grader: Grader, settings: ServiceSettings, ready: ReadyGate,
+    items: Allowance, owner: str, budgets: KeyBudgets,
 ) -> GradeResult:
     """Grade one response with the judge the body selects, as one of ``owner``'s ``items``.
 
@@ -69,8 +70,8 @@ async def grade_one(
 
 
 async def grade_batch(
-    body: BatchBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str, budgets: KeyBudgets,
+    body: BatchBody, *, grader: Grader, settings: ServiceSettings, ready: ReadyGate,
+    items: Allowance, owner: str, budgets: KeyBudgets,
 ) -> BatchResponse:
     """Grade up to ``settings.max_batch`` items concurrently; a bad item gets an error entry.
 
@@ -104,7 +105,7 @@ async def grade_batch(
 
 
 async def extract_points(
-    body: ExtractBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+    body: ExtractBody, *, grader: Grader, settings: ServiceSettings, owner: str, budgets: KeyBudgets
 ) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM).
 
@@ -171,7 +172,7 @@ def _raise_if_outage(
 
 
 async def _entry(
-    grader: Grader, config: JudgeConfig, settings: Settings, index: int, item: dict[str, Any]
+    grader: Grader, config: JudgeConfig, settings: ServiceSettings, index: int, item: dict[str, Any]
 ) -> BatchEntry:
     """Validate and grade one batch item; any input or judge error stays in its entry."""
     declared = item.get("id")

@@ -47,13 +47,13 @@ from api.jobs.budgets import KeyBudgets
 from api.jobs.uploads import storable_id
 from api.jobs.worker import store_retry
 from api.services.grade_jobs import pause_if_spent
+from api.settings import ServiceSettings
 from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError
 from judge.budget import BUDGET, Budget
-from judge.config import Settings
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import format_validation_error, score_items
@@ -151,7 +151,7 @@ def check_options(options: McqOptions, grader: Grader) -> tuple[str, str]:
 # -- items ---------------------------------------------------------------------------------------
 
 
-def mcq_limit(settings: Settings) -> ItemLimit:
+def mcq_limit(settings: ServiceSettings) -> ItemLimit:
     """How many items a multiple-choice call or job may have, and the messages beyond."""
     return ItemLimit(settings.max_job_items, "items: no items to score",
                      "items: {count} items exceed the limit of {most}")
@@ -208,7 +208,7 @@ class McqItems:
         return JobItem(index, item.id if item else (item_id or str(position)), line, item, error)
 
 
-def build_mcq_items(raw: Iterable[RawItem], settings: Settings) -> list[JobItem]:
+def build_mcq_items(raw: Iterable[RawItem], settings: ServiceSettings) -> list[JobItem]:
     """Validate items at once (``McqItems``): bad ones (and duplicates) become error entries.
 
     Args:
@@ -287,7 +287,7 @@ def _refused(result: McqResult, budget: Budget | None) -> bool:
 
 
 async def score_mcq(
-    body: McqBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+    body: McqBody, *, grader: Grader, settings: ServiceSettings, owner: str, budgets: KeyBudgets
 ) -> McqResponse:
     """Score a body's items and summarise them; bad items get error entries (and bad lines).
 

@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 
 from api.jobs.schema import jobs, key_spend
 from api.jobs.spend import next_midnight, utc_day
+from api.settings import ServiceSettings
 from bonusjudge_client import ClientInputError, JudgeClient
 from core.errors import ConfigError
-from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.fake import FakeProvider
 from tests.helpers.engine import plain_answer
@@ -328,5 +328,5 @@ def test_a_non_finite_max_cost_or_price_is_refused_naming_the_field(
 @pytest.mark.parametrize("value", ["inf", "nan", "1e999"])
 def test_a_non_finite_key_budget_is_a_bad_setting(value: str) -> None:
     with pytest.raises(ValidationError, match="finite number") as caught:
-        Settings(max_cost_per_key_usd=float(value))
+        ServiceSettings(max_cost_per_key_usd=float(value))
     assert caught.value.errors()[0]["loc"] == ("max_cost_per_key_usd",)
