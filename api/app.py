@@ -30,10 +30,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
+from api.budgets import KeyBudgets, require_price
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, WorkerSettings, open_store
-from api.jobs.budgets import require_price
 from api.jobs.schema import GRADE
 from api.limits import Allowance, SyncBodyLimit, content_length
 from api.observability import (
@@ -321,16 +321,16 @@ def create_app(
         poll_seconds=poll_seconds, drain_timeout=drain_timeout,
         retention_seconds=settings.retention_days * 86_400,
     )
-    manager = JobManager(
-        store, engine, worker_settings=worker_settings,
-        max_cost_per_key=settings.max_cost_per_key_usd,
-    )
+    manager = JobManager(store, engine, worker_settings=worker_settings)
+    # The budgets are the service's policy: the synchronous routes and every job runner charge
+    # the same books (their spend is kept in the store's rows).
+    budgets = KeyBudgets(store, max_cost_per_key=settings.max_cost_per_key_usd)
     # Every job kind shares the store and the leases; this process runs them all. Grading jobs
     # stop feeding items when halted, so they can make room for other keys.
-    manager.register(GRADE, grade_jobs.grade_job, yields=True)
-    manager.register(mcq_service.MCQ, mcq_service.run_mcq_job)
+    manager.register(GRADE, grade_jobs.grade_runner(budgets), yields=True)
+    manager.register(mcq_service.MCQ, mcq_service.mcq_runner(budgets))
     manager.register(
-        calibration_service.CALIBRATE, calibration_service.make_runner(settings),
+        calibration_service.CALIBRATE, calibration_service.make_runner(settings, budgets),
         purge=calibration_service.report_remover(settings),
     )
     observability = Observability(engine, store.status_counts)
@@ -340,6 +340,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         warmup.start()
+        await budgets.start()
         await manager.start()
         log.info(
             "bonusjudge %s serving: judge=%s, auth=%s, data=%s", BONUSJUDGE_VERSION,
@@ -349,6 +350,7 @@ def create_app(
             yield
         finally:
             await manager.stop()
+            await budgets.stop()  # what the stopped runners' judge calls spent, written last
             if owns_grader:
                 await engine.aclose()
                 engine.caller.cache.close()
@@ -358,6 +360,7 @@ def create_app(
     app.state.settings = settings
     app.state.grader = engine
     app.state.jobs = manager
+    app.state.budgets = budgets
     app.state.observability = observability
     app.state.warmup = warmup
     app.state.sync_items = Allowance.items(settings)

@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.budgets import KeyBudgets
 from api.deps import ReadyGate
 from api.errors import ProviderOutage, classify
 from api.jobs import check_request
-from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
 from api.services.judges import select_judge
 from api.settings import ServiceSettings
