@@ -30,10 +30,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
+from api.budgets import KeyBudgets, require_price
 from api.errors import BodyTooLarge, error_response, install_error_handlers
 from api.jobs import JOBS_DB as JOBS_DB  # re-exported: the file's name, for tools and tests
 from api.jobs import JobManager, WorkerSettings, open_store
-from api.jobs.budgets import require_price
 from api.jobs.schema import GRADE
 from api.limits import Allowance, SyncBodyLimit, content_length
 from api.observability import (
@@ -57,8 +57,9 @@ from api.routes import (
 from api.services import calibration as calibration_service
 from api.services import grade_jobs
 from api.services import mcq as mcq_service
+from api.settings import ServiceSettings, load_service_settings
 from judge.cache import open_cache
-from judge.config import JudgeConfig, Settings, load_settings
+from judge.config import JudgeConfig
 from judge.engine import BONUSJUDGE_VERSION, Grader
 
 log = logging.getLogger("bonusjudge.api")
@@ -174,7 +175,7 @@ def install_docs(app: FastAPI) -> None:
         app.add_api_route(path, served(page), methods=["GET"], include_in_schema=False)
 
 
-def build_grader(settings: Settings) -> Grader:
+def build_grader(settings: ServiceSettings) -> Grader:
     """The engine for these settings: the default judge and the cache they choose.
 
     The cache is open even when the default judge config has caching off: a request may turn
@@ -283,7 +284,7 @@ def openapi_document() -> dict[str, Any]:
 
 
 def create_app(
-    settings: Settings | None = None,
+    settings: ServiceSettings | None = None,
     *,
     grader: Grader | None = None,
     lease_seconds: float | None = None,
@@ -294,7 +295,7 @@ def create_app(
     """Build the grading service.
 
     Args:
-        settings: Service settings (default: ``load_settings()`` from the environment / the
+        settings: Service settings (default: ``load_service_settings()`` from the environment / the
             ``BONUSJUDGE_SETTINGS_FILE``; a bad setting raises ``ConfigError`` naming it).
         grader: The engine (default: one built from ``settings.judge`` with the on-disk cache).
             Its config is the default judge. Tests inject one with a ``FakeProvider``.
@@ -309,7 +310,7 @@ def create_app(
     Returns:
         The FastAPI app. Jobs start running in its lifespan.
     """
-    settings = settings if settings is not None else load_settings()
+    settings = settings if settings is not None else load_service_settings()
     owns_grader = grader is None
     engine = grader if grader is not None else build_grader(settings)
     data_dir = settings.resolved_data_dir()
@@ -320,16 +321,16 @@ def create_app(
         poll_seconds=poll_seconds, drain_timeout=drain_timeout,
         retention_seconds=settings.retention_days * 86_400,
     )
-    manager = JobManager(
-        store, engine, worker_settings=worker_settings,
-        max_cost_per_key=settings.max_cost_per_key_usd,
-    )
+    manager = JobManager(store, engine, worker_settings=worker_settings)
+    # The budgets are the service's policy: the synchronous routes and every job runner charge
+    # the same books (their spend is kept in the store's rows).
+    budgets = KeyBudgets(store, max_cost_per_key=settings.max_cost_per_key_usd)
     # Every job kind shares the store and the leases; this process runs them all. Grading jobs
     # stop feeding items when halted, so they can make room for other keys.
-    manager.register(GRADE, grade_jobs.grade_job, yields=True)
-    manager.register(mcq_service.MCQ, mcq_service.run_mcq_job)
+    manager.register(GRADE, grade_jobs.grade_runner(budgets), yields=True)
+    manager.register(mcq_service.MCQ, mcq_service.mcq_runner(budgets))
     manager.register(
-        calibration_service.CALIBRATE, calibration_service.make_runner(settings),
+        calibration_service.CALIBRATE, calibration_service.make_runner(settings, budgets),
         purge=calibration_service.report_remover(settings),
     )
     observability = Observability(engine, store.status_counts)
@@ -339,6 +340,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         warmup.start()
+        await budgets.start()
         await manager.start()
         log.info(
             "bonusjudge %s serving: judge=%s, auth=%s, data=%s", BONUSJUDGE_VERSION,
@@ -348,6 +350,7 @@ def create_app(
             yield
         finally:
             await manager.stop()
+            await budgets.stop()  # what the stopped runners' judge calls spent, written last
             if owns_grader:
                 await engine.aclose()
                 engine.caller.cache.close()
@@ -357,6 +360,7 @@ def create_app(
     app.state.settings = settings
     app.state.grader = engine
     app.state.jobs = manager
+    app.state.budgets = budgets
     app.state.observability = observability
     app.state.warmup = warmup
     app.state.sync_items = Allowance.items(settings)
@@ -383,4 +387,4 @@ def app_from_env() -> FastAPI:
 
     Settings come from ``BONUSJUDGE_*`` variables and ``BONUSJUDGE_SETTINGS_FILE``.
     """
-    return create_app(load_settings())
+    return create_app(load_service_settings())

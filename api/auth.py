@@ -1,13 +1,14 @@
 """API-key authentication: ``Authorization: Bearer KEY`` checked against sha256 digests.
 
-Settings hold only digests (``Settings.api_keys``), so neither a settings dump nor the service's
-memory reveals a key. A request's key is hashed and compared with every configured digest in
-constant time (``hmac.compare_digest``). The digest that matched is the caller's identity: jobs are
-owned by it, and another key's jobs are invisible. With no key configured, every caller is the
-anonymous owner ``""`` and the service binds to loopback only (``api.serve``).
+The settings hold only digests (``ServiceSettings.api_keys``), so neither a settings dump nor
+the service's memory reveals a key. A request's key is hashed and compared with every configured
+digest in constant time (``hmac.compare_digest``). The digest that matched is the caller's
+identity: jobs are owned by it, and another key's jobs are invisible. With no key configured,
+every caller is the anonymous owner ``""`` and the service binds to loopback only
+(``api.serve``).
 
 ``/metrics`` is the operator's: its counters span every key (jobs, tokens, cost, cache hits), so
-it takes one of ``Settings.operator_keys`` (a Prometheus scraper's bearer token), never a
+it takes one of ``ServiceSettings.operator_keys`` (a Prometheus scraper's bearer token), never a
 tenant's API key (403). With neither kind of key configured (loopback development) it is open.
 """
 
@@ -19,7 +20,7 @@ import hmac
 from fastapi import Request
 
 from api.errors import Forbidden, Unauthorized
-from judge.config import Settings
+from api.settings import ServiceSettings
 
 ANONYMOUS = ""
 """Owner of every job when no API key is configured."""
@@ -41,7 +42,7 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
-def authenticate(request: Request, settings: Settings) -> str:
+def authenticate(request: Request, settings: ServiceSettings) -> str:
     """The caller's identity: the digest of its valid key, or ``ANONYMOUS`` when auth is off.
 
     Worked out once per request: the answer (or the refusal) is kept in the request's state, so
@@ -73,7 +74,7 @@ _CALLER = "bonusjudge_caller"
 """The request-state attribute that keeps ``authenticate``'s answer."""
 
 
-def _caller(request: Request, settings: Settings) -> str:
+def _caller(request: Request, settings: ServiceSettings) -> str:
     """``authenticate``'s work: the digest of the request's valid key (see there)."""
     if not settings.api_keys:
         return ANONYMOUS
@@ -86,7 +87,7 @@ def _caller(request: Request, settings: Settings) -> str:
     return digest
 
 
-def authenticate_operator(request: Request, settings: Settings) -> None:
+def authenticate_operator(request: Request, settings: ServiceSettings) -> None:
     """Let an operator through to service-wide data (``/metrics``); refuse anyone else.
 
     Open when no key of either kind is configured, as every route is then.

@@ -16,11 +16,13 @@ from typing import Annotated, TypeVar, cast
 from fastapi import Depends, Request
 
 from api.auth import authenticate, authenticate_operator
+from api.budgets import KeyBudgets
 from api.errors import Unavailable
 from api.jobs import JobManager
 from api.limits import Allowance
 from api.observability import EncoderWarmup, Observability
-from judge.config import JudgeConfig, Settings
+from api.settings import ServiceSettings
+from judge.config import JudgeConfig
 from judge.engine import TENANT, Grader
 from judge.loading import needs_encoder
 
@@ -45,11 +47,16 @@ def _app_state(name: str, kind: type[_T], doc: str) -> Callable[[Request], Await
     return dependency
 
 
-get_settings = _app_state("settings", Settings, "The service's settings (validated at start-up).")
+get_settings = _app_state(
+    "settings", ServiceSettings, "The service's settings (validated at start-up)."
+)
 get_grader = _app_state(
     "grader", Grader, "The grading engine shared by every request of this process."
 )
 get_jobs = _app_state("jobs", JobManager, "The job runner of this process.")
+get_budgets = _app_state(
+    "budgets", KeyBudgets, "The cost budgets: each key's per UTC day, each running job's own."
+)
 get_observability = _app_state(
     "observability", Observability, "The app's Prometheus registry and instruments."
 )
@@ -59,9 +66,10 @@ get_sync_items = _app_state(
     "sync_items", Allowance, "Items each API key has in flight on the synchronous grading routes."
 )
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 GraderDep = Annotated[Grader, Depends(get_grader)]
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
+BudgetsDep = Annotated[KeyBudgets, Depends(get_budgets)]
 ObservabilityDep = Annotated[Observability, Depends(get_observability)]
 SyncItemsDep = Annotated[Allowance, Depends(get_sync_items)]
 
@@ -151,19 +159,22 @@ class JobContext:
         grader: The engine; its config is the default judge.
         settings: Limits, allow-list and quotas.
         owner: The caller, who will own the job.
+        budgets: The cost budgets a submission is checked against.
     """
 
     jobs: JobManager
     grader: Grader
-    settings: Settings
+    settings: ServiceSettings
     owner: str
+    budgets: KeyBudgets
 
 
 async def get_job_context(
-    jobs: JobsDep, grader: GraderDep, settings: SettingsDep, owner: OwnerDep
+    jobs: JobsDep, grader: GraderDep, settings: SettingsDep, owner: OwnerDep,
+    budgets: BudgetsDep,
 ) -> JobContext:
     """The context of a job submission (authenticates the caller)."""
-    return JobContext(jobs, grader, settings, owner)
+    return JobContext(jobs, grader, settings, owner, budgets)
 
 
 JobContextDep = Annotated[JobContext, Depends(get_job_context)]

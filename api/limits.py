@@ -35,7 +35,7 @@ from api.errors import (
     Unavailable,
     judge_error_response,
 )
-from judge.config import Settings
+from api.settings import ServiceSettings
 
 __all__ = [
     "HELD_BODY_PATHS",
@@ -94,12 +94,12 @@ class Allowance:
     _all: int = field(default=0, init=False, repr=False)
 
     @classmethod
-    def items(cls, settings: Settings) -> Allowance:
+    def items(cls, settings: ServiceSettings) -> Allowance:
         """Items in flight or waiting on the synchronous grading routes, per key."""
         return cls("items", settings.max_sync_items_per_key, "max_sync_items_per_key")
 
     @classmethod
-    def body_bytes(cls, settings: Settings) -> Allowance:
+    def body_bytes(cls, settings: ServiceSettings) -> Allowance:
         """Bytes of synchronous request bodies in flight, per key and in all."""
         return cls(
             "bytes", settings.max_sync_bytes_per_key, "max_sync_bytes_per_key",
@@ -173,7 +173,7 @@ class SyncBodyLimit:
     def __init__(
         self,
         app: ASGIApp,
-        settings: Settings,
+        settings: ServiceSettings,
         allowance: Allowance,
         paths: frozenset[str] = HELD_BODY_PATHS,
     ) -> None:

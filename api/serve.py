@@ -48,8 +48,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from api.settings import ServiceSettings
 from core.errors import ConfigError
-from judge.config import Settings
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -115,7 +115,7 @@ def is_loopback(host: str) -> bool:
         return False  # a host name other than localhost may resolve to anything
 
 
-def check_bind(settings: Settings, host: str) -> None:
+def check_bind(settings: ServiceSettings, host: str) -> None:
     """Refuse to expose an unauthenticated service.
 
     Raises:
@@ -148,7 +148,7 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def local_llm_settings(settings: Settings, local: LocalLLM) -> Settings:
+def local_llm_settings(settings: ServiceSettings, local: LocalLLM) -> ServiceSettings:
     """``settings`` judging with the local LLM server ``local``.
 
     Its judge uses llama.cpp's grammar-constrained JSON (``json_object_schema``) and 2 items at
@@ -165,7 +165,7 @@ def local_llm_settings(settings: Settings, local: LocalLLM) -> Settings:
     return settings.model_copy(update={"judge": judge})
 
 
-def write_settings_file(settings: Settings) -> Path:
+def write_settings_file(settings: ServiceSettings) -> Path:
     """Write ``settings`` for worker processes to a 0600 file in the data folder; its path."""
     folder = settings.resolved_data_dir()
     folder.mkdir(parents=True, exist_ok=True)
@@ -183,7 +183,7 @@ def write_settings_file(settings: Settings) -> Path:
 
 
 def serve(
-    settings: Settings,
+    settings: ServiceSettings,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
@@ -254,7 +254,7 @@ def _config(app: ASGIApp, host: str, port: int, log_level: str, grace: float) ->
 
 
 def _serve_here(
-    settings: Settings, host: str, port: int, log_level: str, grace: float,
+    settings: ServiceSettings, host: str, port: int, log_level: str, grace: float,
     on_abort: Sequence[Callable[[], None]],
 ) -> int:
     """Serve in this process (one worker)."""
@@ -299,7 +299,7 @@ def _launch(
 
 
 def _supervise(
-    settings: Settings, host: str, port: int, workers: int, log_level: str, grace: float,
+    settings: ServiceSettings, host: str, port: int, workers: int, log_level: str, grace: float,
     on_abort: Sequence[Callable[[], None]],
 ) -> int:
     """Bind the socket, run ``workers`` worker processes and pass stop signals on to them."""
@@ -402,15 +402,15 @@ def _worker_main(sock: socket.socket, options: dict[str, Any]) -> None:
 
     def build() -> ASGIApp:
         from api.app import create_app
-        from judge.config import load_settings
+        from api.settings import load_service_settings
 
-        return create_app(load_settings(), drain_timeout=options["grace"])
+        return create_app(load_service_settings(), drain_timeout=options["grace"])
 
     def preload() -> None:
-        from judge.config import load_settings
+        from api.settings import load_service_settings
         from judge.loading import warm_up
 
-        warm_up(load_settings().judge)
+        warm_up(load_service_settings().judge)
 
     server, failure = _launch(build, options["host"], options["port"], options["log_level"],
                               options["grace"], (), preload)

@@ -13,7 +13,7 @@ import os
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Union, get_args, get_origin, overload
 
 if TYPE_CHECKING:
     # Imported where used instead: ``bonusjudge --help`` builds its parser from this module and
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
     from core.errors import InputError
-    from judge.config import Settings
+    from judge.config import Settings, SettingsT
 
 PROG = "bonusjudge"
 """The command's name, as users type it and as every error line starts."""
@@ -418,14 +418,34 @@ def api_key_from_env(args: argparse.Namespace) -> str | None:
     return os.environ[name]
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
+@overload
+def settings_from_args(args: argparse.Namespace) -> Settings: ...
+
+
+@overload
+def settings_from_args(
+    args: argparse.Namespace, model: type[SettingsT], **overrides: Any
+) -> SettingsT: ...
+
+
+def settings_from_args(
+    args: argparse.Namespace, model: type[Settings] | None = None, **overrides: Any
+) -> Settings:
     """Settings from the environment / settings file, with the command-line options on top.
+
+    Args:
+        args: The parsed command line (the judge options, ``--cache-dir``, ``--settings``...).
+        model: The settings to build: the engine's ``Settings`` (the default: every command
+            that grades) or the service's ``ServiceSettings`` (``serve``). The engine's skip the
+            service's names in a shared settings file, unread; any other unknown name is refused.
+        overrides: Further settings of ``model`` from the command line (None: not given).
 
     Raises:
         ConfigError: ``--api-key-env`` names a variable that is not set or is empty, a setting
             is invalid, or the judge model misspells a known judge (:func:`check_judge_name`).
     """
-    from judge.config import load_settings
+    from api.settings import SERVICE_ONLY
+    from judge.config import Settings, load_settings
 
     judge: dict[str, Any] = {}
     cascade = CASCADE_FIELDS if getattr(args, "cascade_options", False) else ()
@@ -436,12 +456,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     secret = api_key_from_env(args)
     if secret is not None:
         judge["api_key"] = secret
+    chosen = model if model is not None else Settings
     settings = load_settings(
         getattr(args, "settings", None),
+        model=chosen,
+        also_known=SERVICE_ONLY - set(chosen.model_fields),
         judge=judge or None,
         cache_dir=getattr(args, "cache_dir", None),
         cache_url=getattr(args, "cache_url", None),
-        jobs_url=getattr(args, "jobs_url", None),
+        **overrides,
     )
     # The settings' model, whether --model, the settings file or BONUSJUDGE_JUDGE__MODEL named it.
     given = "--model" if getattr(args, "model", None) else "the judge.model setting"

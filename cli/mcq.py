@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import judge
+from api.settings import SERVICE_ONLY
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.options import comma_list
 from cli.common import (
@@ -243,7 +244,9 @@ def _llm_extractor(args: argparse.Namespace) -> Any:
     if warning:
         print(warning, file=sys.stderr)
     # BONUSJUDGE_CACHE_URL (or the settings file's cache_url) shares the judge's readings.
-    cache = open_cache(load_settings(cache_dir=args.cache_dir))
+    cache = open_cache(
+        load_settings(model=Settings, also_known=SERVICE_ONLY, cache_dir=args.cache_dir)
+    )
     return JudgeExtractor(Grader(config, cache=cache))
 
 

@@ -10,8 +10,9 @@ import argparse
 import sys
 
 from api.serve import GRACE_SECONDS, check_bind, check_port_free, serve
+from api.settings import ServiceSettings
 from cli.common import add_judge_options, add_model_options, settings_from_args
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 
 
 def _whole_number(value: str, low: int, high: int | None = None) -> int:
@@ -77,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_judge_options(parser)
     service = parser.add_argument_group("service")
-    add_model_options(service, Settings, ["jobs_url"])
+    add_model_options(service, ServiceSettings, ["jobs_url"])
     parser.set_defaults(func=run)
 
 
@@ -89,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
             without API keys, an LLM judge that cannot work, or a service that failed to
             start.
     """
-    settings = settings_from_args(args)
+    # The service's settings (API keys, quotas, the job store); the other commands read only
+    # the engine's.
+    settings = settings_from_args(args, ServiceSettings, jobs_url=args.jobs_url)
     check_port_free(args.host, args.port)
     # Before the preflight: an exposed service is refused without sending the key anywhere.
     check_bind(settings, args.host)

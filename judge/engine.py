@@ -175,6 +175,7 @@ class Grader:
         *,
         config: JudgeConfig | None = None,
         item_id: str | None = None,
+        max_outage: float | None = None,
     ) -> GradeResult:
         """Grade one request, in one of the grader's slots.
 
@@ -185,9 +186,13 @@ class Grader:
             request: The item.
             config: A full judge configuration for this call (default: the grader's).
             item_id: Id to report when the request has none (e.g. the input line number).
+            max_outage: Seconds this item's calls wait while the provider's breaker is open
+                (default: the configuration's ``max_outage``); 0 for a caller waiting on the
+                answer, whose calls then end ``circuit_open`` at once.
         """
+        cfg = _with_max_outage(config or self.config, max_outage)
         async with self.slots.slot(TENANT.get()):
-            return await self._grade(request, config or self.config, item_id)
+            return await self._grade(request, cfg, item_id)
 
     async def grade_many(
         self,
@@ -224,10 +229,14 @@ class Grader:
             await entries.aclose()
 
     async def extract_points(
-        self, request: ExtractRequest, *, config: JudgeConfig | None = None
+        self, request: ExtractRequest, *, config: JudgeConfig | None = None,
+        max_outage: float | None = None,
     ) -> ExtractResult:
-        """Split a reference answer into bonus points with the extraction rubric (cached)."""
-        cfg = config or self.config
+        """Split a reference answer into bonus points with the extraction rubric (cached).
+
+        ``max_outage``: as :meth:`grade`'s.
+        """
+        cfg = _with_max_outage(config or self.config, max_outage)
         language = request.language or detect_language(request.reference)
         return await self._judge_for(cfg).extract_points(request, language)
 
@@ -534,6 +543,18 @@ def _cascade_bands(config: JudgeConfig) -> dict[ModelKind, CascadeBand]:
             field="judge",
         )
     return fitted.at(config.cascade_agreement)
+
+
+def _with_max_outage(config: JudgeConfig, max_outage: float | None) -> JudgeConfig:
+    """``config`` with its calls waiting out an outage for ``max_outage`` s (None: as it says).
+
+    The wait is read from the configuration each call carries (``Caller``); it changes no
+    answer, so neither the cache key nor the configuration hash. The embedded matcher calls no
+    provider: its configuration stays the one object its items share (one judge, one batch).
+    """
+    if max_outage is None or config.is_embedded or max_outage == config.max_outage:
+        return config
+    return config.model_copy(update={"max_outage": max_outage})
 
 
 async def _nothing() -> None:

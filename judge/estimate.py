@@ -382,11 +382,13 @@ class _DryGrader(Grader):
 
     async def grade(
         self, request: GradeRequest, *, config: JudgeConfig | None = None,
-        item_id: str | None = None,
+        item_id: str | None = None, max_outage: float | None = None,
     ) -> GradeResult:
         """``Grader.grade``, with the item's reference at hand for a stand-in extraction."""
         _REFERENCE.set(request.reference)
-        return await super().grade(request, config=config, item_id=item_id)
+        return await super().grade(
+            request, config=config, item_id=item_id, max_outage=max_outage
+        )
 
 
 def _judge_only(config: JudgeConfig) -> JudgeConfig | None:

@@ -219,9 +219,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             _wait_http(f"{url}/readyz", processes, name)
         # Opened now: the reads around the kill must not wait for the store's imports.
         from api.jobs import open_store
-        from judge.config import load_settings
+        from api.settings import load_service_settings
 
-        store = open_store(load_settings(jobs_url=jobs_url))
+        store = open_store(load_service_settings(jobs_url=jobs_url))
 
         a, b = JudgeClient(urls["A"]), JudgeClient(urls["B"])
         job = a.submit_job(list(_items(args.items)))

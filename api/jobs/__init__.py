@@ -3,7 +3,7 @@
 A job survives a restart: its items and every result live in a database, each result written
 as it is ready, so a restarted service resumes where the last one stopped. The database is one
 SQLite file under the service's data folder, or a Postgres database that several replicas share
-(``Settings.jobs_url``). Several processes may share it; a job's items are leased in chunks, so
+(the ``jobs_url`` setting). Several processes may share it; a job's items are leased in chunks, so
 every process with room works on every running job, each chunk run by the one holding its lease.
 The package, by responsibility:
 

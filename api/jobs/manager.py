@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from api.errors import NotFound
-from api.jobs.budgets import KeyBudgets
 from api.jobs.items import EncodedItems, JobItem
 from api.jobs.policy import Quota, RetryPolicy
 from api.jobs.schema import GRADE, JobRow
@@ -47,8 +46,9 @@ class JobManager:
         grader: The engine that grades.
         worker_settings: How this process claims, runs and purges chunks of jobs (leases,
             polls, drain, chunks at once, retention).
-        max_cost_per_key: USD one key's judge calls may cost per UTC day (``budgets``); None
-            for no key budget.
+
+    The cost budgets are not the manager's: the app hands them (``api.budgets.KeyBudgets``) to
+    the runners it registers.
     """
 
     def __init__(
@@ -57,12 +57,9 @@ class JobManager:
         grader: Grader,
         *,
         worker_settings: WorkerSettings,
-        max_cost_per_key: float | None = None,
     ) -> None:
         self.store = store
         self.grader = grader
-        self.budgets = KeyBudgets(store, max_cost_per_key=max_cost_per_key)
-        """The cost budgets: each key's per UTC day, each running job's own ``max_cost``."""
         self.worker = Worker(store, worker_settings)
 
     def register(
@@ -112,7 +109,6 @@ class JobManager:
         (one still over it pauses again before sending anything).
         """
         await asyncio.to_thread(self.store.spend.resume_day_pauses)
-        await self.budgets.start()
         await self.worker.start()
 
     def begin_stop(self) -> None:
@@ -120,12 +116,8 @@ class JobManager:
         self.worker.begin_stop()
 
     async def stop(self) -> None:
-        """Stop feeding items, let in-flight ones finish (bounded), release every lease.
-
-        What their judge calls spent is written to the store last.
-        """
+        """Stop feeding items, let in-flight ones finish (bounded), release every lease."""
         await self.worker.stop()
-        await self.budgets.stop()
 
     def abandon(self) -> None:
         """Release every lease held here at once, draining nothing (an immediate exit)."""

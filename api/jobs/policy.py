@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from api.errors import Conflict, QuotaExceeded
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.vocab import UnscoredReason
 from core.errors import InputError
-from judge.config import Settings
 
 _Slot = TypeVar("_Slot")
 
@@ -63,7 +63,7 @@ class Quota:
     retry_after: float = 30.0
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Quota:
+    def from_settings(cls, settings: ServiceSettings) -> Quota:
         """The limits configured in ``settings`` (``max_*_per_key``)."""
         return cls(
             max_jobs=settings.max_jobs_per_key,
@@ -122,7 +122,7 @@ class RetryPolicy:
     """What one ``retry-unscored`` pass re-sends, and how many passes a job may have.
 
     Attributes:
-        max_passes: Passes per job (``Settings.max_retry_passes``).
+        max_passes: Passes per job (``ServiceSettings.max_retry_passes``).
         include: Reasons of :data:`FINAL_REASONS` the request asks to re-send all the same.
     """
 
@@ -130,7 +130,7 @@ class RetryPolicy:
     include: frozenset[str] = frozenset()
 
     @classmethod
-    def from_settings(cls, settings: Settings, include: Sequence[str] = ()) -> RetryPolicy:
+    def from_settings(cls, settings: ServiceSettings, include: Sequence[str] = ()) -> RetryPolicy:
         """The service's pass limit, with the reasons a request includes."""
         return cls(max_passes=settings.max_retry_passes, include=frozenset(include))
 
@@ -203,7 +203,7 @@ def make_room(
     return max(choices, key=lambda choice: choice[0])[1] if choices else None
 
 
-def check_request(request: GradeRequest, settings: Settings) -> GradeRequest:
+def check_request(request: GradeRequest, settings: ServiceSettings) -> GradeRequest:
     """Apply the service's own limits to a valid request.
 
     Raises:

@@ -1,6 +1,6 @@
 """The Postgres side of the job store: the URL, the engine, its connection pool and its timeouts.
 
-Several ``bonusjudge serve`` replicas share one Postgres database (``Settings.jobs_url``): every
+Several ``bonusjudge serve`` replicas share one Postgres database (``jobs_url``): every
 replica answers for every job, a job whose replica dies is taken over when its lease lapses, and
 per-key fairness and quotas hold across replicas because their state is in the database. The
 driver is psycopg 3; ``postgres://`` and ``postgresql://`` URLs are read as
@@ -66,7 +66,7 @@ _ACCEPTED = ("postgres", "postgresql", DRIVER)
 
 @dataclass(frozen=True)
 class Timeouts:
-    """How long the job store's Postgres statements may wait, in seconds (``Settings.jobs_*``).
+    """How long the job store's Postgres statements may wait, in seconds (settings ``jobs_*``).
 
     Attributes:
         lock: ``lock_timeout``: a statement waiting this long for a lock (a row another

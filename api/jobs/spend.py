@@ -1,6 +1,6 @@
 """What judge calls spend, in the store: per API key and UTC day, per job, and budget pauses.
 
-A key's budget (``Settings.max_cost_per_key_usd``) and a job's own ``max_cost`` are counted
+A key's budget (``ServiceSettings.max_cost_per_key_usd``) and a job's own ``max_cost`` are counted
 here, not in one process's memory, so they survive a restart and every replica sharing the
 database sees one figure: the service adds what its settled requests cost (``add``, in batches)
 and reads the totals back. A job that reached a budget is *paused*: ``paused_until`` keeps its

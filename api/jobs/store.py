@@ -2,7 +2,7 @@
 
 A job survives a restart: its items and every result live in a database, by default the SQLite
 file ``jobs.sqlite3`` under the service's data folder, or a Postgres database shared by several
-replicas (``Settings.jobs_url``; ``open_store`` picks). ``JobStore`` is the boundary the rest of
+replicas (the ``jobs_url`` setting; ``open_store`` picks). ``JobStore`` is the boundary the rest of
 the service talks to (the worker, the job manager, the job runners, the routes' services); it
 holds no scheduling policy. Its SQL, written once for both engines with SQLAlchemy Core, is
 spread over collaborators on one ``Database``: the jobs themselves (here), the leases on their
@@ -55,10 +55,11 @@ from api.jobs.schema import (
     results,
 )
 from api.jobs.spend import PAUSED, Spend, is_paused, public_status
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.grading import GradeResult
 from bonusjudge_client.wire.schemas import JobState
 from core.errors import ConfigError
-from judge.config import JudgeConfig, JudgeOverrides, Settings
+from judge.config import JudgeConfig, JudgeOverrides
 
 JOBS_DB = "jobs.sqlite3"
 """File name of the SQLite jobs database in the service's data folder (the default store)."""
@@ -72,7 +73,7 @@ _GET = select(jobs).where(jobs.c.id == bindparam("job", type_=String))
 _GET_OWNED = _GET.where(jobs.c.owner == bindparam("owned_by", type_=String))
 
 
-def open_store(settings: Settings) -> JobStore:
+def open_store(settings: ServiceSettings) -> JobStore:
     """The service's job store: Postgres at ``settings.jobs_url``, else ``<data dir>/jobs.sqlite3``.
 
     A Postgres store has the settings' ``jobs_*`` timeouts.

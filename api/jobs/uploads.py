@@ -30,11 +30,12 @@ from api.jobs.items import JobItem
 from api.jobs.policy import check_request
 from api.jobs.spool import RawItem, SpooledLines, split_json_body, spooled
 from api.jobs.staging import ItemLimit, in_upload_thread
+from api.settings import ServiceSettings
 from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.schemas import ItemError, JobBody
 from core.errors import InputError
-from judge.config import JudgeOverrides, Settings
+from judge.config import JudgeOverrides
 from judge.io import chartom_to_request
 
 JSONL_TYPES = frozenset(
@@ -327,7 +328,7 @@ def storable_id(declared: object) -> str | None:
     return str(declared).replace("\x00", "\ufffd")
 
 
-def grade_limit(settings: Settings) -> ItemLimit:
+def grade_limit(settings: ServiceSettings) -> ItemLimit:
     """How many items a grading job may have (``max_job_items``), and the messages beyond."""
     return ItemLimit(
         settings.max_job_items, "items: the job has no items",
@@ -346,7 +347,7 @@ class GradeItems:
         settings: The service's limits on one request.
     """
 
-    def __init__(self, *, context_window: int | None, settings: Settings) -> None:
+    def __init__(self, *, context_window: int | None, settings: ServiceSettings) -> None:
         self.context_window = context_window
         self.settings = settings
         self.seen: set[str] = set()
@@ -383,7 +384,7 @@ class GradeItems:
 
 
 def build_items(
-    upload: JobUpload, *, context_window: int | None, settings: Settings
+    upload: JobUpload, *, context_window: int | None, settings: ServiceSettings
 ) -> list[JobItem]:
     """Validate every item of an upload at once (``GradeItems``), for a caller that needs them all.
 

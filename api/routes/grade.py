@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from api.deps import (
+    BudgetsDep,
     GraderDep,
-    JobsDep,
     OwnerDep,
     ReadyDep,
     SettingsDep,
@@ -25,7 +25,7 @@ router = guarded_router("/v1", "grading", bind_tenant)
 )
 async def grade(
     body: GradeBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
-    items: SyncItemsDep, owner: OwnerDep, jobs: JobsDep,
+    items: SyncItemsDep, owner: OwnerDep, budgets: BudgetsDep,
 ) -> GradeResult:
     """Grade one response: bonus-point coverage, defects, ROUGE-L and BERTScore as configured.
 
@@ -34,7 +34,7 @@ async def grade(
     """
     return await grading.grade_one(
         body, grader=grader, settings=settings, ready=ready, items=items, owner=owner,
-        budgets=jobs.budgets,
+        budgets=budgets,
     )
 
 
@@ -44,7 +44,7 @@ async def grade(
 )
 async def grade_batch(
     body: BatchBody, grader: GraderDep, settings: SettingsDep, ready: ReadyDep,
-    items: SyncItemsDep, owner: OwnerDep, jobs: JobsDep,
+    items: SyncItemsDep, owner: OwnerDep, budgets: BudgetsDep,
 ) -> BatchResponse:
     """Grade up to `max_batch` items concurrently; a bad item gets an error entry, not a 422.
 
@@ -52,7 +52,7 @@ async def grade_batch(
     """
     return await grading.grade_batch(
         body, grader=grader, settings=settings, ready=ready, items=items, owner=owner,
-        budgets=jobs.budgets,
+        budgets=budgets,
     )
 
 
@@ -61,12 +61,13 @@ async def grade_batch(
     summary="Extract bonus points from a reference", responses=error_responses(429),
 )
 async def extract_points(
-    body: ExtractBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep, jobs: JobsDep
+    body: ExtractBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep,
+    budgets: BudgetsDep,
 ) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM).
 
     A key over its day's budget is answered 429 `budget_exhausted`, as `POST /v1/grade` is.
     """
     return await grading.extract_points(
-        body, grader=grader, settings=settings, owner=owner, budgets=jobs.budgets
+        body, grader=grader, settings=settings, owner=owner, budgets=budgets
     )

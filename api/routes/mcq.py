@@ -11,7 +11,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from api.deps import GraderDep, JobContextDep, JobsDep, OwnerDep, SettingsDep, bind_tenant
+from api.deps import (
+    BudgetsDep,
+    GraderDep,
+    JobContextDep,
+    JobsDep,
+    OwnerDep,
+    SettingsDep,
+    bind_tenant,
+)
 from api.errors import ERROR_RESPONSES, error_responses
 from api.jobs import UploadDoc, receive_upload
 from api.routes.common import add_results_route
@@ -66,7 +74,8 @@ def options_query(
     dependencies=[Depends(bind_tenant)], responses=error_responses(429),
 )
 async def score_mcq(
-    body: McqBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep, jobs: JobsDep
+    body: McqBody, grader: GraderDep, settings: SettingsDep, owner: OwnerDep,
+    budgets: BudgetsDep,
 ) -> McqResponse:
     """Extract the chosen option of each item's response, score it, and summarise.
 
@@ -76,7 +85,7 @@ async def score_mcq(
     `budget_exhausted`, as `POST /v1/grade` is.
     """
     return await service.score_mcq(
-        body, grader=grader, settings=settings, owner=owner, budgets=jobs.budgets
+        body, grader=grader, settings=settings, owner=owner, budgets=budgets
     )
 
 

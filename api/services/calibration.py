@@ -49,16 +49,18 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from api.budgets import KeyBudgets
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured, OverBudget
 from api.jobs import JobManager, JobRow, JobRunner, JobStore, Quota, job_status
 from api.jobs.files import MAX_FILE_BYTES
 from api.services.calibration_runs import in_daemon_thread, scratch_folder, try_lock
 from api.services.judges import LLM_METRICS, allowed_models
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.schemas import CalibrateBody, CalibrationJob, SetProblem
 from core.errors import ConfigError, InputError, JudgeError
 from judge.budget import Budget
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 
 if TYPE_CHECKING:
     from calibration.runner import BudgetStopped, GradedSet
@@ -94,12 +96,12 @@ _MAX_PROBLEMS = 100
 _T = TypeVar("_T")
 
 
-def reports_dir(settings: Settings) -> Path:
+def reports_dir(settings: ServiceSettings) -> Path:
     """The folder holding the runs' scratch folders (``<data dir>/reports``)."""
     return settings.resolved_data_dir() / REPORTS
 
 
-def report_remover(settings: Settings) -> Callable[[str], None]:
+def report_remover(settings: ServiceSettings) -> Callable[[str], None]:
     """What removes a run's scratch folder here, if any, once retention deletes its job.
 
     The files kept in the store go with the job itself.
@@ -186,7 +188,7 @@ def _source_of(name: str) -> str:
     raise InputError(f"set: unknown calibration set {name!r}; known: {known}", field="set")
 
 
-def load_dataset(options: dict[str, Any], folder: Path, settings: Settings) -> LoadedSet:
+def load_dataset(options: dict[str, Any], folder: Path, settings: ServiceSettings) -> LoadedSet:
     """Load the set a calibration job names (blocking: run it in a worker thread).
 
     Raises:
@@ -290,7 +292,7 @@ async def cancel_calibration(job_id: str, *, jobs: JobManager, owner: str) -> Ca
 # -- starting a run ------------------------------------------------------------------------------
 
 
-def _check_judges(body: CalibrateBody, default: str, settings: Settings) -> list[str]:
+def _check_judges(body: CalibrateBody, default: str, settings: ServiceSettings) -> list[str]:
     allowed = allowed_models(default, settings)
     seen: set[str] = set()
     for index, model in enumerate(body.judges):
@@ -335,7 +337,7 @@ async def _check_budget(body: CalibrateBody, judges: list[str], context: JobCont
         InputError: (``judges.N``) a budget is in force and litellm has no price for a judge.
     """
     base = context.grader.config.model_copy(update={"metrics": ("coverage",)})
-    budgets = context.jobs.budgets
+    budgets = context.budgets
     for index, model in enumerate(judges):
         config = base.model_copy(update={"model": model})
         if not _calls_judge(config):
@@ -440,8 +442,8 @@ async def start_calibration(body: CalibrateBody, context: JobContext) -> Calibra
 # -- the runner ----------------------------------------------------------------------------------
 
 
-def make_runner(settings: Settings) -> JobRunner:
-    """The ``calibrate`` job runner for a service with these settings.
+def make_runner(settings: ServiceSettings, budgets: KeyBudgets) -> JobRunner:
+    """The ``calibrate`` job runner for a service with these settings and cost ``budgets``.
 
     A run grades with the service's own grader, on the service's event loop: its judge calls
     share the grader's concurrency, cache and breakers with every other request, and the run
@@ -479,7 +481,7 @@ def make_runner(settings: Settings) -> JobRunner:
                 await _over_budget(manager, job_id, folder, f"{exc}; nothing was sent")
                 return
             except BudgetStopped as exc:
-                await _over_budget(manager, job_id, folder, await _stopped(manager, row, exc))
+                await _over_budget(manager, job_id, folder, await _stopped(budgets, row, exc))
                 return
             except Halted:
                 # Shutting down or making room: what was graded is in the grade files, and
@@ -555,18 +557,18 @@ def make_runner(settings: Settings) -> JobRunner:
             grader.config, judges=options["judges"], metrics=options["metrics"],
             items=subset.items,
         )
-        budgets: dict[str, Budget | None] = {}
+        by_model: dict[str, Budget | None] = {}
         for grading in passes:
             await grader.prepare(grading.config)
             if _calls_judge(grading.config):
-                await manager.budgets.check(owner)
-                budgets[grading.config.model] = await manager.budgets.budget(
+                await budgets.check(owner)
+                by_model[grading.config.model] = await budgets.budget(
                     owner, grading.config, field="judges"
                 )
         width = grader.config.concurrency
         pace = Pace(
             width=lambda: manager.share(width), stop=lambda: manager.halted(job_id),
-            budget=lambda config: budgets.get(config.model) if _calls_judge(config) else None,
+            budget=lambda config: by_model.get(config.model) if _calls_judge(config) else None,
         )
         return await grade_passes(
             subset, passes, folder=folder, grader=grader,
@@ -576,9 +578,8 @@ def make_runner(settings: Settings) -> JobRunner:
     return run
 
 
-async def _stopped(manager: JobManager, row: JobRow, exc: BudgetStopped) -> str:
+async def _stopped(budgets: KeyBudgets, row: JobRow, exc: BudgetStopped) -> str:
     """The detail of a run its key's day budget stopped: the limit, the spend, what was graded."""
-    budgets = manager.budgets
     cap = await budgets.key_cap(str(row["owner"]))
     over = budgets.over_key(cap) if cap is not None else "budget_exhausted"
     return (

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from api.jobs import JobUpload, build_items
 from api.services.judges import select_judge
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.grading import GradeRequest
 from bonusjudge_client.wire.schemas import EstimateBody, EstimateResponse
-from judge.config import Settings
 from judge.engine import Grader
 from judge.estimate import check_prices, estimate
 
 
 async def estimate_items(
-    body: EstimateBody, *, grader: Grader, settings: Settings
+    body: EstimateBody, *, grader: Grader, settings: ServiceSettings
 ) -> EstimateResponse:
     """The judge calls, tokens and price of grading ``body``'s items, per task and in all.
 

@@ -8,7 +8,7 @@ settings changed that configuration since, the job fails rather than mix two jud
 of aggregates. At most the chunk's share of the grader's concurrency is in flight, and each
 result is stored as soon as it is ready, so a restart loses at most the items in flight.
 
-A job runs under its key's day budget and its own ``max_cost`` (``api.jobs.budgets``, set in
+A job runs under its key's day budget and its own ``max_cost`` (``api.budgets``, set in
 ``judge.budget.BUDGET``). When a cap refuses a call, the runner stops feeding items, stores what
 finished, and leaves the items whose calls were refused pending (never stored as
 ``budget_exhausted`` results); the job is *paused* (``api.jobs.spend``): at its key's day
@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from api.jobs.budgets import JOB_LIMIT, KEY_LIMIT
+from api.budgets import JOB_LIMIT, KEY_LIMIT, KeyBudgets
 from api.jobs.claims import Chunk
-from api.jobs.manager import JobManager
+from api.jobs.manager import JobManager, JobRunner
 from api.jobs.schema import JobRow
 from api.jobs.spend import FOREVER
 from api.jobs.worker import current_chunk, store_retry
@@ -36,7 +36,16 @@ _PAGE = 256
 """Pending items read from the store at a time."""
 
 
-async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
+def grade_runner(budgets: KeyBudgets) -> JobRunner:
+    """The runner of grading jobs (kind ``grade``): :func:`grade_job` under ``budgets``."""
+
+    async def run(manager: JobManager, job_id: str, row: JobRow) -> None:
+        await grade_job(manager, job_id, row, budgets)
+
+    return run
+
+
+async def grade_job(manager: JobManager, job_id: str, row: JobRow, budgets: KeyBudgets) -> None:
     """Grade a claimed chunk of a grading job to its end (or until halted or its lease lost).
 
     A chunk left with no item to grade is marked done; the job is marked done once every item
@@ -58,8 +67,8 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
     # Wait for the warm-up (the same serialized loader): a job resumed at start-up would
     # otherwise make its first heavy imports while the start-up thread is making them.
     await manager.grader.prepare(config)
-    budget = await _job_budget(manager, row, config)
-    if budget is not None and await pause_if_spent(manager, job_id, budget):
+    budget = await _job_budget(budgets, row, config)
+    if budget is not None and await pause_if_spent(manager, budgets, job_id, budget):
         return  # over a cap already: nothing is sent
     if not await asyncio.to_thread(store.start_run, job_id, token):
         return
@@ -67,16 +76,15 @@ async def grade_job(manager: JobManager, job_id: str, row: JobRow) -> None:
         await store_retry(store.spend.unpause, job_id)
     BUDGET.set(budget)  # this runner's task only (the worker runs each chunk in its own)
     await grade_items(manager, chunk, config)
-    if budget is not None and await pause_if_spent(manager, job_id, budget):
+    if budget is not None and await pause_if_spent(manager, budgets, job_id, budget):
         return  # its refused items stay pending
     # The job first: finishing the chunk gives up its lease, and only a holder completes it.
     if not await store_retry(store.complete_if_finished, job_id, token):
         await store_retry(store.finish_chunk, job_id, chunk.lo, token)
 
 
-async def _job_budget(manager: JobManager, row: JobRow, config: JudgeConfig) -> Budget | None:
+async def _job_budget(budgets: KeyBudgets, row: JobRow, config: JudgeConfig) -> Budget | None:
     """The caps a job runs under: its key's day, and its own ``max_cost`` if it has one."""
-    budgets = manager.budgets
     max_cost = json.loads(row["options"] or "{}").get(JOB_LIMIT)
     job = None if max_cost is None else budgets.job_cap(
         str(row["id"]), float(max_cost), float(row["cost_usd"])
@@ -84,7 +92,9 @@ async def _job_budget(manager: JobManager, row: JobRow, config: JudgeConfig) -> 
     return await budgets.budget(str(row["owner"]), config, job)
 
 
-async def pause_if_spent(manager: JobManager, job_id: str, budget: Budget) -> bool:
+async def pause_if_spent(
+    manager: JobManager, budgets: KeyBudgets, job_id: str, budget: Budget
+) -> bool:
     """Pause the job if a cap of ``budget`` is used up; whether it did.
 
     A cap is used up once it refused a request, or when its spend reached its limit. Grading
@@ -93,7 +103,6 @@ async def pause_if_spent(manager: JobManager, job_id: str, budget: Budget) -> bo
     over = next((cap for cap in budget.caps if _used_up(cap)), None)
     if over is None:
         return False
-    budgets = manager.budgets
     if over.name == KEY_LIMIT:
         until = budgets.next_day()
         detail = (

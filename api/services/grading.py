@@ -2,8 +2,9 @@
 
 A request the caller waits on must not hold its connection through a provider outage (jobs wait
 it out instead): while the judge's circuit breaker is open it answers 503 at once, and its items
-do not wait for the breaker. What was graded before the breaker opened is in the cache, so the
-caller's retry costs nothing.
+do not wait for the breaker (the engine is told so: ``max_outage=0``). What was graded before the
+breaker opened is in the cache, so the caller's retry costs nothing. ``_refuse_outage`` is the
+one check, before grading and again with what the grading found.
 
 Under a cost budget (``max_cost_per_key_usd``) a request runs with its key's day cap in force
 (``judge.budget.BUDGET``): a key over it is answered 429 ``budget_exhausted`` before anything is
@@ -22,12 +23,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.budgets import KeyBudgets
 from api.deps import ReadyGate
 from api.errors import ProviderOutage, classify
 from api.jobs import check_request
-from api.jobs.budgets import KeyBudgets
 from api.limits import Allowance
 from api.services.judges import select_judge
+from api.settings import ServiceSettings
 from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.grading import ExtractResult, GradeRequest, GradeResult
 from bonusjudge_client.wire.schemas import (
@@ -39,13 +41,13 @@ from bonusjudge_client.wire.schemas import (
     ItemError,
 )
 from core.errors import InputError, JudgeError
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import TENANT, Grader
 
 
 async def grade_one(
-    body: GradeBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str, budgets: KeyBudgets,
+    body: GradeBody, *, grader: Grader, settings: ServiceSettings, ready: ReadyGate,
+    items: Allowance, owner: str, budgets: KeyBudgets,
 ) -> GradeResult:
     """Grade one response with the judge the body selects, as one of ``owner``'s ``items``.
 
@@ -56,21 +58,22 @@ async def grade_one(
         ProviderOutage: the judge's circuit breaker is open (or opened during the call).
         EncoderLoading: the encoder the judge needs is still loading.
     """
-    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
+    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    _refuse_outage(grader, config)
     ready.require(config)
     request = check_request(body.to_request(), settings)
     async with budgets.charged(owner, config):
         with items.holding(owner, 1):
             # An item without an id is item "1", as the first item of a batch is.
-            result = await grader.grade(request, config=config, item_id="1")
-    _raise_if_outage(grader, config, [result])
+            result = await grader.grade(request, config=config, item_id="1", max_outage=0)
+    _refuse_outage(grader, config, stopped=_stopped_by_outage([result]))
     await _raise_if_over_budget(budgets, owner, [result])
     return result
 
 
 async def grade_batch(
-    body: BatchBody, *, grader: Grader, settings: Settings, ready: ReadyGate, items: Allowance,
-    owner: str, budgets: KeyBudgets,
+    body: BatchBody, *, grader: Grader, settings: ServiceSettings, ready: ReadyGate,
+    items: Allowance, owner: str, budgets: KeyBudgets,
 ) -> BatchResponse:
     """Grade up to ``settings.max_batch`` items concurrently; a bad item gets an error entry.
 
@@ -89,7 +92,8 @@ async def grade_batch(
             "submit a job (POST /v1/jobs) for more",
             field="items",
         )
-    config = _sync(grader, select_judge(grader=grader, settings=settings, overrides=body.judge))
+    config = select_judge(grader=grader, settings=settings, overrides=body.judge)
+    _refuse_outage(grader, config)
     ready.require(config)
     async with budgets.charged(owner, config):
         with items.holding(owner, len(body.items)):
@@ -98,13 +102,13 @@ async def grade_batch(
                   for index, item in enumerate(body.items))
             )
     results = [e.result for e in entries if e.result is not None]
-    _raise_if_outage(grader, config, results)
+    _refuse_outage(grader, config, stopped=_stopped_by_outage(results))
     await _raise_if_over_budget(budgets, owner, results)
     return BatchResponse(results=list(entries))
 
 
 async def extract_points(
-    body: ExtractBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+    body: ExtractBody, *, grader: Grader, settings: ServiceSettings, owner: str, budgets: KeyBudgets
 ) -> ExtractResult:
     """Split a reference answer into bonus points with the extraction rubric (needs an LLM).
 
@@ -116,11 +120,11 @@ async def extract_points(
         ProviderOutage: the judge's circuit breaker is open.
     """
     config = select_judge(grader=grader, settings=settings, overrides=body.judge, needs_llm=True)
-    config = _sync(grader, config)
+    _refuse_outage(grader, config)
     async with budgets.charged(owner, config):
-        result = await grader.extract_points(body.to_request(), config=config)
+        result = await grader.extract_points(body.to_request(), config=config, max_outage=0)
     if result.reason == "circuit_open":
-        _raise_if_outage(grader, config, [], force=True)
+        _refuse_outage(grader, config, stopped=True)
     if result.reason == "budget_exhausted":
         raise await budgets.refusal(owner)
     return result
@@ -140,29 +144,24 @@ async def _raise_if_over_budget(
         raise await budgets.refusal(owner)
 
 
-def _sync(grader: Grader, config: JudgeConfig) -> JudgeConfig:
-    """The configuration for a request the caller waits on, refused during an outage.
+def _stopped_by_outage(results: list[GradeResult]) -> bool:
+    """Whether the judge's open breaker ended a call of one of ``results`` (``circuit_open``)."""
+    return any(reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons)
+
+
+def _refuse_outage(grader: Grader, config: JudgeConfig, *, stopped: bool = False) -> None:
+    """Answer 503 while the judge's breaker holds this caller back, or when it ``stopped`` a call.
+
+    Asked before a request is graded (nothing is sent during an outage) and again with what
+    the grading found: the breaker may have opened meanwhile, on this request's own failures.
 
     Raises:
-        ProviderOutage: the judge's circuit breaker is open.
+        ProviderOutage: (503, ``Retry-After``) the breaker is open for the caller, or ``stopped``.
     """
-    if config.is_embedded:
-        return config
-    _raise_if_outage(grader, config, [])
-    return config.model_copy(update={"max_outage": 0.0})
-
-
-def _raise_if_outage(
-    grader: Grader, config: JudgeConfig, results: list[GradeResult], *, force: bool = False
-) -> None:
-    """Answer 503 while the judge's breaker is open, or when it stopped one of ``results``."""
     if config.is_embedded:
         return
     breaker = grader.caller.breaker_for(config)
     caller = TENANT.get() or None  # a caller whose calls have not failed may probe at once
-    stopped = force or any(
-        reason.endswith("circuit_open") for r in results for reason in r.unscored_reasons
-    )
     if stopped or breaker.retry_in(caller) > 0:
         raise ProviderOutage(
             f"the judge provider ({config.model}) is failing; its circuit breaker is open",
@@ -171,7 +170,7 @@ def _raise_if_outage(
 
 
 async def _entry(
-    grader: Grader, config: JudgeConfig, settings: Settings, index: int, item: dict[str, Any]
+    grader: Grader, config: JudgeConfig, settings: ServiceSettings, index: int, item: dict[str, Any]
 ) -> BatchEntry:
     """Validate and grade one batch item; any input or judge error stays in its entry."""
     declared = item.get("id")
@@ -185,7 +184,9 @@ async def _entry(
         error = ItemError(type="invalid_input", message=str(exc), field=exc.field)
         return BatchEntry(index=index, id=_str_or_none(declared), error=error)
     try:
-        result = await grader.grade(request, config=config, item_id=str(index + 1))
+        result = await grader.grade(
+            request, config=config, item_id=str(index + 1), max_outage=0
+        )
     except JudgeError as exc:
         field = getattr(exc, "field", None)
         error = ItemError(type=classify(exc)[1], message=str(exc), field=field)

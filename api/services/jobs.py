@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from api.budgets import JOB_LIMIT
 from api.deps import JobContext
 from api.jobs import (
     GRADE,
@@ -23,7 +24,6 @@ from api.jobs import (
     job_status,
     stage_items,
 )
-from api.jobs.budgets import JOB_LIMIT
 from api.services.judges import select_judge
 from bonusjudge_client.wire.schemas import JobList, JobState, JobStatus, RetryUnscoredBody
 from core.errors import InputError
@@ -62,7 +62,7 @@ async def submit_grading_job(
                          field="max_cost")
     overrides = upload.judge or query_judge
     max_cost = upload.max_cost if upload.max_cost is not None else query_max_cost
-    settings, budgets = context.settings, context.jobs.budgets
+    settings, budgets = context.settings, context.budgets
     config = select_judge(grader=context.grader, settings=settings, overrides=overrides)
     await budgets.check(context.owner)
     # A cap on a model without a price could not count its spend: refused before storing.

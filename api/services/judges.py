@@ -7,21 +7,26 @@ configuration, and a request that needs an LLM judge when none is configured get
 from __future__ import annotations
 
 from api.errors import JudgeNotConfigured
+from api.settings import ServiceSettings
 from core.errors import ConfigError, InputError, RubricNotFound
-from judge.config import JudgeConfig, JudgeOverrides, Settings
+from judge.config import JudgeConfig, JudgeOverrides
 from judge.engine import Grader
 
 LLM_METRICS = frozenset({"coverage", "defects"})
 """Metrics that need a judge model; ROUGE-L and BERTScore do not."""
 
 
-def allowed_models(default: str, settings: Settings) -> list[str]:
+def allowed_models(default: str, settings: ServiceSettings) -> list[str]:
     """The models a request may select: the default judge first, then the allow-list."""
     return [default, *(m for m in settings.allowed_models if m != default)]
 
 
 def select_judge(
-    *, grader: Grader, settings: Settings, overrides: JudgeOverrides | None, needs_llm: bool = False
+    *,
+    grader: Grader,
+    settings: ServiceSettings,
+    overrides: JudgeOverrides | None,
+    needs_llm: bool = False,
 ) -> JudgeConfig:
     """The judge configuration for one request.
 

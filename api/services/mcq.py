@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from api.budgets import KeyBudgets
 from api.deps import JobContext
 from api.errors import JudgeNotConfigured
 from api.jobs import (
@@ -35,6 +36,7 @@ from api.jobs import (
     JobItem,
     JobManager,
     JobRow,
+    JobRunner,
     JobStore,
     Quota,
     RawItem,
@@ -43,17 +45,16 @@ from api.jobs import (
     stage_items,
     with_line,
 )
-from api.jobs.budgets import KeyBudgets
 from api.jobs.uploads import storable_id
 from api.jobs.worker import store_retry
 from api.services.grade_jobs import pause_if_spent
+from api.settings import ServiceSettings
 from bonusjudge_client.validation import first_error
 from bonusjudge_client.wire.mcq import Aggregate, McqItem, McqResult, McqSummary, SkippedLine
 from bonusjudge_client.wire.mcq_defaults import DEFAULT_FUZZY_THRESHOLD
 from bonusjudge_client.wire.schemas import ItemError, JobStatus, McqBody, McqEntry, McqResponse
 from core.errors import InputError
 from judge.budget import BUDGET, Budget
-from judge.config import Settings
 from judge.engine import Grader
 from judge.mcq.llm import JudgeExtractor
 from judge.mcq.runner import format_validation_error, score_items
@@ -151,7 +152,7 @@ def check_options(options: McqOptions, grader: Grader) -> tuple[str, str]:
 # -- items ---------------------------------------------------------------------------------------
 
 
-def mcq_limit(settings: Settings) -> ItemLimit:
+def mcq_limit(settings: ServiceSettings) -> ItemLimit:
     """How many items a multiple-choice call or job may have, and the messages beyond."""
     return ItemLimit(settings.max_job_items, "items: no items to score",
                      "items: {count} items exceed the limit of {most}")
@@ -208,7 +209,7 @@ class McqItems:
         return JobItem(index, item.id if item else (item_id or str(position)), line, item, error)
 
 
-def build_mcq_items(raw: Iterable[RawItem], settings: Settings) -> list[JobItem]:
+def build_mcq_items(raw: Iterable[RawItem], settings: ServiceSettings) -> list[JobItem]:
     """Validate items at once (``McqItems``): bad ones (and duplicates) become error entries.
 
     Args:
@@ -287,7 +288,7 @@ def _refused(result: McqResult, budget: Budget | None) -> bool:
 
 
 async def score_mcq(
-    body: McqBody, *, grader: Grader, settings: Settings, owner: str, budgets: KeyBudgets
+    body: McqBody, *, grader: Grader, settings: ServiceSettings, owner: str, budgets: KeyBudgets
 ) -> McqResponse:
     """Score a body's items and summarise them; bad items get error entries (and bad lines).
 
@@ -358,8 +359,8 @@ async def submit_mcq_job(
     options = body_options or query_options or McqOptions()
     model, config_hash = check_options(options, context.grader)
     if options.llm_extract:  # the rules alone cost nothing: only the judge is held to the budget
-        await context.jobs.budgets.check(context.owner)
-        await context.jobs.budgets.budget(context.owner, context.grader.config)
+        await context.budgets.check(context.owner)
+        await context.budgets.budget(context.owner, context.grader.config)
     job_id = uuid.uuid4().hex
     staged = await in_upload_thread(
         stage_items, job_id, upload.raw, McqItems(), mcq_limit(context.settings)
@@ -395,7 +396,18 @@ def job_summary(store: JobStore, job_id: str, options: McqOptions) -> McqSummary
     return summarize_results(results, options, bad)
 
 
-async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
+def mcq_runner(budgets: KeyBudgets) -> JobRunner:
+    """The runner of multiple-choice jobs (kind ``mcq``): :func:`run_mcq_job` under ``budgets``."""
+
+    async def run(manager: JobManager, job_id: str, row: JobRow) -> None:
+        await run_mcq_job(manager, job_id, row, budgets)
+
+    return run
+
+
+async def run_mcq_job(
+    manager: JobManager, job_id: str, row: JobRow, budgets: KeyBudgets
+) -> None:
     """Score a claimed multiple-choice job page by page (the ``mcq`` job runner).
 
     Each page's results are stored in one transaction, so a restart resumes after the last
@@ -415,8 +427,8 @@ async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
         return
     budget = None
     if options.llm_extract:
-        budget = await manager.budgets.budget(str(row["owner"]), manager.grader.config)
-        if budget is not None and await pause_if_spent(manager, job_id, budget):
+        budget = await budgets.budget(str(row["owner"]), manager.grader.config)
+        if budget is not None and await pause_if_spent(manager, budgets, job_id, budget):
             return  # over its key's day already: nothing is sent
     if not await asyncio.to_thread(store.start_run, job_id, manager.token):
         return
@@ -436,7 +448,7 @@ async def run_mcq_job(manager: JobManager, job_id: str, row: JobRow) -> None:
             if not _refused(result, budget)  # its reading was never asked: it stays pending
         ]
         await asyncio.to_thread(store.save_results, job_id, rows)
-        if budget is not None and await pause_if_spent(manager, job_id, budget):
+        if budget is not None and await pause_if_spent(manager, budgets, job_id, budget):
             return
         after = page[-1][0]
     await asyncio.to_thread(store.complete_if_finished, job_id, manager.token)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 
 from api.deps import ReadyGate
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.schemas import MetricsBody, MetricsEntry, MetricsResponse
 from core.errors import InputError
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.metrics import DEFAULT_ENCODER, bertscore, rouge_l
 
 
 async def compute_metrics(
-    body: MetricsBody, *, config: JudgeConfig, settings: Settings, ready: ReadyGate
+    body: MetricsBody, *, config: JudgeConfig, settings: ServiceSettings, ready: ReadyGate
 ) -> MetricsResponse:
     """Score up to ``settings.max_batch`` pairs with the default judge's encoder and segmenter.
 
@@ -27,7 +28,7 @@ async def compute_metrics(
 
 
 def _check(
-    body: MetricsBody, config: JudgeConfig, settings: Settings
+    body: MetricsBody, config: JudgeConfig, settings: ServiceSettings
 ) -> tuple[str | None, int | None]:
     """Apply the service limits; the encoder and layer to use."""
     if len(body.pairs) > settings.max_batch:

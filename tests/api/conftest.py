@@ -19,9 +19,10 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.jobs import JOBS_DB, open_store
+from api.settings import ServiceSettings
 from bonusjudge_client.wire.vocab import MetricName
 from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import Grader
 from judge.providers.base import Provider
 from judge.providers.fake import FakeCall, FakeOutput, FakeProvider
@@ -94,7 +95,7 @@ def migrated_jobs_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build. The migrations themselves are tested in ``tests/api/jobs/test_migrations.py``.
     """
     folder = tmp_path_factory.mktemp("migrated-store")
-    open_store(Settings(data_dir=folder)).close()
+    open_store(ServiceSettings(data_dir=folder)).close()
     assert sorted(path.name for path in folder.iterdir()) == [JOBS_DB]  # no WAL left behind
     return folder / JOBS_DB
 
@@ -105,7 +106,7 @@ def make_app(
 ) -> Callable[..., FastAPI]:
     """Build the service: ``make_app(grader=None, *, provider=None, **options)``.
 
-    ``options`` are ``Settings`` fields, and ``create_app``'s ``poll_seconds`` (0.2),
+    ``options`` are ``ServiceSettings`` fields, and ``create_app``'s ``poll_seconds`` (0.2),
     ``lease_seconds`` (5), ``drain_timeout`` and ``warm_up``. Without a grader, one is built by
     ``make_grader(provider)``. A SQLite job store the test has not made itself starts as a copy
     of ``migrated_jobs_db``.
@@ -120,7 +121,9 @@ def make_app(
         for key in ("poll_seconds", "lease_seconds", "drain_timeout", "warm_up"):
             if key in options:
                 app_options[key] = options.pop(key)
-        settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **options)
+        settings = ServiceSettings(
+            cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", **options
+        )
         store = settings.resolved_data_dir() / JOBS_DB
         if settings.jobs_url is None and not store.exists():
             store.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from api.deps import get_settings
 from api.serve import check_bind, is_loopback
+from api.settings import ServiceSettings
 from core.errors import ConfigError
-from judge.config import Settings
 from tests.helpers.engine import levin_item
 
 ITEM = levin_item(bonus_points=["Levin feels humiliated"])
@@ -127,7 +127,7 @@ def test_settings_dependency_can_be_overridden(
     app = make_app()
     with TestClient(app) as client:
         assert client.post("/v1/grade", json=ITEM).status_code == 200
-        locked = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
+        locked = ServiceSettings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
                           api_keys=[KEY_A])
         app.dependency_overrides[get_settings] = lambda: locked
         assert client.post("/v1/grade", json=ITEM).status_code == 401
@@ -140,7 +140,9 @@ def test_an_override_holds_for_its_own_app_only(
     # The apps of a process share their route objects (api.app builds them once): an override
     # set on one app must not reach another one serving beside it.
     first, second = make_app(), make_app()
-    locked = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A])
+    locked = ServiceSettings(
+        cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A]
+    )
     first.dependency_overrides[get_settings] = lambda: locked
     with TestClient(first) as one, TestClient(second) as other:
         assert one.post("/v1/grade", json=ITEM).status_code == 401
@@ -168,9 +170,9 @@ def test_loopback_detection(host: str, loopback: bool) -> None:
 
 
 def test_public_bind_needs_a_key(tmp_path: Path) -> None:
-    open_settings = Settings(cache_dir=tmp_path, data_dir=tmp_path)
+    open_settings = ServiceSettings(cache_dir=tmp_path, data_dir=tmp_path)
     with pytest.raises(ConfigError) as caught:
         check_bind(open_settings, "0.0.0.0")
     assert caught.value.field == "host"
     check_bind(open_settings, "127.0.0.1")
-    check_bind(Settings(cache_dir=tmp_path, data_dir=tmp_path, api_keys=[KEY_A]), "0.0.0.0")
+    check_bind(ServiceSettings(cache_dir=tmp_path, data_dir=tmp_path, api_keys=[KEY_A]), "0.0.0.0")

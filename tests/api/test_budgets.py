@@ -18,9 +18,9 @@ from sqlalchemy import select, update
 
 from api.jobs.schema import jobs, key_spend
 from api.jobs.spend import next_midnight, utc_day
+from api.settings import ServiceSettings
 from bonusjudge_client import ClientInputError, JudgeClient
 from core.errors import ConfigError
-from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.fake import FakeProvider
 from tests.helpers.engine import plain_answer
@@ -49,7 +49,7 @@ def priced(make_grader: Callable[..., Grader], provider: FakeProvider, **judge: 
 
 def spend_rows(app: FastAPI) -> dict[str, tuple[str, float, int]]:
     """The store's key_spend rows, owner -> (day, USD, requests), after a flush."""
-    app.state.jobs.budgets.flush()
+    app.state.budgets.flush()
     with app.state.jobs.store.db.read() as conn:
         rows = conn.execute(select(key_spend)).all()
     return {row.owner: (row.day, row.cost_usd, row.requests) for row in rows}
@@ -151,7 +151,7 @@ def test_a_job_paused_at_the_key_budget_resumes_on_the_next_day(
     provider = FakeProvider(handler=plain_answer)
     app = make_app(priced(make_grader, provider, concurrency=1),
                    api_keys=list(KEYS.values()), max_cost_per_key_usd=12 * REQUEST_USD)
-    budgets = app.state.jobs.budgets
+    budgets = app.state.budgets
     with TestClient(app) as http:
         job = http.post("/v1/jobs", json={"items": [item(n) for n in range(30)]},
                         headers=auth("a")).json()
@@ -230,7 +230,7 @@ def test_a_job_pauses_at_its_own_max_cost_and_stays_paused(
         assert (cancelled["status"], cancelled["paused"]) == ("cancelled", False)
         # The key has no budget: its other submissions go on.
         assert http.post("/v1/grade", json=item(20), headers=auth("a")).status_code == 200
-        app.state.jobs.budgets.flush()
+        app.state.budgets.flush()
         with app.state.jobs.store.db.read() as conn:
             cost = conn.execute(
                 select(jobs.c.cost_usd).where(jobs.c.id == job.json()["id"])
@@ -328,5 +328,5 @@ def test_a_non_finite_max_cost_or_price_is_refused_naming_the_field(
 @pytest.mark.parametrize("value", ["inf", "nan", "1e999"])
 def test_a_non_finite_key_budget_is_a_bad_setting(value: str) -> None:
     with pytest.raises(ValidationError, match="finite number") as caught:
-        Settings(max_cost_per_key_usd=float(value))
+        ServiceSettings(max_cost_per_key_usd=float(value))
     assert caught.value.errors()[0]["loc"] == ("max_cost_per_key_usd",)

@@ -29,8 +29,9 @@ from api.app import JOBS_DB
 from api.jobs import JobStore
 from api.observability import HTTP_METHODS
 from api.serve import KEEP_ALIVE_SECONDS, MAX_HEADER_BYTES, uvicorn_options, write_settings_file
+from api.settings import ServiceSettings
 from judge.cache import JudgeCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from judge.engine import Grader
 from tests.helpers.processes import ServiceProcess
 
@@ -328,5 +329,5 @@ def test_the_service_data_folder_is_private_whatever_the_umask(
     assert mode(tmp_path / "data") == 0o700
     assert mode(tmp_path / "data" / JOBS_DB) == 0o600
     assert mode(tmp_path / "cache") == 0o700
-    settings_file = write_settings_file(Settings(cache_dir=tmp_path / "c2"))
+    settings_file = write_settings_file(ServiceSettings(cache_dir=tmp_path / "c2"))
     assert mode(settings_file.parent) == 0o700 and mode(settings_file) == 0o600

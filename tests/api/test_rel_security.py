@@ -24,8 +24,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.app import JOBS_DB
+from api.settings import ServiceSettings
 from core.processes import free_port
-from judge.config import Settings
 from judge.engine import Grader
 from judge.providers.litellm import LiteLLMProvider
 from standins.openai_server import FaultPlan, OpenAIStandIn
@@ -62,7 +62,7 @@ def test_keys_are_hashed_at_rest_everywhere_the_service_writes(
 ) -> None:
     from api.serve import write_settings_file
 
-    settings = Settings(
+    settings = ServiceSettings(
         cache_dir=tmp_path / "cache", data_dir=tmp_path / "data", api_keys=[KEY_A, KEY_B]
     )
     digest_a = hashlib.sha256(KEY_A.encode()).hexdigest()
@@ -255,6 +255,6 @@ def test_serve_refuses_a_public_address_without_a_key(tmp_path: Path) -> None:
         assert PROVIDER_SECRET not in done.stdout + done.stderr
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0  # nothing is listening
-    # Settings written for workers (if any) are private to the user.
+    # ServiceSettings written for workers (if any) are private to the user.
     for written in (tmp_path / "cache").rglob("serve-settings.json"):
         assert written.stat().st_mode & 0o077 == 0

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from api.limits import Allowance, SyncBodyLimit
-from judge.config import Settings
+from api.settings import ServiceSettings
 
 KEYS = {"A": "sync-limits-key-a", "B": "sync-limits-key-b"}
 DIGEST = {name: hashlib.sha256(key.encode()).hexdigest() for name, key in KEYS.items()}
@@ -114,7 +114,7 @@ def test_a_chunked_body_is_counted_as_it_streams(service: TestClient) -> None:
 
 
 async def test_a_refused_body_is_never_read_and_the_app_never_runs() -> None:
-    settings = Settings(api_keys=[KEYS["A"]], max_sync_bytes_per_key=20_000_000,
+    settings = ServiceSettings(api_keys=[KEYS["A"]], max_sync_bytes_per_key=20_000_000,
                         max_sync_bytes=20_000_000)
     allowance = Allowance.body_bytes(settings)
     ran: list[str] = []
@@ -147,8 +147,8 @@ async def test_a_refused_body_is_never_read_and_the_app_never_runs() -> None:
 
 def test_a_limit_below_the_largest_request_stops_start_up() -> None:
     with pytest.raises(ValidationError, match=r"max_sync_items_per_key .* max_batch"):
-        Settings(max_batch=300, max_sync_items_per_key=299)
+        ServiceSettings(max_batch=300, max_sync_items_per_key=299)
     with pytest.raises(ValidationError, match=r"max_sync_bytes_per_key .* max_body_bytes"):
-        Settings(max_body_bytes=50_000_000)
+        ServiceSettings(max_body_bytes=50_000_000)
     with pytest.raises(ValidationError, match=r"max_sync_bytes .* max_sync_bytes_per_key"):
-        Settings(max_sync_bytes_per_key=90_000_000)
+        ServiceSettings(max_sync_bytes_per_key=90_000_000)

@@ -170,3 +170,37 @@ def test_a_failed_fresh_probe_keeps_the_outage_and_its_cooldown() -> None:
     assert breaker.state == "open" and not breaker.allow("b") and not breaker.allow("a")
     assert breaker.retry_in("a") <= before  # not lengthened by b's probe
     assert breaker.allow("c")  # a caller not yet failing may still look
+
+
+def test_a_caller_waiting_on_the_answer_does_not_wait_out_an_outage() -> None:
+    """``Grader.grade(max_outage=0)``: the service's synchronous routes say "do not wait" with
+    one explicit parameter; a job's items (no parameter) keep the configuration's wait."""
+    from judge.engine import Grader, _with_max_outage
+
+    patient = CFG.model_copy(update={"max_outage": 600.0})
+    assert _with_max_outage(patient, None) is patient
+    assert _with_max_outage(patient, 600.0) is patient
+    hurried = _with_max_outage(patient, 0)
+    assert hurried.max_outage == 0 and hurried.config_hash() == patient.config_hash()
+    embedded = JudgeConfig()
+    assert _with_max_outage(embedded, 0) is embedded  # no provider: nothing to wait for
+
+    breaker = CircuitBreaker(threshold=1, cooldown=60, max_cooldown=60)
+    breaker.record_failure("a")  # the provider is down for every caller
+    provider = FakeProvider(handler=lambda call: defects())
+    grader = Grader(patient, provider=provider, cache=JudgeCache(None), breaker=breaker)
+    from bonusjudge_client.wire.grading import GradeRequest
+
+    request = GradeRequest(
+        question="Why?", reference="Because.", bonus_points=["Because"], response="Just so."
+    )
+
+    async def run() -> Any:
+        TENANT.set("a")
+        return await asyncio.wait_for(grader.grade(request, max_outage=0), timeout=10)
+
+    started = time.monotonic()
+    result = asyncio.run(run())
+    assert time.monotonic() - started < 5  # not the configuration's 600 s
+    assert any(reason.endswith("circuit_open") for reason in result.unscored_reasons)
+    assert provider.calls == []  # nothing sent during the outage

@@ -19,9 +19,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.settings import ServiceSettings
 from core.processes import free_port
 from judge.cache import RedisCache
-from judge.config import JudgeConfig, Settings
+from judge.config import JudgeConfig
 from standins.openai_server import OpenAIStandIn
 from tests.helpers.processes import cli_env
 from tests.helpers.redis_server import RedisServer
@@ -52,8 +53,8 @@ def judge() -> Generator[OpenAIStandIn, None, None]:
         yield server
 
 
-def settings(tmp_path: Path, name: str, cache_url: str, judge: OpenAIStandIn) -> Settings:
-    return Settings(
+def settings(tmp_path: Path, name: str, cache_url: str, judge: OpenAIStandIn) -> ServiceSettings:
+    return ServiceSettings(
         cache_dir=tmp_path / name / "cache",
         data_dir=tmp_path / name / "data",
         cache_url=cache_url,

@@ -1,37 +1,52 @@
-"""Settings: API keys kept as digests, dumps that reload to the same keys, bad settings named."""
+"""The engine's settings: bad settings named, the service's names left to the service; the
+judge configuration's overrides and default modes."""
 
 from __future__ import annotations
 
-import hashlib
+import json
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from core.errors import ConfigError
 from judge.config import JudgeConfig, JudgeOverrides, Settings, load_settings
 
 
-def digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def test_plain_keys_are_hashed_even_when_they_look_like_hex():
-    hex_key = "ab" * 32  # e.g. `openssl rand -hex 32`: a key, not a digest
-    settings = Settings(api_keys=["secret", hex_key, "sha256:" + digest("other")])
-    assert settings.api_keys == [digest("secret"), digest(hex_key), digest("other")]
-    assert "secret" not in settings.model_dump_json()
-
-
-def test_dump_reloads_to_the_same_digests():
-    settings = Settings(api_keys=["secret"])
-    again = Settings(**settings.model_dump(mode="json"))
-    assert again.api_keys == settings.api_keys
-
-
-def test_bad_digest_and_bad_setting_are_named():
-    with pytest.raises(ConfigError, match="api_keys"):
-        load_settings(api_keys=["sha256:xyz"])
+def test_a_bad_setting_is_named() -> None:
     with pytest.raises(ConfigError, match="temperature"):
         load_settings(judge={"temperature": 9})
+    with pytest.raises(ConfigError, match="cache_url") as caught:
+        load_settings(cache_url="http://cache")
+    assert caught.value.field == "cache_url"
+
+
+def test_the_engine_settings_hold_no_service_setting() -> None:
+    """The service's policy (keys, quotas, the job store) lives in ``api.settings``."""
+    assert set(Settings.model_fields) == {"judge", "cache_dir", "cache_url", "calibration_dir"}
+    with pytest.raises(ValidationError, match="api_keys"):
+        Settings(api_keys=["secret"])  # type: ignore[call-arg]
+
+
+def test_the_engine_skips_the_service_names_of_a_shared_settings_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One settings file serves ``grade`` and ``serve``: the engine reads its own names and
+    leaves the service's unread (a bad key digest there is the service's to refuse), but a name
+    no settings model owns is refused, naming it."""
+    monkeypatch.delenv("BONUSJUDGE_API_KEYS", raising=False)
+    shared = tmp_path / "settings.json"
+    shared.write_text(json.dumps({
+        "cache_dir": str(tmp_path / "c"), "api_keys": ["sha256:xyz"], "max_batch": 0,
+    }), encoding="utf-8")
+    settings = load_settings(shared, also_known={"api_keys", "max_batch"})
+    assert settings.cache_dir == tmp_path / "c"
+    assert load_settings(shared).cache_dir == tmp_path / "c"  # also_known=None: all skipped
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps({"cahce_dir": "x"}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="cahce_dir") as caught:
+        load_settings(typo, also_known={"api_keys"})
+    assert caught.value.field == "cahce_dir"
 
 
 def test_overrides_merge_only_what_they_set():

@@ -38,8 +38,8 @@ from api.jobs import JobItem, JobStore, open_store
 from api.jobs.database import is_transient
 from api.jobs.postgres import RoundTripWatchdog
 from api.jobs.schema import jobs
+from api.settings import ServiceSettings
 from core.processes import free_port
-from judge.config import Settings
 from standins.openai_server import OpenAIStandIn
 from tests.helpers.engine import numbered_request as request
 from tests.helpers.postgres_server import LocalPostgres
@@ -120,7 +120,7 @@ def test_the_watchdog_cuts_a_connection_whose_server_keeps_silent() -> None:
 
 
 def test_every_postgres_connection_has_the_settings_timeouts(postgres_database: str) -> None:
-    settings = Settings(jobs_url=postgres_database, jobs_lock_timeout_seconds=1.5,
+    settings = ServiceSettings(jobs_url=postgres_database, jobs_lock_timeout_seconds=1.5,
                         jobs_statement_timeout_seconds=7, jobs_idle_in_transaction_seconds=9)
     store = open_store(settings)
     try:
@@ -139,7 +139,7 @@ def test_a_transaction_a_stopped_replica_left_open_holds_others_up_for_its_timeo
     """What the frozen replica's open transaction did to the others, bounded: a statement waits
     for its lock ``lock_timeout`` at most (and is retried), and the server ends the stopped
     replica's session after ``idle_in_transaction_session_timeout``, its locks with it."""
-    settings = Settings(jobs_url=postgres_database, jobs_lock_timeout_seconds=1,
+    settings = ServiceSettings(jobs_url=postgres_database, jobs_lock_timeout_seconds=1,
                         jobs_idle_in_transaction_seconds=3)
     stopped, healthy = open_store(settings), open_store(settings)
     cut: list[BaseException] = []

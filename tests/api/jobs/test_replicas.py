@@ -19,8 +19,8 @@ from api.app import create_app
 from api.auth import hash_key
 from api.jobs import JobStore
 from api.services.calibration import CALIBRATE, INPUT_FILE, REPORTS
+from api.settings import ServiceSettings
 from calibration.sets import example_set_path
-from judge.config import Settings
 from judge.engine import Grader
 from tests.helpers.engine import levin_item
 
@@ -70,7 +70,7 @@ def test_what_one_replica_ran_another_serves(
     tmp_path: Path, postgres_database: str, make_grader: Callable[..., Grader]
 ) -> None:
     def replica(name: str) -> FastAPI:
-        settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / name,
+        settings = ServiceSettings(cache_dir=tmp_path / "cache", data_dir=tmp_path / name,
                             jobs_url=postgres_database, api_keys=[KEY])
         return create_app(settings, grader=make_grader(cache=False), poll_seconds=0.05,
                           lease_seconds=5.0)
@@ -118,7 +118,7 @@ def test_a_run_stored_by_one_replica_is_run_by_another(
     it from there (its own data folder never saw the upload)."""
 
     def replica(name: str) -> FastAPI:
-        settings = Settings(cache_dir=tmp_path / "cache", data_dir=tmp_path / name,
+        settings = ServiceSettings(cache_dir=tmp_path / "cache", data_dir=tmp_path / name,
                             jobs_url=postgres_database, api_keys=[KEY])
         return create_app(settings, grader=make_grader(cache=False), poll_seconds=0.05,
                           lease_seconds=5.0)

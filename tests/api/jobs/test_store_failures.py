@@ -102,7 +102,8 @@ def test_a_process_reclaims_its_own_lapsed_lease(make_client, monkeypatch) -> No
         assert manager.store.holders(job["id"]) == {manager.token: 1}
         monkeypatch.setattr(JobStore, "release", real_release)
         monkeypatch.undo()  # the store works again
-        manager.register(GRADE, grade_jobs.grade_job, yields=True)  # and the runner
+        budgets = client.app.state.budgets  # type: ignore[attr-defined]
+        manager.register(GRADE, grade_jobs.grade_runner(budgets), yields=True)  # and the runner
         status = wait_status(client, job["id"], "done", timeout=30)
     assert status["scored"] == 1
 

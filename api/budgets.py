@@ -1,5 +1,9 @@
 """The service's cost budgets: a key's USD per UTC day, and a grading job's own ``max_cost``.
 
+A budget is the service's policy, not the job store's: the app makes one ``KeyBudgets`` and hands
+it to the synchronous routes' services and to the job runners it registers; the job store keeps
+only the spend rows (``api.jobs.spend``) and the pauses.
+
 Both are caps of ``judge.budget`` (``Cap``): a request or a job runs with a ``Budget`` of its
 key's cap for today and, for a job with ``max_cost``, the job's cap, set in ``BUDGET``; every
 provider request reserves its estimated cost against them before it is sent, and a request that
