@@ -146,7 +146,7 @@ async def _round(
             "mean": round(statistics.fmean(delays), 3) if delays else None,
             "max": round(max(delays), 3) if delays else None,
         },
-        "breaker": grader.caller.breaker_for(grader.config).snapshot(),
+        "breaker": grader.caller.gates.breaker_for(grader.config).snapshot(),
         "elapsed_s": round(elapsed, 2),
         "items_per_s": round(len(results) / elapsed, 2) if elapsed else None,
         "peak_rss_mb": round(peak_rss_mb(), 1),

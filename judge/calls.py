@@ -42,6 +42,7 @@ from core.text import Language
 from judge.budget import BUDGET, Budget, BudgetExhausted, Reservation
 from judge.cache import Cache, judge_call_key, schema_hash
 from judge.config import JudgeConfig
+from judge.gates import ProviderGates
 from judge.providers.base import PROBE_MESSAGES, Completion, Provider, probe_config
 from judge.retry import PROBE_SOURCE, CircuitBreaker, RetryBudget, backoff_delay
 from judge.stats import EngineStats
@@ -114,11 +115,6 @@ class CallerOptions(TypedDict, total=False):
 def rubric_ref(rubric: Rubric, language: Language) -> RubricRef:
     """The reference a result records for ``rubric`` rendered in ``language``."""
     return RubricRef(id=rubric.id, version=rubric.version, hash=rubric.hash, language=language)
-
-
-def breaker_key(config: JudgeConfig) -> tuple[str, str | None]:
-    """Which circuit breaker serves ``config``: one per (model, base URL)."""
-    return (config.model, config.api_base)
 
 
 @dataclass(frozen=True)
@@ -292,11 +288,8 @@ class Caller:
         self.cache = cache
         self.stats = stats
         self.retry_budget = retry_budget or RetryBudget()
-        self.breaker_template = breaker or CircuitBreaker()
-        self.breakers: dict[tuple[str, str | None], CircuitBreaker] = {}
-        # Requests in flight per provider (model, base URL), at most its ``max_connections``:
-        # items in flight each send up to two requests at once, and providers limit requests.
-        self.connections: dict[tuple[str, str | None], asyncio.Semaphore] = {}
+        # Each provider's breaker and connection limit (breaker: the template of new breakers).
+        self.gates = ProviderGates(breaker)
         self.cache_scope = cache_scope
         # Calls under way by cache key, so an identical call waits for the first one's answer
         # (single flight) rather than sending the same request again.
@@ -316,44 +309,6 @@ class Caller:
             return None
         return TENANT.get() or None  # "" is the one caller of a service without keys
 
-    # -- breakers ------------------------------------------------------------------------------
-
-    def breaker_for(self, config: JudgeConfig) -> CircuitBreaker:
-        """The circuit breaker of ``config``'s judge: one per (model, base URL).
-
-        An outage of one provider must not pause another, and one judge's recovery must not
-        close the breaker of a judge still failing. A judge met for the first time gets a new
-        breaker with the template's settings.
-        """
-        key = breaker_key(config)
-        breaker = self.breakers.get(key)
-        if breaker is None:
-            template = self.breaker_template
-            breaker = CircuitBreaker(
-                threshold=template.threshold,
-                cooldown=template.cooldown,
-                max_cooldown=template.max_cooldown,
-                recheck=template.recheck,
-            )
-            self.breakers[key] = breaker
-        return breaker
-
-    def connection(self, config: JudgeConfig) -> asyncio.Semaphore:
-        """The semaphore every request to ``config``'s provider holds while it is in flight.
-
-        One per (model, base URL), like the breakers, sized by the ``max_connections`` of the
-        first configuration that reaches that provider.
-        """
-        key = breaker_key(config)
-        limit = self.connections.get(key)
-        if limit is None:
-            limit = self.connections[key] = asyncio.Semaphore(config.max_connections)
-        return limit
-
-    def set_breaker(self, config: JudgeConfig, breaker: CircuitBreaker) -> None:
-        """Use ``breaker`` for ``config``'s judge from now on."""
-        self.breakers[breaker_key(config)] = breaker
-
     async def probe(self, config: JudgeConfig) -> None:
         """Send one probe request to ``config``'s provider and tell its breaker the outcome.
 
@@ -364,10 +319,10 @@ class Caller:
         would be; it is counted as a judge call. Never raises but ``CancelledError``: the
         outcome is the breaker's state.
         """
-        breaker = self.breaker_for(config)
+        breaker = self.gates.breaker_for(config)
         self.stats.add_requests(1, None, probe=True)
         try:
-            async with self.connection(config):
+            async with self.gates.connection(config):
                 completion = await self.provider.complete(
                     list(PROBE_MESSAGES), None, probe_config(config)
                 )
@@ -563,7 +518,7 @@ class Caller:
             JudgeOutputError: the judge answered, but not usably (after re-asks).
         """
         config, tenant = state.spec.config, state.tenant
-        breaker = self.breaker_for(config)
+        breaker = self.gates.breaker_for(config)
         while True:
             if not breaker.allow(tenant) and not await self._await_breaker(
                 breaker, config, tenant
@@ -640,7 +595,7 @@ class Caller:
         """
         spec, sent = state.spec, False
         try:
-            async with self.connection(spec.config):
+            async with self.gates.connection(spec.config):
                 sent = True  # from here on, _send_now settles the reservation
                 state.attempts += 1
                 self.stats.add_requests(1, state.tenant)

@@ -139,7 +139,7 @@ class Grader:
                 backoff=backoff_delay,
                 **options,
             )
-        self.caller.set_breaker(self.config, self.caller.breaker_template)
+        self.caller.gates.set_breaker(self.config, self.caller.gates.template)
         # What a configuration loads (encoders, the matcher) is loaded on its first cache miss,
         # so a re-run answered from the cache loads nothing (warm runs were 2-3x slower).
         self._loaded: set[tuple[Any, ...]] = set()

@@ -160,7 +160,7 @@ def _refuse_outage(grader: Grader, config: JudgeConfig, *, stopped: bool = False
     """
     if config.is_embedded:
         return
-    breaker = grader.caller.breaker_for(config)
+    breaker = grader.caller.gates.breaker_for(config)
     caller = TENANT.get() or None  # a caller whose calls have not failed may probe at once
     if stopped or breaker.retry_in(caller) > 0:
         raise ProviderOutage(

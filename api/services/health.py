@@ -178,7 +178,7 @@ def _judge_check(grader: Grader) -> ReadyCheck:
         return ReadyCheck(ok=True, detail="no judge model needed (reference metrics only)")
     if config.is_embedded:
         return ReadyCheck(ok=True, detail=model)
-    breaker = grader.caller.breaker_for(config)
+    breaker = grader.caller.gates.breaker_for(config)
     if breaker.claim_probe():
         task = asyncio.create_task(grader.caller.probe(config))
         _PROBES.add(task)

@@ -173,7 +173,7 @@ class LocalGrading:
             "retry_budget": {
                 "limit": budget.limit, "spent": budget.spent, "refused": budget.refused
             },
-            "breaker": grader.caller.breaker_for(grader.config).snapshot(),
+            "breaker": grader.caller.gates.breaker_for(grader.config).snapshot(),
         }
 
     def close(self) -> None:

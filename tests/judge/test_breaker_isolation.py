@@ -50,7 +50,7 @@ async def no_sleep(seconds: float) -> None:
 
 def make_caller(provider: Any, breaker: CircuitBreaker) -> Caller:
     caller = Caller(provider, JudgeCache(None), EngineStats(), breaker=breaker, sleep=no_sleep)
-    caller.set_breaker(CFG, breaker)
+    caller.gates.set_breaker(CFG, breaker)
     return caller
 
 

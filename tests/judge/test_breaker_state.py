@@ -54,7 +54,7 @@ async def test_a_refused_key_is_remembered_until_a_call_is_answered(status: int)
     answers: list[Any] = [refused(status), refused(status), defects()]
     fake = FakeProvider(handler=lambda call: answers.pop(0))
     calls = caller(fake)
-    breaker = calls.breaker_for(CFG)
+    breaker = calls.gates.breaker_for(CFG)
     outcome = await calls.call(spec())
     assert outcome.reason == "provider_error"
     assert breaker.refused_status == status and breaker.state == "closed"
@@ -70,7 +70,7 @@ async def test_other_4xx_answers_are_no_refusal() -> None:
     fake = FakeProvider(handler=lambda call: bad_request)
     calls = caller(fake)
     assert (await calls.call(spec())).reason == "provider_error"
-    assert calls.breaker_for(CFG).refused_status is None
+    assert calls.gates.breaker_for(CFG).refused_status is None
 
 
 def test_a_refusal_ends_an_outage_and_rechecks_are_spaced() -> None:
@@ -116,7 +116,7 @@ async def test_a_probe_sends_the_preflight_request_and_feeds_the_breaker() -> No
         return answers.pop(0)
 
     calls = caller(FakeProvider(handler=handler), CircuitBreaker(threshold=1, cooldown=0.0))
-    breaker = calls.breaker_for(CFG)
+    breaker = calls.gates.breaker_for(CFG)
     await calls.probe(CFG)
     assert breaker.state == "open"  # a transport failure: the outage goes on
     await calls.probe(CFG)
@@ -138,7 +138,7 @@ async def test_a_cancelled_probe_lets_another_go() -> None:
             await asyncio.sleep(3600)
 
     calls = caller(Hanging(), CircuitBreaker(threshold=1, cooldown=0.0))
-    breaker = calls.breaker_for(CFG)
+    breaker = calls.gates.breaker_for(CFG)
     breaker.record_failure()
     assert breaker.claim_probe()
     probe = asyncio.create_task(calls.probe(CFG))

@@ -358,7 +358,7 @@ async def test_an_outage_pauses_grading_and_every_item_is_scored_after_it(
     server.clear_requests()
     breaker = CircuitBreaker(threshold=5, cooldown=0.2, max_cooldown=0.4)
     grader = http_grader(server, RecordingSleep(), retries=4, concurrency=4)
-    grader.caller.set_breaker(grader.config, breaker)
+    grader.caller.gates.set_breaker(grader.config, breaker)
     # Four times the concurrency, and more than the threshold and the probes: most items wait.
     requests = {str(n): item(n) for n in range(20)}
 
@@ -392,7 +392,7 @@ async def test_an_outage_longer_than_max_outage_ends_items_circuit_open(
     server.clear_requests()
     breaker = CircuitBreaker(threshold=5, cooldown=0.1, max_cooldown=0.2)
     grader = http_grader(server, RecordingSleep(), retries=4, concurrency=4, max_outage=0.5)
-    grader.caller.set_breaker(grader.config, breaker)
+    grader.caller.gates.set_breaker(grader.config, breaker)
     requests = {str(n): item(n) for n in range(20)}
     started = time.monotonic()
     results = [r async for r in grader.grade_many(list(requests.items()))]

@@ -85,7 +85,7 @@ def make_caller(provider: Any, breaker: CircuitBreaker | None = None, **kw: Any)
     kw.setdefault("rng", random.Random(0))
     caller = Caller(provider, JudgeCache(None), EngineStats(), breaker=breaker, **kw)
     if breaker is not None:
-        caller.set_breaker(CFG, breaker)
+        caller.gates.set_breaker(CFG, breaker)
     return caller
 
 
@@ -158,7 +158,7 @@ async def test_non_retryable_errors_are_not_retried_and_leave_the_breaker_closed
     outcome = await caller.call(spec())
     assert outcome.reason == "provider_error" and outcome.record.attempts == 1
     assert sleeps.delays == [] and caller.stats.retries == 0
-    assert caller.breaker_for(CFG).state == "closed"
+    assert caller.gates.breaker_for(CFG).state == "closed"
 
 
 async def test_unusable_answers_keep_their_reason_and_count_re_asks() -> None:
@@ -167,7 +167,8 @@ async def test_unusable_answers_keep_their_reason_and_count_re_asks() -> None:
     outcome = await caller.call(spec())
     assert outcome.reason == "validation_failure" and outcome.detail == "bad"
     assert outcome.record.attempts == 3 and caller.stats.reasks == 2
-    assert caller.breaker_for(CFG).consecutive_failures == 0  # it answered: the provider is up
+    # It answered: the provider is up.
+    assert caller.gates.breaker_for(CFG).consecutive_failures == 0
 
 
 async def test_a_transport_failure_after_re_asks_counts_every_request() -> None:
@@ -181,7 +182,7 @@ async def test_unexpected_errors_end_provider_error_and_count_as_a_failure() -> 
     outcome = await caller.call(spec())
     assert outcome.reason == "provider_error"
     assert outcome.detail == "unexpected ValueError: boom"
-    assert caller.stats.retries == 0 and caller.breaker_for(CFG).consecutive_failures == 1
+    assert caller.stats.retries == 0 and caller.gates.breaker_for(CFG).consecutive_failures == 1
 
 
 async def test_fatal_errors_escape() -> None:
@@ -289,7 +290,7 @@ async def test_a_grader_passes_its_settings_to_its_caller() -> None:
     budget, breaker = RetryBudget(limit=3), CircuitBreaker(threshold=7)
     g = grader(FakeProvider(outputs=[]), retry_budget=budget, breaker=breaker)
     assert g.caller.retry_budget is budget
-    assert g.caller.breaker_for(CFG) is breaker
+    assert g.caller.gates.breaker_for(CFG) is breaker
 
 
 async def test_retryable_provider_errors_are_retried_then_succeed():
@@ -379,11 +380,12 @@ async def test_one_breaker_per_model_and_base_url():
     g = grader(fake, up, breaker=CircuitBreaker(threshold=2, cooldown=3600))
     for i in range(3):
         await g.grade(request(id=f"d{i}"), config=down)
-    assert g.caller.breaker_for(down).state == "open"
-    default = g.caller.breaker_for(g.config)
-    assert g.caller.breaker_for(up).state == "closed" and g.caller.breaker_for(up) is default
+    assert g.caller.gates.breaker_for(down).state == "open"
+    default = g.caller.gates.breaker_for(g.config)
+    assert g.caller.gates.breaker_for(up).state == "closed"
+    assert g.caller.gates.breaker_for(up) is default
     other_base = up.model_copy(update={"api_base": "http://127.0.0.1:9/v1"})
-    assert g.caller.breaker_for(other_base) is not default
+    assert g.caller.gates.breaker_for(other_base) is not default
     result = await g.grade(request(id="u1"), config=up)
     assert result.status == "scored"  # another judge's outage does not pause this one
 
